@@ -1,0 +1,3 @@
+from hotloop.cli import main
+
+main()

@@ -1,0 +1,197 @@
+"""The one command-line app: `hotloop bench | doctor | demo | targets | record | eval | train-demo`."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from hotloop.errors import HotloopError, UnknownNameError
+
+app = typer.Typer(
+    name="hotloop",
+    help="Make robot policies meet their deadline: measure, compress, compile, run on a deadline, prove in closed loop.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Bad input ends with one line naming the value and the fix, exit code 2 (never a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except HotloopError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.command()
+@user_errors
+def bench(
+    target: Annotated[
+        str, typer.Argument(help="a registered target, e.g. toy:mlp or pi05:small (see `hotloop targets`)")
+    ],
+    warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 20,
+    iters: Annotated[int, typer.Option("--iters", help="timed iterations")] = 200,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads")] = None,
+    pin: Annotated[str | None, typer.Option(help="CPU affinity list, e.g. 0-1 or 0,2")] = None,
+    gc: Annotated[
+        bool, typer.Option("--gc/--no-gc", help="leave garbage collection on while timing")
+    ] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the result as JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a histogram + CDF PNG here")] = None,
+    compare: Annotated[
+        str | None, typer.Option(help="a second target, measured interleaved in the same run")
+    ] = None,
+    views: Annotated[int | None, typer.Option(help="camera views (VLA targets)")] = None,
+    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
+    action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    batch: Annotated[int, typer.Option(help="batch size")] = 1,
+    seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
+    from rich.console import Console
+
+    from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
+    from hotloop.measure.report import bench_table, plot_latency, summary_lines, write_json
+    from hotloop.targets import TargetOptions, default_targets
+
+    config = BenchConfig(
+        warmup=warmup,
+        iterations=iters,
+        threads=threads,
+        pin=parse_cpu_list(pin) if pin is not None else None,
+        gc_enabled=gc,
+        progress=not quiet,
+    )
+    registry = default_targets()
+    entry = registry.get(target)
+    other_entry = registry.get(compare) if compare is not None else None
+    options = TargetOptions(
+        views=views,
+        num_steps=steps,
+        horizon=horizon,
+        action_dim=action_dim,
+        dtype=dtype,
+        device=device,
+        batch=batch,
+        seed=seed,
+    )
+    _check_device(device)
+    with machine_settings(config):  # before building: threads a library starts keep their affinity
+        case = entry.build_bench(target, options)
+        other = other_entry.build_bench(compare, options) if other_entry is not None and compare else None
+        result = run_bench(case, config, other)
+    console = Console()
+    console.print(bench_table(result))
+    for line in summary_lines(result):
+        console.print(line)
+    if json_path is not None:
+        console.print(f"wrote {write_json(result, json_path)}")
+    if plot is not None:
+        console.print(f"wrote {plot_latency(result, plot)}")
+
+
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    if not device.startswith("cuda"):
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"device {device!r} is not supported; use cpu or cuda")
+    import torch
+
+    if not torch.cuda.is_available():
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is visible here; use --device cpu")
+
+
+@app.command()
+@user_errors
+def targets() -> None:
+    """List the registered targets."""
+    from hotloop.targets import default_targets
+
+    for name, entry in default_targets().items():
+        typer.echo(f"{name:16s} {entry.description}")
+
+
+@app.command()
+@user_errors
+def doctor(
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the checks as JSON here")] = None,
+) -> None:
+    """Which backends are usable here and why not; thread settings; advice."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hotloop.doctor import checks_to_dict, run_checks
+    from hotloop.io import atomic_write_json
+
+    checks = run_checks()
+    table = Table(title="hotloop doctor")
+    for col in ("check", "usable", "detail", "advice"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]no[/red]", c.detail, c.advice)
+    Console().print(table)
+    if json_path is not None:
+        atomic_write_json(json_path, checks_to_dict(checks))
+
+
+@app.command()
+@user_errors
+def demo(
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("hotloop-report"),
+    full: Annotated[bool, typer.Option("--full", help="more iterations and episodes (slower)")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    rung: Annotated[
+        list[str] | None, typer.Option(help="run only these rungs (harness, vla, closed-loop)")
+    ] = None,
+) -> None:
+    """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
+    from hotloop.demo import DemoConfig, run_demo
+
+    config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()))
+    rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
+    typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    failed = [r.title for r in rungs if r.error]
+    if failed:
+        typer.echo(f"error: {len(failed)} rung(s) failed: {', '.join(failed)} (see the report)", err=True)
+        raise typer.Exit(1)
+
+
+def _add_sim_commands() -> None:
+    try:  # TODO(lead): remove this guard once sim/commands.py lands
+        from hotloop.sim.commands import add_commands
+    except ModuleNotFoundError:
+        return
+    add_commands(app)
+
+
+_add_sim_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, prog_name="hotloop")
+    except UnknownNameError as exc:  # raised outside a command (should not happen), still one line
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

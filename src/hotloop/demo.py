@@ -1,0 +1,172 @@
+"""`hotloop demo`: the acceleration ladder, one rung per capability, written to one report.
+
+Each rung measures something and returns a `Rung`; later issues add rungs (compiled backends,
+quantization, real-time runners) to `RUNGS` without touching the report code. A rung that fails is
+recorded in the report with its error and the others still run: nothing already measured is lost.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hotloop
+from hotloop.errors import ConfigError
+from hotloop.io import atomic_write_json, atomic_write_text
+from hotloop.measure.fingerprint import machine_fingerprint
+
+
+@dataclass
+class Rung:
+    title: str
+    summary: dict[str, Any]
+    plots: list[Path] = field(default_factory=list)
+    html: str = ""
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    out_dir: Path = Path("hotloop-report")
+    full: bool = False
+    progress: bool = True
+    only: tuple[str, ...] = ()  # rung names to run (default: all)
+
+
+def _bench_rung(
+    title: str,
+    target: str,
+    out_dir: Path,
+    warmup: int,
+    iterations: int,
+    progress: bool,
+    compare: str | None = None,
+    **options: Any,
+) -> Rung:
+    from hotloop.measure.bench import BenchConfig, run_bench
+    from hotloop.measure.report import plot_latency, write_json
+    from hotloop.targets import TargetOptions, default_targets
+
+    registry = default_targets()
+    opts = TargetOptions(**options)
+    case = registry.get(target).build_bench(target, opts)
+    other = registry.get(compare).build_bench(compare, opts) if compare else None
+    result = run_bench(case, BenchConfig(warmup=warmup, iterations=iterations, progress=progress), other)
+    stem = target.replace(":", "_")
+    write_json(result, out_dir / f"bench_{stem}.json")
+    plot = plot_latency(result, out_dir / f"bench_{stem}.png")
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td>"
+        + "".join(f"<td>{getattr(s, q):.3f}</td>" for q in ("p50", "p90", "p95", "p99", "max"))
+        + "</tr>"
+        for name, s in result.stages.items()
+    )
+    lat = result.latency
+    body = (
+        f"<p>{iterations} iterations after {warmup} warm-up; control rate {lat.rate_hz_p50:.1f} Hz at p50, "
+        f"{lat.rate_hz_p99:.1f} Hz at p99; jitter warning: {result.jitter_warning}.</p>"
+        "<table><tr><th>stage (ms)</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>"
+        f"{rows}</table>"
+    )
+    return Rung(title=title, summary=result.to_dict() | {"samples_ms": None}, plots=[plot], html=body)
+
+
+def rung_harness(config: DemoConfig) -> Rung:
+    return _bench_rung("Latency harness: toy:mlp", "toy:mlp", config.out_dir, 20, 200, config.progress)
+
+
+def rung_vla(config: DemoConfig) -> Rung:
+    iterations = 30 if config.full else 8
+    return _bench_rung(
+        "Reference VLA: pi05:small, fp32 eager", "pi05:small", config.out_dir, 2, iterations, config.progress
+    )
+
+
+def rung_closed_loop(config: DemoConfig) -> Rung:
+    from hotloop.sim.demo_rung import run_rung
+
+    out = run_rung(config.out_dir, config.full)
+    return Rung(
+        title=out["title"],
+        summary=out["summary"],
+        plots=[Path(p) for p in out.get("plots", [])],
+        html=out.get("html", ""),
+    )
+
+
+RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
+    "harness": rung_harness,
+    "vla": rung_vla,
+    "closed-loop": rung_closed_loop,
+}
+
+
+def selected_rungs(only: tuple[str, ...]) -> list[Callable[[DemoConfig], Rung]]:
+    unknown = [name for name in only if name not in RUNGS]
+    if unknown:
+        raise ConfigError(f"unknown demo rung(s) {', '.join(unknown)}; known: {', '.join(RUNGS)}")
+    return [RUNGS[name] for name in (only or tuple(RUNGS))]
+
+
+def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Rung]:
+    makers = selected_rungs(config.only)
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    rungs: list[Rung] = []
+    for make_rung in makers:
+        start = time.monotonic()
+        try:
+            rung = make_rung(config)
+        except Exception as exc:
+            rung = Rung(title=make_rung.__name__, summary={}, error=f"{type(exc).__name__}: {exc}")
+            log(f"rung {make_rung.__name__} failed: {rung.error}\n{traceback.format_exc()}")
+        rung.seconds = time.monotonic() - start
+        rungs.append(rung)
+        log(f"{rung.title}: {'FAILED' if rung.error else 'done'} in {rung.seconds:.1f} s")
+        write_report(config, rungs)  # after every rung, so an interrupted demo keeps what finished
+    return rungs
+
+
+def write_report(config: DemoConfig, rungs: list[Rung]) -> tuple[Path, Path]:
+    env = machine_fingerprint()
+    report = {
+        "hotloop_version": hotloop.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "full": config.full,
+        "env": env,
+        "rungs": [
+            {
+                "title": r.title,
+                "seconds": r.seconds,
+                "error": r.error,
+                "summary": r.summary,
+                "plots": [p.name for p in r.plots],
+            }
+            for r in rungs
+        ],
+    }
+    json_path = atomic_write_json(config.out_dir / "report.json", report)
+    sections = []
+    for r in rungs:
+        status = f"<p class='err'>failed: {html.escape(r.error)}</p>" if r.error else ""
+        images = "".join(f"<img src='{html.escape(p.name)}' alt='{html.escape(p.name)}'>" for p in r.plots)
+        sections.append(
+            f"<section><h2>{html.escape(r.title)}</h2><p>{r.seconds:.1f} s</p>{status}{r.html}{images}</section>"
+        )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>hotloop report</title><style>"
+        "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}.err{color:#b00}"
+        "</style></head><body><h1>hotloop report</h1>"
+        f"<p>hotloop {hotloop.__version__}, commit {html.escape(str(env.get('git_commit')))}, "
+        f"{html.escape(str(env.get('cpu_model')))}, {env.get('cpu_count')} CPUs</p>"
+        + "".join(sections)
+        + "</body></html>"
+    )
+    html_path = atomic_write_text(config.out_dir / "report.html", page)
+    return json_path, html_path

@@ -1,0 +1,176 @@
+"""`hotloop doctor`: which backends work on this machine, and why the others do not."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from hotloop.measure.fingerprint import cpu_governor, cpu_model, temperatures_c
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    advice: str = ""
+
+
+def _version(module: str) -> tuple[object | None, str]:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # an import can fail in many ways (missing libs, ABI): report, don't crash
+        return None, f"import {module} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+    return mod, str(getattr(mod, "__version__", "?"))
+
+
+def check_eager() -> Check:
+    torch, detail = _version("torch")
+    if torch is None:
+        return Check("eager", False, detail, "install torch (CPU: pip install torch==2.13.0)")
+    return Check("eager", True, f"torch {detail}")
+
+
+def check_inductor() -> Check:
+    torch, detail = _version("torch")
+    if torch is None:
+        return Check("inductor", False, detail, "install torch")
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        return Check(
+            "inductor", False, "no C compiler on PATH", "install gcc: inductor's CPU backend compiles C++"
+        )
+    return Check("inductor", True, f"torch {detail}, C compiler {compiler}")
+
+
+def check_onnxruntime() -> Check:
+    ort, detail = _version("onnxruntime")
+    if ort is None:
+        return Check("onnxruntime", False, detail, "pip install onnxruntime (or onnxruntime-gpu)")
+    providers = ort.get_available_providers()  # type: ignore[attr-defined]
+    return Check("onnxruntime", True, f"{detail}, providers: {', '.join(providers)}")
+
+
+def check_openvino() -> Check:
+    ov, detail = _version("openvino")
+    if ov is None:
+        return Check("openvino", False, detail, "pip install openvino")
+    try:
+        devices = ov.Core().available_devices  # type: ignore[attr-defined]
+    except Exception as exc:
+        return Check("openvino", False, f"{detail}, Core() failed: {exc}")
+    return Check(
+        "openvino",
+        True,
+        f"{detail}, devices: {', '.join(devices)}",
+        "OpenVINO picks bf16 on CPUs with AMX/AVX512-BF16: pin INFERENCE_PRECISION_HINT=f32 for parity checks",
+    )
+
+
+def check_cuda() -> Check:
+    torch, detail = _version("torch")
+    if torch is None:
+        return Check("cuda", False, detail)
+    if not torch.cuda.is_available():  # type: ignore[attr-defined]
+        built = torch.version.cuda  # type: ignore[attr-defined]
+        why = (
+            "this torch is a CPU build"
+            if built is None
+            else f"torch built for CUDA {built}, but no GPU is visible"
+        )
+        return Check("cuda", False, why, "GPU paths (CUDA graphs, TensorRT) are skipped on this machine")
+    name = torch.cuda.get_device_name(0)  # type: ignore[attr-defined]
+    return Check("cuda", True, f"{name}, CUDA {torch.version.cuda}")  # type: ignore[attr-defined]
+
+
+def check_tensorrt() -> Check:
+    trt, detail = _version("tensorrt")
+    if trt is None:
+        return Check("tensorrt", False, detail, "TensorRT needs an NVIDIA GPU: pip install tensorrt there")
+    return Check("tensorrt", True, f"tensorrt {detail}")
+
+
+def check_mujoco() -> Check:
+    mujoco, detail = _version("mujoco")
+    if mujoco is None:
+        return Check("mujoco", False, detail, "pip install mujoco")
+    backend = os.environ.get("MUJOCO_GL", "egl")
+    # Rendering is probed in a child process: a broken GL stack can abort the process that tries it.
+    probe = (
+        "import mujoco;m=mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size=\".1\"/></worldbody></mujoco>');"
+        "r=mujoco.Renderer(m,16,16);r.update_scene(mujoco.MjData(m));print(r.render().shape)"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "MUJOCO_GL": backend},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Check("mujoco", False, f"mujoco {detail}: rendering with MUJOCO_GL={backend} hung")
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return Check(
+            "mujoco",
+            False,
+            f"mujoco {detail}: rendering with MUJOCO_GL={backend} failed: {last}",
+            "install libegl1 (apt-get install libegl1 libgl1) or try MUJOCO_GL=osmesa",
+        )
+    return Check("mujoco", True, f"mujoco {detail}, headless rendering with MUJOCO_GL={backend}")
+
+
+def check_threads() -> Check:
+    torch, _ = _version("torch")
+    affinity = sorted(os.sched_getaffinity(0))
+    threads = torch.get_num_threads() if torch is not None else None  # type: ignore[attr-defined]
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
+    detail = f"{len(affinity)} usable CPUs {affinity}, torch threads {threads}, env {env or 'unset'}"
+    advice = ""
+    if threads is not None and threads > len(affinity):
+        advice = f"torch uses {threads} threads on {len(affinity)} CPUs: pass --threads {len(affinity)}"
+    return Check("threads", True, detail, advice)
+
+
+def check_cpu() -> Check:
+    governor = cpu_governor()
+    temps = temperatures_c()
+    detail = f"{cpu_model()}, governor {governor or 'unreadable'}"
+    if temps:
+        detail += f", max temperature {max(temps.values()):.0f} °C"
+    advice = ""
+    if governor == "powersave":
+        advice = "CPU governor is powersave: set it to performance for stable latency (cpupower frequency-set -g performance)"
+    elif governor is None:
+        advice = (
+            "the CPU governor is not readable (a VM or container): clocks are not under your control here"
+        )
+    return Check("cpu", True, detail, advice)
+
+
+CHECKS: tuple[Callable[[], Check], ...] = (
+    check_eager,
+    check_inductor,
+    check_onnxruntime,
+    check_openvino,
+    check_cuda,
+    check_tensorrt,
+    check_mujoco,
+    check_threads,
+    check_cpu,
+)
+
+
+def run_checks() -> list[Check]:
+    return [check() for check in CHECKS]
+
+
+def checks_to_dict(checks: list[Check]) -> list[dict[str, object]]:
+    return [asdict(c) for c in checks]

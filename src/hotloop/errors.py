@@ -1,0 +1,20 @@
+"""Errors that reach a user: each message names the offending value and how to fix it."""
+
+
+class HotloopError(Exception):
+    """Base class for errors the CLI prints as one line (exit code 2 for bad input)."""
+
+
+class ConfigError(HotloopError, ValueError):
+    """A configuration value is invalid; the message names the field, the value and the fix."""
+
+
+class UnknownNameError(HotloopError, KeyError):
+    """A name (target, task, strategy, backend) is not registered; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointError(HotloopError):
+    """A checkpoint is missing, corrupt or does not match the model it is loaded into."""

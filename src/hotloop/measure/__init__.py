@@ -1,0 +1,1 @@
+"""Measurement: latency statistics, stage timers, machine fingerprint, bench runner, reports."""

@@ -1,0 +1,283 @@
+"""The latency harness: warm-up, timed iterations, per-stage breakdown, interleaved comparison.
+
+A measurement changes one variable at a time (R1.6): the comparison target runs interleaved with the
+target in the same process and the same minutes, so the ratio survives a noisy shared machine.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from hotloop.errors import ConfigError
+from hotloop.measure.fingerprint import machine_fingerprint
+from hotloop.measure.stages import StageTimer
+from hotloop.measure.stats import LatencyStats
+from hotloop.targets import BenchCase
+
+TOTAL_STAGE = "total"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    warmup: int = 20
+    iterations: int = 200
+    threads: int | None = None  # torch intra-op threads; None leaves the library default
+    pin: tuple[int, ...] | None = None  # CPU affinity for this process
+    gc_enabled: bool = False  # garbage collection is held off in the timed region unless asked
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise ConfigError(f"iterations must be >= 1 (got {self.iterations}); use e.g. --iters 200")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1 (got {self.threads})")
+        if self.pin is not None:
+            available = os.sched_getaffinity(0)
+            missing = sorted(set(self.pin) - available)
+            if not self.pin or missing:
+                raise ConfigError(
+                    f"--pin names CPUs {missing or list(self.pin)} that this process cannot use; "
+                    f"available: {format_cpu_list(available)}"
+                )
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Parse a Linux CPU list such as "0-3,6" into (0, 1, 2, 3, 6)."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(p) for p in part.split("-", 1))
+                if lo > hi or lo < 0:
+                    raise ValueError
+                cpus.update(range(lo, hi + 1))
+            else:
+                value = int(part)
+                if value < 0:
+                    raise ValueError
+                cpus.add(value)
+    except ValueError:
+        raise ConfigError(f"cannot read CPU list {text!r}; write it like 0-3,6") from None
+    return tuple(sorted(cpus))
+
+
+def format_cpu_list(cpus: Any) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+@dataclass
+class CompareResult:
+    target: str
+    latency: LatencyStats
+    ratio_p50: float  # other_p50 / this_p50: how many times faster the target is at the median
+    ratio_p99: float
+    samples_ms: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "latency_ms": self.latency.to_dict(),
+            "ratio_p50": self.ratio_p50,
+            "ratio_p99": self.ratio_p99,
+        }
+
+
+@dataclass
+class BenchResult:
+    target: str
+    iterations: int
+    warmup: int
+    latency: LatencyStats
+    stages: dict[str, LatencyStats]
+    samples_ms: list[float]
+    env: dict[str, Any]
+    device_stages: dict[str, LatencyStats] = field(default_factory=dict)
+    compare: CompareResult | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def jitter_warning(self) -> bool:
+        return self.latency.jitter_warning
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "target": self.target,
+            "iterations": self.iterations,
+            "warmup": self.warmup,
+            "latency_ms": self.latency.to_dict(),
+            "rate_hz": {"p50": self.latency.rate_hz_p50, "p99": self.latency.rate_hz_p99},
+            "stages": {name: s.to_dict() for name, s in self.stages.items()},
+            "jitter_warning": self.jitter_warning,
+            "env": self.env,
+            "compare": self.compare.to_dict() if self.compare else None,
+            "samples_ms": self.samples_ms,
+            "info": self.info,
+            "config": self.config,
+        }
+        if self.device_stages:
+            # GPU time per stage from device events; the gap to host time is launch and sync cost (R1.4).
+            out["device_stages"] = {name: s.to_dict() for name, s in self.device_stages.items()}
+            out["sync_gap_ms"] = {
+                name: self.stages[name].p50 - s.p50
+                for name, s in self.device_stages.items()
+                if name in self.stages
+            }
+        return out
+
+
+@contextmanager
+def machine_settings(config: BenchConfig) -> Iterator[None]:
+    """Apply threads and CPU affinity for the duration of a measurement, then restore them.
+
+    Apply before the target is built: worker threads a library has already started keep their affinity.
+    """
+    old_affinity = os.sched_getaffinity(0)
+    old_threads: int | None = None
+    if config.threads is not None:
+        import torch
+
+        old_threads = torch.get_num_threads()
+        torch.set_num_threads(config.threads)
+    if config.pin is not None:
+        os.sched_setaffinity(0, config.pin)
+    try:
+        yield
+    finally:
+        if config.pin is not None:
+            os.sched_setaffinity(0, old_affinity)
+        if old_threads is not None:
+            import torch
+
+            torch.set_num_threads(old_threads)
+
+
+@dataclass
+class _Samples:
+    total: list[float] = field(default_factory=list)
+    host: dict[str, list[float]] = field(default_factory=dict)
+    device: dict[str, list[float]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+
+def _time_once(case: BenchCase, timer: StageTimer, record: _Samples | None) -> None:
+    sync = _device_sync(case.device)
+    timer.begin_iteration()
+    t0 = time.perf_counter_ns()
+    case.run(timer)
+    if sync is not None:
+        sync()  # the result is only usable once the device is done: count that wait
+    total = (time.perf_counter_ns() - t0) / 1e6
+    host, device = timer.end_iteration()
+    if record is None:
+        return
+    record.total.append(total)
+    for name, ms in host.items():
+        record.host.setdefault(name, []).append(ms)
+    for name, ms in device.items():
+        record.device.setdefault(name, []).append(ms)
+    record.order = timer.stage_order
+
+
+def _device_sync(device: str) -> Any:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return None
+
+
+def _summarise(
+    samples: _Samples, iterations: int
+) -> tuple[LatencyStats, dict[str, LatencyStats], dict[str, LatencyStats]]:
+    stages: dict[str, LatencyStats] = {}
+    for name in samples.order:
+        values = samples.host.get(name, [])
+        # A stage that ran in only some iterations counts as 0 ms in the others.
+        stages[name] = LatencyStats.from_samples(values + [0.0] * (iterations - len(values)))
+    total = LatencyStats.from_samples(samples.total)
+    stages[TOTAL_STAGE] = total
+    device = {name: LatencyStats.from_samples(v) for name, v in samples.device.items()}
+    return total, stages, device
+
+
+def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = None) -> BenchResult:
+    """Warm up, then time `config.iterations` runs of `case` (and of `compare`, interleaved)."""
+    cases = [case] if compare is None else [case, compare]
+    timers = [StageTimer(cuda=c.device.startswith("cuda")) for c in cases]
+    records = [_Samples() for _ in cases]
+
+    progress = _progress(config.progress)
+    with progress:
+        task = progress.add_task(f"bench {case.name}", total=config.warmup + config.iterations)
+        for _ in range(config.warmup):
+            for c, t in zip(cases, timers, strict=True):
+                _time_once(c, t, None)
+            progress.advance(task)
+        gc.collect()
+        gc_was_enabled = gc.isenabled()
+        if not config.gc_enabled:
+            gc.disable()
+        try:
+            for i in range(config.iterations):
+                # Alternate who goes first so neither target always runs on a warmer cache.
+                order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
+                for k in order:
+                    _time_once(cases[k], timers[k], records[k])
+                progress.advance(task)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    total, stages, device = _summarise(records[0], config.iterations)
+    compare_result = None
+    if compare is not None:
+        other = LatencyStats.from_samples(records[1].total)
+        compare_result = CompareResult(
+            target=compare.name,
+            latency=other,
+            ratio_p50=other.p50 / total.p50,
+            ratio_p99=other.p99 / total.p99,
+            samples_ms=records[1].total,
+        )
+    return BenchResult(
+        target=case.name,
+        iterations=config.iterations,
+        warmup=config.warmup,
+        latency=total,
+        stages=stages,
+        samples_ms=records[0].total,
+        env=machine_fingerprint(threads=config.threads),
+        device_stages=device,
+        compare=compare_result,
+        info=dict(case.info),
+        config={
+            "warmup": config.warmup,
+            "iterations": config.iterations,
+            "threads": config.threads,
+            "pin": list(config.pin) if config.pin else None,
+            "gc_enabled": config.gc_enabled,
+        },
+    )
+
+
+def _progress(enabled: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not enabled,
+        transient=True,
+    )

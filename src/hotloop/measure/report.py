@@ -1,0 +1,99 @@
+"""Presenting bench results: a terminal table, JSON, and a histogram + CDF plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.io import atomic_write_bytes, atomic_write_json
+from hotloop.measure.bench import TOTAL_STAGE, BenchResult
+from hotloop.measure.stats import JITTER_RATIO
+
+_COLUMNS = ("p50", "p90", "p95", "p99", "max", "mean", "std")
+
+
+def bench_table(result: BenchResult) -> Any:
+    """A rich Table: one row per stage (nested stages indented), total last, compare beneath."""
+    from rich.table import Table
+
+    table = Table(title=f"{result.target}: {result.iterations} iterations after {result.warmup} warm-up (ms)")
+    table.add_column("stage")
+    for col in _COLUMNS:
+        table.add_column(col, justify="right")
+    for name, stats in result.stages.items():
+        depth = name.count("/")
+        label = ("  " * depth + name.rsplit("/", 1)[-1]) if name != TOTAL_STAGE else "[bold]total[/bold]"
+        table.add_row(label, *(f"{getattr(stats, c):.3f}" for c in _COLUMNS))
+    if result.compare is not None:
+        other = result.compare.latency
+        table.add_row(
+            f"[dim]compare: {result.compare.target}[/dim]", *(f"{getattr(other, c):.3f}" for c in _COLUMNS)
+        )
+    return table
+
+
+def summary_lines(result: BenchResult) -> list[str]:
+    lat = result.latency
+    lines = [f"control rate: {lat.rate_hz_p50:.1f} Hz at p50, {lat.rate_hz_p99:.1f} Hz at p99"]
+    if result.jitter_warning:
+        lines.append(
+            f"[yellow]jitter warning: p95 {lat.p95:.3f} ms > {JITTER_RATIO} x p50 {lat.p50:.3f} ms — "
+            "look for contention, throttling or allocation in the hot loop[/yellow]"
+        )
+    if result.compare is not None:
+        c = result.compare
+        lines.append(
+            f"{result.target} is {c.ratio_p50:.2f}x as fast as {c.target} at p50 and {c.ratio_p99:.2f}x at p99 "
+            "(interleaved in one run)"
+        )
+    return lines
+
+
+def write_json(result: BenchResult, path: str | Path) -> Path:
+    return atomic_write_json(path, result.to_dict())
+
+
+def plot_latency(result: BenchResult, path: str | Path) -> Path:
+    """Histogram and CDF of per-iteration latency, with p50/p99 marked (and the comparison, if any)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [(result.target, np.asarray(result.samples_ms), result.latency)]
+    if result.compare is not None and result.compare.samples_ms:
+        series.append(
+            (
+                f"{result.compare.target} (compare)",
+                np.asarray(result.compare.samples_ms),
+                result.compare.latency,
+            )
+        )
+    fig, (ax_hist, ax_cdf) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, samples, stats in series:
+        ax_hist.hist(samples, bins=min(60, max(10, samples.size // 4)), alpha=0.6, label=label)
+        xs = np.sort(samples)
+        ax_cdf.plot(xs, np.arange(1, xs.size + 1) / xs.size, label=label)
+        for q, style in (("p50", "--"), ("p99", ":")):
+            value = getattr(stats, q)
+            ax_hist.axvline(value, linestyle=style, color="k", linewidth=1)
+            ax_cdf.axvline(value, linestyle=style, color="k", linewidth=1)
+            ax_cdf.annotate(f"{q} {value:.2f}", (value, 0.05 if q == "p50" else 0.5), rotation=90, fontsize=8)
+    ax_hist.set_xlabel("latency (ms)")
+    ax_hist.set_ylabel("iterations")
+    ax_hist.set_title("distribution")
+    ax_cdf.set_xlabel("latency (ms)")
+    ax_cdf.set_ylabel("fraction ≤ x")
+    ax_cdf.set_title("CDF")
+    ax_cdf.legend(fontsize=8)
+    ax_hist.legend(fontsize=8)
+    fig.suptitle(f"{result.target} — {result.iterations} iterations")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())

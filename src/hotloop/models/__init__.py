@@ -1,0 +1,1 @@
+"""Reference PyTorch models (one file per family). Import submodules directly; nothing heavy loads here."""

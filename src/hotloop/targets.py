@@ -1,0 +1,134 @@
+"""Named bench / eval targets (`family:config`) and the one table that dispatches them.
+
+A target builds a `BenchCase` (one inference, timed by the harness) and, when it is a policy that can
+drive a robot, a `Policy` for closed-loop evaluation. Modules are imported only when their target is
+used, so `hotloop --help` and `import hotloop` stay light (ARCHITECTURE style rule 5 and 9).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hotloop.errors import ConfigError
+from hotloop.measure.stages import StageTimer
+from hotloop.registry import Registry
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """Options a target may honour; a target that cannot honour a set option raises ConfigError."""
+
+    views: int | None = None
+    num_steps: int | None = None
+    horizon: int | None = None
+    action_dim: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("views", "num_steps", "horizon", "action_dim"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1 (got {value})")
+        if self.batch < 1:
+            raise ConfigError(f"batch must be >= 1 (got {self.batch})")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
+
+    def reject_unsupported(self, target: str, supported: set[str]) -> None:
+        """Raise if an option outside `supported` was set (no silent ignoring)."""
+        for name in ("views", "num_steps", "horizon", "action_dim"):
+            if getattr(self, name) is not None and name not in supported:
+                raise ConfigError(
+                    f"target {target!r} does not take --{name.replace('_', '-')}; it takes: "
+                    f"{', '.join(sorted(supported)) or 'no options'}"
+                )
+
+
+@dataclass
+class BenchCase:
+    """One timed inference: `run(timer)` does the work and marks stages on `timer`."""
+
+    name: str
+    run: Callable[[StageTimer], Any]
+    info: dict[str, Any] = field(default_factory=dict)  # sizes, parameter count, dtype...
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TargetEntry:
+    description: str
+    bench: str  # "module:function", called as function(config_name, options) -> BenchCase
+    policy: str | None = None  # "module:function", called the same way -> Policy
+
+    def build_bench(self, name: str, options: TargetOptions) -> BenchCase:
+        return _resolve(self.bench)(name.split(":", 1)[1], options)
+
+    def build_policy(self, name: str, options: TargetOptions) -> Any:
+        if self.policy is None:
+            raise ConfigError(
+                f"target {name!r} is a benchmark only and cannot drive a robot; pick a policy target"
+            )
+        return _resolve(self.policy)(name.split(":", 1)[1], options)
+
+
+def _resolve(path: str) -> Callable[..., Any]:
+    module, attr = path.split(":")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+_PI = "hotloop.models.pi_targets"
+_BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
+    (
+        "toy:mlp",
+        TargetEntry(
+            "MLP from a state vector to an action chunk",
+            "hotloop.models.toy:build_bench",
+            "hotloop.models.toy:build_policy",
+        ),
+    ),
+    (
+        "pi0:full",
+        TargetEntry(
+            "pi0 at the published sizes (SigLIP So400m + Gemma 2B + 300M expert)",
+            f"{_PI}:build_bench",
+            f"{_PI}:build_policy",
+        ),
+    ),
+    (
+        "pi0:tiny",
+        TargetEntry("pi0, test scale (< 5 M parameters)", f"{_PI}:build_bench", f"{_PI}:build_policy"),
+    ),
+    ("pi05:full", TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_bench", f"{_PI}:build_policy")),
+    (
+        "pi05:small",
+        TargetEntry(
+            "pi0.5, CPU-benchmark scale of the same structure", f"{_PI}:build_bench", f"{_PI}:build_policy"
+        ),
+    ),
+    (
+        "pi05:tiny",
+        TargetEntry("pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_bench", f"{_PI}:build_policy"),
+    ),
+    (
+        "demo:conveyor",
+        TargetEntry(
+            "the shipped pi0.5-nano policy trained on conveyor-pick",
+            "hotloop.sim.demo_policy:build_bench",
+            "hotloop.sim.demo_policy:build_policy",
+        ),
+    ),
+)
+
+
+def default_targets() -> Registry[TargetEntry]:
+    """A fresh registry holding the built-in targets (callers may register more on their copy)."""
+    registry: Registry[TargetEntry] = Registry("target")
+    for name, entry in _BUILTIN:
+        registry.register(name, entry)
+    return registry
