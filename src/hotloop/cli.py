@@ -179,10 +179,8 @@ def demo(
 
 
 def _add_sim_commands() -> None:
-    try:  # TODO(lead): remove this guard once sim/commands.py lands
-        from hotloop.sim.commands import add_commands
-    except ModuleNotFoundError:
-        return
+    from hotloop.sim.commands import add_commands
+
     add_commands(app)
 
 

@@ -96,24 +96,24 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
         "pi0:full",
         TargetEntry(
             "pi0 at the published sizes (SigLIP So400m + Gemma 2B + 300M expert)",
-            f"{_PI}:build_bench",
-            f"{_PI}:build_policy",
+            f"{_PI}:build_pi0_bench",
+            f"{_PI}:build_pi0_policy",
         ),
     ),
     (
         "pi0:tiny",
-        TargetEntry("pi0, test scale (< 5 M parameters)", f"{_PI}:build_bench", f"{_PI}:build_policy"),
+        TargetEntry("pi0, test scale (< 5 M parameters)", f"{_PI}:build_pi0_bench", f"{_PI}:build_pi0_policy"),
     ),
-    ("pi05:full", TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_bench", f"{_PI}:build_policy")),
+    ("pi05:full", TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy")),
     (
         "pi05:small",
         TargetEntry(
-            "pi0.5, CPU-benchmark scale of the same structure", f"{_PI}:build_bench", f"{_PI}:build_policy"
+            "pi0.5, CPU-benchmark scale of the same structure", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"
         ),
     ),
     (
         "pi05:tiny",
-        TargetEntry("pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_bench", f"{_PI}:build_policy"),
+        TargetEntry("pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"),
     ),
     (
         "demo:conveyor",

@@ -5,9 +5,9 @@ Sizes are data: a config never comes from a file name. `pi_configs()` builds a f
 
 Registered names:
 - `pi0:full`, `pi05:full`: the published sizes (SigLIP So400m/14 at 224, Gemma 2B VLM, Gemma 300M expert).
-- `pi05:small`: the same structure at CPU-benchmark scale, ~150 M parameters (see `_PI05_SMALL`).
+- `pi05:small`: the same structure at CPU-benchmark scale, ~103 M parameters (see `_PI05_SMALL`).
 - `pi0:tiny`, `pi05:tiny`: the parity-fixture sizes (< 1 M parameters), for tests.
-- `pi05:nano`: ~1.5 M parameters, 64 px views, for the trained conveyor demo policy.
+- `pi05:nano`: ~1.0 M parameters, 64 px views (patch 8), for the trained conveyor demo policy.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ class VisionConfig:
                 f"VisionConfig.image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})"
             )
         if self.width % self.num_heads:
-            raise ConfigError(f"VisionConfig.width ({self.width}) must be divisible by num_heads ({self.num_heads})")
+            raise ConfigError(
+                f"VisionConfig.width ({self.width}) must be divisible by num_heads ({self.num_heads})"
+            )
 
     @property
     def tokens_per_view(self) -> int:
@@ -107,7 +109,15 @@ class PiConfig:
     def __post_init__(self) -> None:
         _require_positive(
             self,
-            ("vocab_size", "views", "max_token_len", "chunk_size", "max_action_dim", "max_state_dim", "num_steps"),
+            (
+                "vocab_size",
+                "views",
+                "max_token_len",
+                "chunk_size",
+                "max_action_dim",
+                "max_state_dim",
+                "num_steps",
+            ),
         )
         # The two stacks are joined layer by layer: the expert's queries read the VLM's keys/values.
         for name in ("depth", "head_dim", "num_kv_heads"):
@@ -117,7 +127,9 @@ class PiConfig:
                     f"({getattr(self.vlm, name)}): the expert attends to the VLM's cache layer by layer"
                 )
         if self.expert.width % 2:
-            raise ConfigError(f"PiConfig.expert.width must be even for the sincos time embedding ({self.expert.width})")
+            raise ConfigError(
+                f"PiConfig.expert.width must be even for the sincos time embedding ({self.expert.width})"
+            )
 
     @property
     def prefix_len(self) -> int:
@@ -132,24 +144,26 @@ _TINY_VISION = VisionConfig(image_size=56, patch_size=14, width=32, depth=2, mlp
 _TINY_VLM = GemmaConfig(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
 _TINY_EXPERT = GemmaConfig(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
 
-# pi05:small: ~150 M parameters (~23 M of them the 32768 x 640 token table, which costs no compute).
-# Vision: 224 px, patch 16 -> 196 tokens/view, width 384, 6 layers. VLM: width 640, 10 layers, MLP 2560,
-# 8 heads x 80, 1 kv head. Expert: width 320, MLP 1280, same depth/heads. Prompt 200 tokens, chunk 50.
-# Measured fp32 eager, one inference (10 steps), torch 2.13 on the 2-core CPU of the dev machine:
-# see `docs` in the report; ~0.3 s at 1 view, ~0.45 s at 2 views.
+# pi05:small: 102.6 M parameters, 42 M of them the 65536 x 640 token table (which costs no compute).
+# Vision: 224 px, patch 16 -> 196 tokens/view, width 384, 6 layers, MLP 1536, 6 heads (11.3 M).
+# VLM: width 640, 6 layers, MLP 2560, 8 query heads x 80, 1 kv head. Expert: width 320, MLP 1280, same
+# depth/heads (14.1 M). Prompt 200 tokens, chunk 50, 32 action dims, 10 steps.
+# Measured fp32 eager, one inference, torch 2.13 CPU on the 2-core dev machine: ~0.40 s at 1 view
+# (vision 34 ms, prefix 160 ms, denoise 180 ms) and ~0.56 s at 2 views.
 _PI05_SMALL = PiConfig(
     vision=VisionConfig(image_size=224, patch_size=16, width=384, depth=6, mlp_dim=1536, num_heads=6),
-    vlm=GemmaConfig(width=640, depth=10, mlp_dim=2560, num_heads=8, num_kv_heads=1, head_dim=80),
-    expert=GemmaConfig(width=320, depth=10, mlp_dim=1280, num_heads=8, num_kv_heads=1, head_dim=80),
+    vlm=GemmaConfig(width=640, depth=6, mlp_dim=2560, num_heads=8, num_kv_heads=1, head_dim=80),
+    expert=GemmaConfig(width=320, depth=6, mlp_dim=1280, num_heads=8, num_kv_heads=1, head_dim=80),
     pi05=True,
-    vocab_size=32768,
+    vocab_size=65536,
     views=1,
     max_token_len=200,
     chunk_size=50,
 )
 
-# pi05:nano: the trained demo policy. 64 px views with patch 8 -> 64 tokens/view; a CPU forward is a
-# few milliseconds. Vocabulary 512: ids [0, 256) for prompt words, [256, 512) for the 256 state bins.
+# pi05:nano: the trained demo policy, 1.02 M parameters. 64 px views with patch 8 -> 64 tokens/view.
+# Measured on the 2-core dev machine: one 10-step inference ~21 ms (the prefix ~3 ms, each step ~1.7 ms);
+# one flow_matching_loss forward+backward at batch 32 ~220 ms (one intra-op thread). Vocabulary 512: ids [0, 256) for prompt words, [256, 512) for the 256 state bins.
 _PI05_NANO = PiConfig(
     vision=VisionConfig(image_size=64, patch_size=8, width=64, depth=2, mlp_dim=128, num_heads=2),
     vlm=GemmaConfig(width=128, depth=4, mlp_dim=256, num_heads=4, num_kv_heads=1, head_dim=32),
@@ -170,8 +184,15 @@ def pi_configs() -> Registry[PiConfig]:
     reg.register("pi0:full", PiConfig(pi05=False, views=3, max_token_len=48))
     reg.register("pi05:full", PiConfig(pi05=True, views=3, max_token_len=200))
     reg.register("pi05:small", _PI05_SMALL)
-    tiny = dict(vision=_TINY_VISION, vlm=_TINY_VLM, expert=_TINY_EXPERT, vocab_size=1024, views=1,
-                max_token_len=12, chunk_size=10)
+    tiny = dict(
+        vision=_TINY_VISION,
+        vlm=_TINY_VLM,
+        expert=_TINY_EXPERT,
+        vocab_size=1024,
+        views=1,
+        max_token_len=12,
+        chunk_size=10,
+    )
     reg.register("pi0:tiny", PiConfig(pi05=False, **tiny))  # type: ignore[arg-type]
     reg.register("pi05:tiny", PiConfig(pi05=True, **tiny))  # type: ignore[arg-type]
     reg.register("pi05:nano", _PI05_NANO)

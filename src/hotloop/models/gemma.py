@@ -170,6 +170,16 @@ class GemmaLayer(nn.Module):
         h, gate = self.post_attention_layernorm(x, cond)
         return gated_residual(x, self.mlp(h), gate), k, v
 
+    def kv_only(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys (after RoPE) and values of x without the rest of the layer.
+
+        The VLM's last layer feeds the expert only through its K/V: its queries, attention output and MLP
+        would be computed and thrown away (as the peers do), 1/depth of the prefix cost.
+        """
+        h, _ = self.input_layernorm(x, None)
+        _, k, v = self.self_attn.qkv(h, cos, sin)
+        return k, v
+
 
 class GemmaStack(nn.Module):
     """The layers and final norm of one Gemma stack (token embeddings live with the policy)."""
@@ -178,4 +188,6 @@ class GemmaStack(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.layers = nn.ModuleList(GemmaLayer(cfg, adaptive) for _ in range(cfg.depth))
-        self.norm: nn.Module = AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
+        self.norm: nn.Module = (
+            AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
+        )

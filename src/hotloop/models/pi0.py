@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.models.configs import PiConfig
-from hotloop.models.gemma import MASK_VALUE, GemmaStack, rope_cos_sin
+from hotloop.models.gemma import MASK_VALUE, GemmaLayer, GemmaStack, rope_cos_sin
 from hotloop.models.siglip import Projector, SiglipVision
 
 
@@ -71,7 +72,9 @@ def additive_mask(allowed: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
     return torch.where(allowed[:, None], zero, blocked)
 
 
-def prefix_masks(image_masks: Tensor, lang_masks: Tensor, tokens_per_view: int) -> tuple[Tensor, Tensor, Tensor]:
+def prefix_masks(
+    image_masks: Tensor, lang_masks: Tensor, tokens_per_view: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """(pad (B, P) bool, permission (B, P, P) bool, positions (B, P) int64) of the prefix.
 
     image_masks (B, V) bool: each view's flag covers its tokens. Positions = cumsum(valid) - 1, so padding
@@ -199,12 +202,18 @@ class PiModel(nn.Module):
         """
         cfg = self.cfg
         x = torch.cat((image_tokens.to(self.dtype), self.embed_prompt(lang_tokens)), dim=1)
-        pad, allowed, positions = prefix_masks(image_masks.bool(), lang_masks.bool(), cfg.vision.tokens_per_view)
+        pad, allowed, positions = prefix_masks(
+            image_masks.bool(), lang_masks.bool(), cfg.vision.tokens_per_view
+        )
         mask = additive_mask(allowed, x.dtype)
         cos, sin = rope_cos_sin(positions, cfg.vlm.head_dim, cfg.vlm.rope_base, x.dtype)
         ks, vs = [], []
-        for layer in self.vlm.layers:
-            x, k, v = layer(x, cos, sin, mask)
+        layers = cast(list[GemmaLayer], list(self.vlm.layers))
+        for i, layer in enumerate(layers):
+            if i == len(layers) - 1:
+                k, v = layer.kv_only(x, cos, sin)
+            else:
+                x, k, v = layer(x, cos, sin, mask)
             ks.append(k)
             vs.append(v)
         s_allowed, s_positions = suffix_masks(cfg, pad)
@@ -252,7 +261,9 @@ class PiModel(nn.Module):
     def expert_forward(self, cache: PrefixCache, tokens: Tensor, cond: Tensor | None) -> Tensor:
         """Expert stack over the suffix tokens, reading the prefix cache; returns the final-norm output."""
         cfg = self.cfg
-        cos, sin = rope_cos_sin(cache.suffix_positions, cfg.expert.head_dim, cfg.expert.rope_base, tokens.dtype)
+        cos, sin = rope_cos_sin(
+            cache.suffix_positions, cfg.expert.head_dim, cfg.expert.rope_base, tokens.dtype
+        )
         x = tokens
         for i, layer in enumerate(self.expert.layers):
             x, _, _ = layer(x, cos, sin, cache.suffix_mask, cond, cache.k[i], cache.v[i])
@@ -276,9 +287,13 @@ def init_weights(model: PiModel, generator: torch.Generator | None = None, std_s
         for name, p in model.named_parameters():
             if p.ndim >= 2:
                 # Embedding rows are scaled like a width-wide input so that sqrt(width) * row is O(1).
-                fan_in = p.shape[1] if name.endswith("embedding.weight") or "embed_tokens" in name else p[0].numel()
-                # Drawn directly in the parameter's dtype: no fp32 copy of a full-size bf16 matrix.
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * (std_scale / fan_in**0.5))
+                fan_in = (
+                    p.shape[1]
+                    if name.endswith("embedding.weight") or "embed_tokens" in name
+                    else p[0].numel()
+                )
+                # Drawn in place in the parameter's dtype: no temporary, no fp32 copy of a bf16 matrix.
+                p.normal_(0.0, std_scale / fan_in**0.5, generator=generator)
             elif ("layer_norm" in name or "post_layernorm" in name) and name.endswith("weight"):
                 p.fill_(1.0)
             else:

@@ -24,8 +24,10 @@ class SiglipAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
-        q, k, v = (p(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            p(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
         # No mask: every patch sees every patch. SDPA's default scale is head_dim^-0.5, as in SigLIP.
         out = F.scaled_dot_product_attention(q, k, v)
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))

@@ -1,0 +1,164 @@
+"""Bench and policy targets for pi0 / pi0.5 with seeded random weights (`pi0:full`, `pi05:small`...).
+
+The target table calls `fn(config_name, options)`. Because `pi0:full` and `pi05:full` share the config
+name "full", the family-specific entry points (`build_pi0_bench`, `build_pi05_bench`, ...) are the
+unambiguous ones; `build_bench` / `build_policy` also accept a qualified name ("pi05:full") and resolve an
+unqualified one only where it is unique ("small", "nano").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from hotloop.errors import ConfigError
+from hotloop.measure.stages import StageTimer
+from hotloop.models.configs import PiConfig, pi_configs
+from hotloop.models.pi0 import PiModel, init_weights
+from hotloop.models.pi_policy import PiPolicy
+from hotloop.sampling import PiObservation, make_noise, sample_actions
+from hotloop.targets import BenchCase, TargetOptions
+
+_SUPPORTED = {"views", "num_steps", "horizon", "action_dim"}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _qualify(config_name: str, family: str | None) -> str:
+    if ":" in config_name:
+        return config_name
+    if family is not None:
+        return f"{family}:{config_name}"
+    matches = [n for n in pi_configs().names() if n.split(":", 1)[1] == config_name]
+    if len(matches) != 1:
+        raise ConfigError(
+            f"pi config {config_name!r} is ambiguous or unknown ({', '.join(matches) or 'no match'}); "
+            "use build_pi0_bench / build_pi05_bench or a qualified name such as 'pi05:full'"
+        )
+    return matches[0]
+
+
+def resolve_config(name: str, options: TargetOptions) -> PiConfig:
+    """The named config with the options applied (views, steps, horizon); action_dim is checked here."""
+    options.reject_unsupported(name, _SUPPORTED)
+    cfg = pi_configs().get(name)
+    cfg = replace(
+        cfg,
+        views=options.views or cfg.views,
+        num_steps=options.num_steps or cfg.num_steps,
+        chunk_size=options.horizon or cfg.chunk_size,
+    )
+    if options.action_dim is not None and options.action_dim > cfg.max_action_dim:
+        raise ConfigError(
+            f"--action-dim {options.action_dim} exceeds {name}'s max_action_dim {cfg.max_action_dim}; "
+            "actions are zero-padded up to max_action_dim, not beyond"
+        )
+    return cfg
+
+
+def build_model(cfg: PiConfig, dtype: torch.dtype, device: str | torch.device, seed: int) -> PiModel:
+    """Random-weight model built on `meta`, then materialised once in `dtype` on `device` (no fp32 detour)."""
+    with torch.device("meta"):
+        model = PiModel(cfg)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return init_weights(model, gen).eval()
+
+
+def random_observation(cfg: PiConfig, batch: int, device: str | torch.device, seed: int) -> PiObservation:
+    """Full-size inputs: every view present, a prompt of max_token_len - 8 real tokens."""
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    size = cfg.vision.image_size
+    lang_masks = torch.zeros(batch, cfg.max_token_len, dtype=torch.bool, device=device)
+    lang_masks[:, : max(1, cfg.max_token_len - 8)] = True
+    return PiObservation(
+        images=torch.rand(batch, cfg.views, 3, size, size, generator=g, device=device) * 2 - 1,
+        image_masks=torch.ones(batch, cfg.views, dtype=torch.bool, device=device),
+        lang_tokens=torch.randint(0, cfg.vocab_size, (batch, cfg.max_token_len), generator=g, device=device)
+        * lang_masks,
+        lang_masks=lang_masks,
+        state=torch.randn(batch, cfg.max_state_dim, generator=g, device=device),
+    )
+
+
+def describe(cfg: PiConfig, model: PiModel, dtype: str) -> dict[str, Any]:
+    def count(m: torch.nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    return {
+        "family": "pi05" if cfg.pi05 else "pi0",
+        "parameters": count(model),
+        "parameters_vision": count(model.vision_tower) + count(model.projector),
+        "parameters_vlm": count(model.vlm) + count(model.embed_tokens),
+        "parameters_expert": count(model.expert),
+        "dtype": dtype,
+        "views": cfg.views,
+        "image_size": cfg.vision.image_size,
+        "tokens_per_view": cfg.vision.tokens_per_view,
+        "prompt_tokens": cfg.max_token_len,
+        "prefix_len": cfg.prefix_len,
+        "chunk_size": cfg.chunk_size,
+        "max_action_dim": cfg.max_action_dim,
+        "num_steps": cfg.num_steps,
+        "vision": f"width {cfg.vision.width} x {cfg.vision.depth} layers",
+        "vlm": f"width {cfg.vlm.width} x {cfg.vlm.depth} layers, mlp {cfg.vlm.mlp_dim}",
+        "expert": f"width {cfg.expert.width} x {cfg.expert.depth} layers, mlp {cfg.expert.mlp_dim}",
+    }
+
+
+def _bench(name: str, options: TargetOptions) -> BenchCase:
+    cfg = resolve_config(name, options)
+    dtype = _DTYPES[options.dtype]
+    model = build_model(cfg, dtype, options.device, options.seed)
+    obs = random_observation(cfg, options.batch, options.device, options.seed)
+    noise = make_noise(
+        model, options.batch, torch.Generator(device=options.device).manual_seed(options.seed + 2)
+    )
+    cache = model.allocate_cache(options.batch)
+    action_dim = options.action_dim or cfg.max_action_dim
+
+    def run(timer: StageTimer) -> torch.Tensor:
+        return sample_actions(model, obs, noise=noise, timer=timer, cache=cache)[..., :action_dim]
+
+    info = describe(cfg, model, options.dtype)
+    info["action_dim"] = action_dim
+    info["batch"] = options.batch
+    return BenchCase(name=name, run=run, info=info, device=options.device)
+
+
+def _policy(name: str, options: TargetOptions) -> PiPolicy:
+    cfg = resolve_config(name, options)
+    model = build_model(cfg, _DTYPES[options.dtype], options.device, options.seed)
+    return PiPolicy(
+        model,
+        cfg,
+        action_dim=options.action_dim,
+        horizon=options.horizon,
+        seed=options.seed,
+        default_prompt_tokens=[1, 2, 3],
+    )
+
+
+def build_bench(config_name: str, options: TargetOptions) -> BenchCase:
+    return _bench(_qualify(config_name, None), options)
+
+
+def build_policy(config_name: str, options: TargetOptions) -> PiPolicy:
+    return _policy(_qualify(config_name, None), options)
+
+
+def build_pi0_bench(config_name: str, options: TargetOptions) -> BenchCase:
+    return _bench(_qualify(config_name, "pi0"), options)
+
+
+def build_pi05_bench(config_name: str, options: TargetOptions) -> BenchCase:
+    return _bench(_qualify(config_name, "pi05"), options)
+
+
+def build_pi0_policy(config_name: str, options: TargetOptions) -> PiPolicy:
+    return _policy(_qualify(config_name, "pi0"), options)
+
+
+def build_pi05_policy(config_name: str, options: TargetOptions) -> PiPolicy:
+    return _policy(_qualify(config_name, "pi05"), options)
