@@ -15,7 +15,9 @@ def test_device_events_time_each_stage_and_report_the_sync_gap():
             for _ in range(4):
                 a @ a
 
-    result = run_bench(BenchCase("cuda-mm", run, device="cuda"), BenchConfig(warmup=2, iterations=5, progress=False))
+    result = run_bench(
+        BenchCase("cuda-mm", run, device="cuda"), BenchConfig(warmup=2, iterations=5, progress=False)
+    )
     data = result.to_dict()
     assert set(data["device_stages"]) == {"matmul"}
     assert data["device_stages"]["matmul"]["p50"] > 0

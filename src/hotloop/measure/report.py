@@ -14,6 +14,11 @@ from hotloop.measure.stats import JITTER_RATIO
 _COLUMNS = ("p50", "p90", "p95", "p99", "max", "mean", "std")
 
 
+def _ms(value: float) -> str:
+    # Three decimals resolve sub-millisecond stages; above 100 ms they are noise and widen the table.
+    return f"{value:.3f}" if value < 100 else f"{value:.1f}"
+
+
 def bench_table(result: BenchResult) -> Any:
     """A rich Table: one row per stage (nested stages indented), total last, compare beneath."""
     from rich.table import Table
@@ -21,15 +26,15 @@ def bench_table(result: BenchResult) -> Any:
     table = Table(title=f"{result.target}: {result.iterations} iterations after {result.warmup} warm-up (ms)")
     table.add_column("stage")
     for col in _COLUMNS:
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     for name, stats in result.stages.items():
         depth = name.count("/")
         label = ("  " * depth + name.rsplit("/", 1)[-1]) if name != TOTAL_STAGE else "[bold]total[/bold]"
-        table.add_row(label, *(f"{getattr(stats, c):.3f}" for c in _COLUMNS))
+        table.add_row(label, *(_ms(getattr(stats, c)) for c in _COLUMNS))
     if result.compare is not None:
         other = result.compare.latency
         table.add_row(
-            f"[dim]compare: {result.compare.target}[/dim]", *(f"{getattr(other, c):.3f}" for c in _COLUMNS)
+            f"[dim]compare: {result.compare.target}[/dim]", *(_ms(getattr(other, c)) for c in _COLUMNS)
         )
     return table
 
