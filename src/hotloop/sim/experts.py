@@ -3,8 +3,8 @@
 They act once per control period with the same action as a learned policy (an absolute end-effector
 target plus grip), so their episodes are training data for it. The conveyor expert aims where the box
 will be half a period ahead (a position-controlled gantry reaches its target in well under a period),
-and walks through approach → descend → close → lift, each phase readable from the state, so a policy can
-learn when to switch from what it observes.
+and acts on the current state alone (approach → descend → close → lift is read from the state), so a
+policy can learn when to switch from what it observes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ def _step_toward(current: np.ndarray, target: np.ndarray, max_step: float) -> np
 
 
 class ConveyorExpert:
+    """A feedback law on the current state (no hidden phase), so a policy that imitates it can recover
+    from where it finds itself: track the box from above, descend along a funnel as the xy error
+    shrinks, close when the fingers straddle the box, lift once they hold it, reopen if they closed
+    on nothing."""
+
     hover_z = BELT_TOP + 0.09
     grasp_z = BELT_TOP + 0.03
     lift_z = BELT_TOP + 0.2
@@ -35,43 +40,37 @@ class ConveyorExpert:
         if not isinstance(env, ConveyorPickEnv):
             raise TypeError("ConveyorExpert drives ConveyorPickEnv")
         self.env = env
-        self.reset()
+        self.phase = "approach"
 
     def reset(self) -> None:
         self.phase = "approach"
-        self.closed_steps = 0
-        self.target: np.ndarray | None = None
 
     def act(self, obs: dict[str, Any] | None = None) -> np.ndarray:
         env = self.env
         period = 1.0 / env.config.control_hz
         ee = env.ee_pos()
-        box = env.box_pos() + env.box_vel() * (0.5 * period)
-        prev = ee if self.target is None else self.target
-        xy_err = float(np.linalg.norm(ee[:2] - env.box_pos()[:2]))
-        if self.phase == "approach" and xy_err < 0.015 and abs(ee[2] - self.hover_z) < 0.02:
-            self.phase = "descend"
-        if self.phase == "descend" and ee[2] < self.grasp_z + 0.006:
-            self.phase = "close"
-        if self.phase == "close" and (self.closed_steps >= 3 or env.grip_opening() < 2 * BOX_HALF + 0.004):
+        opening = env.grip_opening()
+        box_now = env.box_pos()
+        box = box_now + env.box_vel() * (0.5 * period)  # where the box is mid-way through the next period
+        xy_err = float(np.linalg.norm(ee[:2] - box_now[:2]))
+        holding = 2 * BOX_HALF - 0.004 < opening < 2 * BOX_HALF + 0.006 and box_now[2] > BELT_TOP + 0.01
+        if holding or (opening < 2 * BOX_HALF + 0.006 and box_now[2] > BELT_TOP + BOX_HALF + 0.004):
             self.phase = "lift"
-
-        grip = 0.0
-        if self.phase == "approach":
-            goal = np.array([box[0], box[1], self.hover_z])
-            # Move in xy first at full speed, settle height on the way.
-            target = _step_toward(prev, goal, MAX_STEP)
-        elif self.phase == "descend":
-            target = np.array([box[0], box[1], max(self.grasp_z, prev[2] - 0.035)])
-        elif self.phase == "close":
-            grip = 1.0
-            self.closed_steps += 1
-            target = np.array([box[0], box[1], self.grasp_z])
-        else:
-            grip = 1.0
-            target = np.array([prev[0], prev[1], min(self.lift_z, prev[2] + 0.04)])
-        self.target = target
-        return np.array([*target, grip], dtype=np.float32)
+            target = np.array([ee[0], ee[1], min(self.lift_z, ee[2] + 0.04)])
+            return np.array([*target, 1.0], dtype=np.float32)
+        if opening < 2 * BOX_HALF - 0.004:  # closed on nothing: open and go round again
+            self.phase = "reopen"
+            target = np.array([box[0], box[1], min(self.hover_z, ee[2] + 0.03)])
+            return np.array([*target, 0.0], dtype=np.float32)
+        xy = _step_toward(ee[:2], box[:2], MAX_STEP)
+        # Funnel: the height allowed shrinks with the xy error, so descent and alignment end together.
+        z_goal = self.grasp_z + float(np.clip((xy_err - 0.008) * 2.0, 0.0, self.hover_z - self.grasp_z))
+        z = max(z_goal, ee[2] - 0.035) if z_goal < ee[2] else min(z_goal, ee[2] + 0.04)
+        low = ee[2] < self.grasp_z + 0.008 and xy_err < 0.012
+        closing = opening < 0.078 and xy_err < 0.02 and ee[2] < self.grasp_z + 0.012
+        grip = 1.0 if low or closing else 0.0
+        self.phase = "close" if grip else ("descend" if z_goal < self.hover_z else "approach")
+        return np.array([xy[0], xy[1], z, grip], dtype=np.float32)
 
 
 class ReachExpert:

@@ -18,7 +18,7 @@ import numpy as np
 from hotloop.errors import ConfigError
 from hotloop.sim.tasks.gantry import BELT_TOP, GantryConfig, GantryEnv
 
-BOX_HALF = 0.02
+BOX_HALF = 0.02  # a 4 cm box in an 8 cm gap: ±2 cm of grasp tolerance along the belt
 DIFFICULTY_SPEEDS = {  # belt speed range (m/s) per difficulty
     "easy": (0.04, 0.07),
     "medium": (0.09, 0.13),

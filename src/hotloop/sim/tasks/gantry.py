@@ -89,7 +89,7 @@ def gantry_xml(extra_bodies: str, belt: bool) -> str:
   <worldbody>
     <light pos="0 -0.3 1.2" dir="0 0.3 -1" diffuse="0.9 0.9 0.9"/>
     <geom name="floor" type="plane" size="2 2 0.1" rgba="0.55 0.6 0.65 1" contype="0" conaffinity="0"/>
-    <camera name="top" pos="0 -0.42 0.62" xyaxes="1 0 0 0 0.83 0.56" fovy="58"/>
+    <camera name="top" pos="0 -0.26 0.72" xyaxes="1 0 0 0 0.89 0.45" fovy="56"/>
     {belt_xml}
     <body name="gripper" pos="0 0 0" gravcomp="1">
       <joint name="gx" type="slide" axis="1 0 0" range="{WORKSPACE_LOW[0]} {WORKSPACE_HIGH[0]}" damping="5"/>
@@ -150,9 +150,7 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         size = self.config.image_size
         self.observation_space = gym.spaces.Dict(
             {
-                "images": gym.spaces.Dict(
-                    {"top": gym.spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)}
-                ),
+                "images": gym.spaces.Dict({"top": gym.spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)}),
                 "state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), dtype=np.float32),
             }
         )
@@ -186,6 +184,8 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         self.rng = np.random.default_rng(seed)
         mujoco.mj_resetData(self.model, self.data)
         home = np.array([self.rng.uniform(0.05, 0.2), self.rng.uniform(-0.05, 0.05), 0.22])
+        if options and "home" in options:  # recorders widen the start to show recoveries
+            home = np.clip(np.asarray(options["home"], dtype=np.float64), WORKSPACE_LOW, WORKSPACE_HIGH)
         self.data.qpos[self._gripper_qpos] = home
         self._hold = np.array([*home, 0.0])
         self._apply(self._hold)

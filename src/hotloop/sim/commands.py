@@ -1,0 +1,216 @@
+"""The sim commands: `hotloop record`, `hotloop eval`, `hotloop train-demo`.
+
+Module-level imports stay light (typer only); MuJoCo and torch load inside the commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from hotloop.errors import HotloopError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _user_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except HotloopError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _parse_sweep(text: str) -> list[float]:
+    from hotloop.errors import ConfigError
+
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--sweep-latency {text!r}: write milliseconds separated by commas, e.g. 0,50,100,200"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError(f"--sweep-latency {text!r}: need one or more non-negative milliseconds")
+    return values
+
+
+def record_cmd(
+    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")],
+    episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
+    ] = Path("data/episodes"),
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")] = 0,
+) -> None:
+    """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
+    from hotloop.errors import ConfigError
+    from hotloop.sim.recorder import record
+    from hotloop.sim.tasks import default_tasks
+
+    default_tasks().get(task)
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    from tqdm import tqdm
+
+    bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
+    result = record(
+        task, episodes, out, difficulty=difficulty, seed=seed, progress=lambda i, ok: bar.update(1)
+    )
+    bar.close()
+    typer.echo(
+        f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
+        f"expert success {result['successes']}/{result['episodes']}"
+    )
+
+
+def eval_cmd(
+    target: Annotated[
+        str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
+    ],
+    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    strategy: Annotated[
+        list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
+    ] = ["sync"],  # noqa: B006
+    latency: Annotated[
+        str, typer.Option(help="measured, fixed:MS, or a bench JSON (replay:PATH)")
+    ] = "measured",
+    sweep_latency: Annotated[
+        str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
+    ] = None,
+    episodes: Annotated[int, typer.Option(help="episodes per (strategy, latency) point")] = 50,
+    seed: Annotated[int, typer.Option(help="episode i uses seed + i")] = 0,
+    workers: Annotated[int, typer.Option(help="worker processes (0 = in this process)")] = 2,
+    execute_steps: Annotated[int | None, typer.Option(help="chunk: actions executed per inference")] = None,
+    trigger_remaining: Annotated[
+        int | None, typer.Option(help="async: start the next inference when this many actions remain")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write results (with per-episode records)")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="PNG of success rate against latency per strategy")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Closed-loop evaluation: simulated time advances while the policy thinks."""
+    from hotloop.io import atomic_write_json
+    from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
+    from hotloop.sim.latency import parse_latency
+    from hotloop.sim.strategies import default_strategies
+    from hotloop.sim.tasks import default_tasks
+    from hotloop.targets import default_targets
+
+    names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
+    registry = default_strategies()
+    for name in names:
+        registry.get(name)
+    default_tasks().get(task)
+    default_targets().get(target)
+    latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
+    for spec in latencies:
+        parse_latency(spec)  # bad specs and files fail before any episode runs
+    if episodes < 1:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    runs: list[dict[str, Any]] = []
+    interrupted = False
+
+    def write() -> None:
+        if json_path is not None and runs:
+            atomic_write_json(json_path, runs[0] if len(runs) == 1 and not sweep_latency else {"runs": runs})
+
+    for name in names:
+        for spec in latencies:
+            request = EvalRequest(
+                target=target,
+                task=task,
+                difficulty=difficulty,
+                strategy=name,
+                latency=spec,
+                episodes=episodes,
+                seed=seed,
+                workers=workers,
+                execute_steps=execute_steps,
+                trigger_remaining=trigger_remaining,
+                num_steps=steps,
+            )
+            result = run_eval(request, progress=not quiet)
+            runs.append(result)
+            write()  # after every point: Ctrl-C later keeps what finished
+            if result["interrupted"]:
+                interrupted = True
+                break
+        if interrupted:
+            break
+    print_table(runs)
+    if plot is not None and runs:
+        plot_sweep(runs, plot)
+        typer.echo(f"wrote {plot}")
+    if json_path is not None:
+        typer.echo(f"wrote {json_path}")
+    if interrupted:
+        typer.echo("interrupted: wrote the episodes that finished", err=True)
+        raise typer.Exit(130)
+
+
+def train_demo_cmd(
+    out: Annotated[Path, typer.Option("-o", "--out", help="output folder")] = Path("runs/train-demo"),
+    steps: Annotated[int | None, typer.Option(help="optimizer steps")] = None,
+    episodes: Annotated[int | None, typer.Option(help="expert episodes to record")] = None,
+    dataset: Annotated[
+        Path | None, typer.Option(help="use this recorded dataset instead of recording")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="training seed")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch threads (1 keeps runs repeatable everywhere)")
+    ] = None,
+    ship: Annotated[bool, typer.Option("--ship", help="copy the result into the package assets")] = False,
+) -> None:
+    """Train the pi0.5-nano demo policy (demo:conveyor) on conveyor-pick expert episodes, on CPU."""
+    import dataclasses
+
+    from hotloop.sim.train_demo import TrainDemoConfig, ship_assets, train_demo
+
+    cfg = TrainDemoConfig(seed=seed)
+    updates: dict[str, Any] = {}
+    if steps is not None:
+        updates["steps"] = steps
+    if episodes is not None:
+        updates["episodes"] = episodes
+    if threads is not None:
+        updates["threads"] = threads
+    cfg = dataclasses.replace(cfg, **updates)
+    summary = train_demo(cfg, out, dataset_dir=dataset)
+    tr = summary["training"]
+    typer.echo(
+        f"trained in {tr['train_s']:.0f} s (recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; "
+        f"wrote {out} (loss curve {out / 'loss.png'})"
+    )
+    if ship:
+        typer.echo(f"shipped to {ship_assets(out)}")
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("record")(_user_errors(record_cmd))
+    app.command("eval")(_user_errors(eval_cmd))
+    app.command("train-demo")(_user_errors(train_demo_cmd))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _app = typer.Typer()
+    add_commands(_app)
+    _app(sys.argv[1:])

@@ -1,0 +1,310 @@
+"""Episodes on disk in the LeRobotDataset v3 layout, and a reader for them.
+
+Layout (see docs/dataset.md)::
+
+    DIR/meta/info.json                              codebase_version "v3.0", fps, features, paths
+    DIR/meta/stats.json                             per-feature mean/std/min/max (numeric features)
+    DIR/meta/tasks.parquet                          task_index, task (the prompt)
+    DIR/meta/episodes/chunk-000/file-000.parquet    one row per episode: length, row range, success, seed
+    DIR/data/chunk-000/file-000.parquet             one row per frame
+
+Frames are stored as PNG bytes inside the data parquet (a `{bytes, path}` struct, the way LeRobot and
+Hugging Face `datasets` store `image` features), so a dataset is a handful of files with no video codec
+needed. Video-encoded LeRobot datasets (`dtype: "video"`) are recognised and refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError
+from hotloop.io import atomic_write_json
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+
+
+def _png(image: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def _unpng(data: bytes) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.uint8)
+
+
+@dataclass
+class EpisodeBuffer:
+    states: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    images: dict[str, list[bytes]] = field(default_factory=dict)
+
+
+class DatasetWriter:
+    """Collects episodes frame by frame; `finish()` writes the whole dataset (atomically per file)."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        fps: float,
+        robot_type: str,
+        state_names: list[str],
+        action_names: list[str],
+        image_keys: list[str],
+        image_shape: tuple[int, int, int],
+    ) -> None:
+        self.root = Path(root)
+        if (self.root / "meta" / "info.json").exists():
+            raise ConfigError(f"{self.root} already holds a dataset; pick a new -o directory or delete it")
+        self.fps = fps
+        self.robot_type = robot_type
+        self.state_names = state_names
+        self.action_names = action_names
+        self.image_keys = image_keys
+        self.image_shape = image_shape
+        self.tasks: dict[str, int] = {}
+        self._rows: dict[str, list[Any]] = {
+            k: []
+            for k in [
+                "observation.state",
+                "action",
+                "timestamp",
+                "frame_index",
+                "episode_index",
+                "index",
+                "task_index",
+            ]
+        }
+        for key in image_keys:
+            self._rows[f"observation.images.{key}"] = []
+        self._episodes: list[dict[str, Any]] = []
+        self._current = EpisodeBuffer()
+
+    def add_frame(self, obs: dict[str, Any], action: np.ndarray) -> None:
+        self._current.states.append(np.asarray(obs["state"], dtype=np.float32))
+        self._current.actions.append(np.asarray(action, dtype=np.float32))
+        for key in self.image_keys:
+            self._current.images.setdefault(key, []).append(_png(obs["images"][key]))
+
+    def end_episode(self, task: str, **extra: Any) -> None:
+        ep = self._current
+        if not ep.states:
+            raise ConfigError("an episode needs at least one frame")
+        task_index = self.tasks.setdefault(task, len(self.tasks))
+        episode_index = len(self._episodes)
+        start = len(self._rows["index"])
+        n = len(ep.states)
+        for i in range(n):
+            self._rows["observation.state"].append(ep.states[i].tolist())
+            self._rows["action"].append(ep.actions[i].tolist())
+            self._rows["timestamp"].append(i / self.fps)
+            self._rows["frame_index"].append(i)
+            self._rows["episode_index"].append(episode_index)
+            self._rows["index"].append(start + i)
+            self._rows["task_index"].append(task_index)
+            for key in self.image_keys:
+                self._rows[f"observation.images.{key}"].append({"bytes": ep.images[key][i], "path": None})
+        self._episodes.append(
+            {
+                "episode_index": episode_index,
+                "tasks": [task],
+                "length": n,
+                "data/chunk_index": 0,
+                "data/file_index": 0,
+                "dataset_from_index": start,
+                "dataset_to_index": start + n,
+                "meta/episodes/chunk_index": 0,
+                "meta/episodes/file_index": 0,
+                **extra,
+            }
+        )
+        self._current = EpisodeBuffer()
+
+    def finish(self, extra_info: dict[str, Any] | None = None) -> Path:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._episodes:
+            raise ConfigError("no episodes were recorded; nothing to write")
+        root = self.root
+        image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        types = {
+            "observation.state": pa.list_(pa.float32()),
+            "action": pa.list_(pa.float32()),
+            "timestamp": pa.float32(),
+            "frame_index": pa.int64(),
+            "episode_index": pa.int64(),
+            "index": pa.int64(),
+            "task_index": pa.int64(),
+        }
+        arrays = {k: pa.array(v, type=types.get(k, image_type)) for k, v in self._rows.items()}
+        _write_parquet(pa.table(arrays), root / DATA_PATH.format(chunk_index=0, file_index=0), pq)
+        _write_parquet(
+            pa.Table.from_pylist(self._episodes), root / EPISODES_PATH.format(chunk_index=0, file_index=0), pq
+        )
+        tasks = sorted(self.tasks.items(), key=lambda kv: kv[1])
+        _write_parquet(
+            pa.table({"task_index": [i for _, i in tasks], "task": [t for t, _ in tasks]}),
+            root / "meta" / "tasks.parquet",
+            pq,
+        )
+        states = np.asarray(self._rows["observation.state"], dtype=np.float32)
+        actions = np.asarray(self._rows["action"], dtype=np.float32)
+        atomic_write_json(
+            root / "meta" / "stats.json",
+            {"observation.state": _stats(states), "action": _stats(actions)},
+        )
+        h, w, c = self.image_shape
+        features: dict[str, Any] = {
+            "observation.state": {"dtype": "float32", "shape": [states.shape[1]], "names": self.state_names},
+            "action": {"dtype": "float32", "shape": [actions.shape[1]], "names": self.action_names},
+            "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+            "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+            "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+            "index": {"dtype": "int64", "shape": [1], "names": None},
+            "task_index": {"dtype": "int64", "shape": [1], "names": None},
+        }
+        for key in self.image_keys:
+            features[f"observation.images.{key}"] = {
+                "dtype": "image",
+                "shape": [h, w, c],
+                "names": ["height", "width", "channels"],
+            }
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": self.robot_type,
+            "total_episodes": len(self._episodes),
+            "total_frames": len(self._rows["index"]),
+            "total_tasks": len(self.tasks),
+            "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 500,
+            "fps": self.fps,
+            "splits": {"train": f"0:{len(self._episodes)}"},
+            "data_path": DATA_PATH,
+            "video_path": None,
+            "features": features,
+            **(extra_info or {}),
+        }
+        atomic_write_json(root / "meta" / "info.json", info)  # last: its presence marks a complete dataset
+        return root
+
+
+def _write_parquet(table: Any, path: Path, pq: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _stats(x: np.ndarray) -> dict[str, list[float]]:
+    return {
+        "mean": x.mean(0).tolist(),
+        "std": x.std(0).tolist(),
+        "min": x.min(0).tolist(),
+        "max": x.max(0).tolist(),
+        "count": [int(x.shape[0])],
+    }
+
+
+@dataclass
+class Episode:
+    index: int
+    task: str
+    state: np.ndarray  # (T, state_dim) float32
+    action: np.ndarray  # (T, action_dim) float32
+    images: dict[str, np.ndarray]  # key -> (T, H, W, 3) uint8
+    meta: dict[str, Any]
+
+
+class Dataset:
+    """Reads a LeRobot v3-layout dataset with image (not video) features."""
+
+    def __init__(self, root: str | Path) -> None:
+        import pyarrow.parquet as pq
+
+        self.root = Path(root)
+        info_path = self.root / "meta" / "info.json"
+        if not info_path.exists():
+            raise ConfigError(
+                f"{self.root} is not a dataset: {info_path} is missing (record one with `hotloop record`)"
+            )
+        self.info: dict[str, Any] = json.loads(info_path.read_text())
+        version = str(self.info.get("codebase_version", ""))
+        if not version.startswith("v3"):
+            raise ConfigError(
+                f"{info_path}: codebase_version {version!r} is not v3.x; convert it with LeRobot first"
+            )
+        self.features: dict[str, Any] = self.info["features"]
+        videos = [k for k, f in self.features.items() if f.get("dtype") == "video"]
+        if videos:
+            raise ConfigError(
+                f"{self.root}: features {videos} are video-encoded; this reader needs image features "
+                "(re-record, or decode the videos to PNG frames first)"
+            )
+        self.image_keys = [
+            k.removeprefix("observation.images.")
+            for k in self.features
+            if k.startswith("observation.images.")
+        ]
+        self.fps = float(self.info["fps"])
+        ep_files = sorted((self.root / "meta" / "episodes").rglob("*.parquet"))
+        self.episodes: list[dict[str, Any]] = []
+        for f in ep_files:
+            self.episodes.extend(pq.read_table(f).to_pylist())
+        self.episodes.sort(key=lambda e: e["episode_index"])
+        tasks = pq.read_table(self.root / "meta" / "tasks.parquet").to_pylist()
+        self.tasks = {int(t["task_index"]): str(t["task"]) for t in tasks}
+        stats_path = self.root / "meta" / "stats.json"
+        self.stats: dict[str, Any] = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+        self._tables: dict[tuple[int, int], Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def _table(self, chunk: int, file: int) -> Any:
+        import pyarrow.parquet as pq
+
+        key = (chunk, file)
+        if key not in self._tables:
+            self._tables[key] = pq.read_table(
+                self.root / self.info["data_path"].format(chunk_index=chunk, file_index=file)
+            )
+        return self._tables[key]
+
+    def episode(self, i: int, images: bool = True) -> Episode:
+        meta = self.episodes[i]
+        table = self._table(int(meta["data/chunk_index"]), int(meta["data/file_index"]))
+        rows = table.filter(_equal(table, "episode_index", int(meta["episode_index"])))
+        state = np.asarray(rows.column("observation.state").to_pylist(), dtype=np.float32)
+        action = np.asarray(rows.column("action").to_pylist(), dtype=np.float32)
+        imgs: dict[str, np.ndarray] = {}
+        if images:
+            for key in self.image_keys:
+                cells = rows.column(f"observation.images.{key}").to_pylist()
+                imgs[key] = np.stack([_unpng(c["bytes"]) for c in cells])
+        task_index = int(rows.column("task_index")[0].as_py())
+        return Episode(int(meta["episode_index"]), self.tasks.get(task_index, ""), state, action, imgs, meta)
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self.episode(i)
+
+
+def _equal(table: Any, column: str, value: int) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.equal(table.column(column), value)

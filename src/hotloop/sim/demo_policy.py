@@ -1,0 +1,166 @@
+"""`demo:conveyor`: the shipped pi0.5-nano policy for `conveyor-pick`, loaded offline from package assets.
+
+The model is the models package's pi0.5 at its `pi05:nano` size. This module is its robot-side adapter
+(what openpi calls data transforms):
+
+- state in: the env's 10 numbers become [ee xyz, grip opening, box - ee xyz, box velocity xyz]. The
+  box position and velocity are privileged simulator state standing in for a perception + Kalman
+  filter layer (the model also sees one 64 px top view, but the state carries what it needs to be
+  trained on two CPU cores in minutes). The relative position makes the grasp offset one token away.
+- actions out: the model predicts xyz targets relative to the end effector at observation time (openpi's
+  delta actions) plus an absolute grip; `infer` returns absolute targets, as the env expects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import CheckpointError
+
+PROMPT_TOKENS = (1, 2, 3)  # fixed task ids: one task, no tokenizer needed
+ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor"
+
+
+def model_state(state: np.ndarray) -> np.ndarray:
+    """Env state (..., 10) -> model state (..., 10): ee, grip, box - ee, box velocity."""
+    s = np.asarray(state, dtype=np.float32)
+    out = s.copy()
+    out[..., 4:7] = s[..., 4:7] - s[..., 0:3]
+    return out
+
+
+def to_relative(actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+    """Absolute targets (..., H, 4) -> xyz relative to the ee of `state` (..., 10); grip unchanged."""
+    out = np.asarray(actions, dtype=np.float32).copy()
+    out[..., :3] -= np.asarray(state, dtype=np.float32)[..., None, 0:3]
+    return out
+
+
+def to_absolute(actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+    out = np.asarray(actions, dtype=np.float32).copy()
+    out[..., :3] += np.asarray(state, dtype=np.float32)[..., None, 0:3]
+    return out
+
+
+@dataclass
+class DemoConveyorPolicy:
+    """Env observation -> PiPolicy observation -> absolute action chunk."""
+
+    pi: Any  # hotloop.models.pi_policy.PiPolicy
+    meta: dict[str, Any]
+    zero_noise: bool = False  # start the flow at x = 0 (its mode) instead of a seeded draw (R6.3)
+    _cache: Any = field(default=None, repr=False)
+    _noise: Any = field(default=None, repr=False)
+
+    @property
+    def horizon(self) -> int:
+        return int(self.pi.horizon)
+
+    def reset(self) -> None:
+        self.pi.reset()
+
+    def model_inputs(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """Env observation -> the PiPolicy observation (one view, transformed state, fixed prompt)."""
+        return {
+            "images": np.stack([obs["images"]["top"]]),
+            "state": model_state(np.asarray(obs["state"], dtype=np.float32)),
+            "prompt_tokens": list(PROMPT_TOKENS),
+        }
+
+    def infer(self, obs: dict[str, Any], timer: Any = None) -> dict[str, np.ndarray]:
+        raw = np.asarray(obs["state"], dtype=np.float32)
+        if not self.zero_noise:
+            rel = self.pi.infer(self.model_inputs(obs))["actions"]
+            return {"actions": to_absolute(rel, raw)}
+        import torch
+
+        from hotloop.sampling import sample_actions
+
+        pi = self.pi
+        if self._cache is None:
+            cfg = pi.config
+            self._noise = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
+            self._cache = pi.model.allocate_cache(batch=1)
+        model_obs = pi.observation(self.model_inputs(obs))
+        chunk = sample_actions(
+            pi.model, model_obs, noise=self._noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
+        )
+        rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].numpy(), "actions")
+        return {"actions": to_absolute(rel, raw)}
+
+
+def load_demo_policy(
+    folder: str | Path | None = None,
+    *,
+    num_steps: int | None = None,
+    seed: int = 0,
+    threads: int | None = None,
+) -> DemoConveyorPolicy:
+    """Load the demo policy from `folder` (default: the shipped assets); no network access."""
+    import torch
+
+    from hotloop.models.checkpoints import load_checkpoint
+    from hotloop.models.pi_policy import PiPolicy
+
+    folder = Path(folder) if folder is not None else ASSET_DIR
+    meta_path = folder / "demo.json"
+    if not meta_path.is_file() or not (folder / "model.safetensors").is_file():
+        raise CheckpointError(
+            f"demo policy weights are missing from {folder} (need demo.json and model.safetensors); "
+            "train them with `hotloop train-demo` or reinstall hotloop"
+        )
+    if threads is not None:
+        torch.set_num_threads(threads)
+    meta = json.loads(meta_path.read_text())
+    ckpt = load_checkpoint(folder)
+    if ckpt.norm_stats is None:
+        raise CheckpointError(f"{folder} has no norm_stats.json; retrain with `hotloop train-demo`")
+    pi = PiPolicy(
+        ckpt.model,
+        ckpt.config,
+        norm_stats=ckpt.norm_stats,
+        action_dim=int(meta["action_dim"]),
+        horizon=int(meta["horizon"]),
+        default_prompt_tokens=list(PROMPT_TOKENS),
+        num_steps=num_steps,
+        seed=seed,
+    )
+    return DemoConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
+
+
+def build_policy(config_name: str, options: Any) -> DemoConveyorPolicy:
+    options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
+    return load_demo_policy(num_steps=options.num_steps, seed=options.seed)
+
+
+def build_bench(config_name: str, options: Any) -> Any:
+    """One timed inference of the demo policy on a rendered conveyor-pick observation."""
+    from hotloop.sim.tasks import make_task
+    from hotloop.targets import BenchCase
+
+    policy = build_policy(config_name, options)
+    env = make_task(policy.meta.get("task", "conveyor-pick"), difficulty=policy.meta.get("difficulty"))
+    obs, _ = env.reset(seed=options.seed)
+    pi = policy.pi
+
+    def run(timer: Any) -> Any:
+        return policy.infer(obs, timer=timer)["actions"]
+
+    params = sum(p.numel() for p in pi.model.parameters())
+    return BenchCase(
+        name=f"demo:{config_name}",
+        run=run,
+        info={
+            "parameters": params,
+            "dtype": "float32",
+            "views": 1,
+            "image_size": pi.config.vision.image_size,
+            "horizon": pi.horizon,
+            "num_steps": pi.num_steps or pi.config.num_steps,
+        },
+    )

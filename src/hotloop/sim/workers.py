@@ -1,0 +1,239 @@
+"""Run evaluation episodes in worker processes, surviving crashes and Ctrl-C.
+
+Each worker builds its environment and policy once, then runs the episode seeds it is handed one at a
+time over a pipe. The parent waits on every pipe and every process sentinel at once, so a worker that
+dies (a segfault in a native library, an out-of-memory kill) is noticed at once: its episode is recorded
+as a failure with its seed and the error, and a fresh worker takes over the remaining seeds. A Python
+exception inside an episode is a failed episode too (the worker survives). Ctrl-C stops the workers and
+returns what finished, flagged `interrupted`.
+
+Workers ignore SIGINT (the terminal sends it to the whole process group); only the parent decides.
+`workers=0` runs everything in this process (for debugging and tests).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from hotloop.errors import ConfigError, HotloopError
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """Everything a worker needs to build its env, policy, strategy and latency model (picklable)."""
+
+    target: str
+    task: str
+    difficulty: str | None
+    strategy: str
+    latency: str
+    execute_steps: int | None = None
+    trigger_remaining: int | None = None
+    num_steps: int | None = None
+    policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
+    threads: int | None = None  # torch threads per worker
+    seed: int = 0
+
+
+class EpisodeRunner:
+    """Built once per worker; `run(seed)` plays one episode."""
+
+    def __init__(self, job: EpisodeJob) -> None:
+        from hotloop.sim.evaluator import run_episode
+        from hotloop.sim.latency import parse_latency
+        from hotloop.sim.strategies import StrategyConfig, default_strategies, make_strategy
+        from hotloop.sim.tasks import make_task
+
+        strategies = default_strategies()
+        strategies.get(job.strategy)  # unknown name: fail before building anything
+        self.latency = parse_latency(job.latency)
+        if job.threads is not None:
+            import torch
+
+            torch.set_num_threads(job.threads)
+        self.env = make_task(job.task, difficulty=job.difficulty)
+        self.policy = build_policy(job)
+        self._run = run_episode
+
+        def strategy_for(horizon: int) -> Any:
+            return make_strategy(
+                job.strategy, StrategyConfig(horizon, job.execute_steps, job.trigger_remaining)
+            )
+
+        self.strategy_for = strategy_for
+
+    def run(self, seed: int) -> dict[str, Any]:
+        from hotloop.sim.evaluator import failed_record
+
+        try:
+            return self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+        except HotloopError:
+            raise  # bad configuration: every episode would fail the same way
+        except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
+            return failed_record(seed, f"{type(e).__name__}: {e}")
+
+
+def build_policy(job: EpisodeJob) -> Any:
+    from hotloop.targets import TargetOptions, default_targets
+
+    if job.policy_factory:
+        import importlib
+
+        module, attr = job.policy_factory.split(":")
+        return getattr(importlib.import_module(module), attr)()
+    return (
+        default_targets()
+        .get(job.target)
+        .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
+    )
+
+
+def _worker(conn: Connection, job: EpisodeJob) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        runner = EpisodeRunner(job)
+    except BaseException as e:  # noqa: BLE001 - report why the worker cannot start
+        conn.send(("init_error", f"{type(e).__name__}: {e}", isinstance(e, HotloopError)))
+        return
+    conn.send(("ready", None, None))
+    while True:
+        seed = conn.recv()
+        if seed is None:
+            return
+        try:
+            conn.send(("done", seed, runner.run(seed)))
+        except HotloopError as e:
+            conn.send(("config_error", seed, str(e)))
+            return
+        except BaseException:  # noqa: BLE001
+            conn.send(("done", seed, _crash_record(seed, traceback.format_exc(limit=3))))
+
+
+def _crash_record(seed: int, error: str) -> dict[str, Any]:
+    from hotloop.sim.evaluator import failed_record
+
+    return failed_record(seed, error)
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Connection
+    seed: int | None = None
+    ready: bool = False
+
+
+def run_episodes(
+    job: EpisodeJob,
+    seeds: list[int],
+    workers: int = 2,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Play every seed; returns (records in seed order, interrupted)."""
+    results: dict[int, dict[str, Any]] = {}
+
+    def finish(record: dict[str, Any]) -> None:
+        results[record["seed"]] = record
+        if on_result is not None:
+            on_result(record)
+
+    if workers <= 0:
+        runner = EpisodeRunner(job)
+        try:
+            for seed in seeds:
+                finish(runner.run(seed))
+        except KeyboardInterrupt:
+            return [results[s] for s in seeds if s in results], True
+        finally:
+            runner.env.close()
+        return [results[s] for s in seeds], False
+
+    ctx = mp.get_context("spawn")  # fork would copy torch threads and an EGL context: unsafe
+    queue = list(seeds)
+    pool: list[_Worker] = []
+    startup_failures = 0
+
+    def start() -> None:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, job), daemon=True)
+        proc.start()
+        child.close()
+        pool.append(_Worker(proc, parent))
+
+    def give(w: _Worker) -> None:
+        if queue:
+            w.seed = queue.pop(0)
+            w.conn.send(w.seed)
+        else:
+            w.seed = None
+            w.conn.send(None)
+
+    for _ in range(min(workers, len(seeds))):
+        start()
+    interrupted = False
+    try:
+        while len(results) < len(seeds) and pool:
+            ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool])
+            for w in list(pool):
+                dead = False
+                if w.conn in ready:
+                    try:
+                        kind, a, b = w.conn.recv()
+                    except (EOFError, OSError):
+                        dead = True  # the pipe closed: the process is gone (or going)
+                    else:
+                        if kind == "ready":
+                            w.ready = True
+                            give(w)
+                        elif kind == "done":
+                            finish(b)
+                            give(w)
+                        elif kind == "init_error":
+                            if b:  # a configuration error: every worker would hit it
+                                raise ConfigError(str(a))
+                            raise HotloopError(f"evaluation worker could not start: {a}")
+                        elif kind == "config_error":
+                            raise ConfigError(str(b))
+                        continue
+                if dead or w.proc.sentinel in ready:
+                    if not dead and w.conn.poll():
+                        continue  # read its last message first
+                    w.proc.join(timeout=5)
+                    pool.remove(w)
+                    code = w.proc.exitcode
+                    if w.seed is not None:
+                        finish(
+                            _crash_record(
+                                w.seed, f"worker process died (exit code {code}) in episode seed {w.seed}"
+                            )
+                        )
+                    elif not w.ready:
+                        startup_failures += 1
+                        if startup_failures >= 3:
+                            raise HotloopError(
+                                f"evaluation workers keep dying at start-up (exit code {code})"
+                            )
+                    if queue:
+                        start()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        for w in pool:
+            if w.proc.is_alive():
+                if interrupted or len(results) < len(seeds):
+                    w.proc.terminate()
+                else:
+                    try:
+                        w.conn.send(None)
+                    except OSError:
+                        w.proc.terminate()
+            w.proc.join(timeout=5)
+            if w.proc.is_alive():
+                w.proc.kill()
+    return [results[s] for s in seeds if s in results], interrupted

@@ -1,0 +1,86 @@
+"""Policies with known behaviour for evaluator tests (importable by worker processes by name)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+
+class CountingPolicy:
+    """Returns chunks whose actions hold the gripper still; counts calls. Chunk c, action i has grip
+    value (c * 100 + i) / 1e4 so a test can tell which action ran (the grip is clipped to [0, 1])."""
+
+    def __init__(self, horizon: int = 10) -> None:
+        self.horizon = horizon
+        self.calls = 0
+
+    def reset(self) -> None:
+        self.calls = 0
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        ee = np.asarray(obs["state"][:3], dtype=np.float32)
+        actions = np.zeros((self.horizon, 4), dtype=np.float32)
+        actions[:, :3] = ee
+        actions[:, 3] = (self.calls * 100 + np.arange(self.horizon)) / 1e4
+        self.calls += 1
+        return {"actions": actions}
+
+
+class OracleConveyorPolicy:
+    """A privileged chunk planner for conveyor-pick: extrapolates the box and plans approach, descend,
+    close, lift over the whole horizon from one observation (a stand-in for a perfect learned policy)."""
+
+    horizon = 10
+
+    def reset(self) -> None:
+        pass
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        s = np.asarray(obs["state"], dtype=np.float64)
+        ee, grip_open, box, vel = s[:3], s[3], s[4:7], s[7:10]
+        dt = 0.1
+        out = np.zeros((self.horizon, 4))
+        pos = ee.copy()
+        lifting = grip_open < 0.046 and box[2] > 0.07
+        for i in range(self.horizon):
+            b = box + vel * dt * (i + 0.5)
+            if lifting:
+                pos = np.array([pos[0], pos[1], min(0.26, pos[2] + 0.04)])
+                out[i] = [*pos, 1.0]
+                continue
+            d = b[:2] - pos[:2]
+            dist = np.linalg.norm(d)
+            pos[:2] = b[:2] if dist < 0.05 else pos[:2] + d * 0.05 / dist
+            if np.linalg.norm(b[:2] - pos[:2]) < 0.01:
+                pos[2] = max(0.09, pos[2] - 0.035)
+            else:
+                pos[2] = 0.15
+            grip = 1.0 if pos[2] <= 0.091 else 0.0
+            out[i] = [*pos, grip]
+            if grip:
+                lifting = i >= 3
+        return {"actions": out.astype(np.float32)}
+
+
+class CrashingPolicy(CountingPolicy):
+    """Kills its own process on the episode whose first observation puts the ee far right (a native
+    crash stand-in), so the parent must report that seed and continue."""
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.calls == 0 and float(obs["state"][0]) > 0.15:
+            os._exit(3)
+        return super().infer(obs)
+
+
+def counting() -> CountingPolicy:
+    return CountingPolicy()
+
+
+def oracle() -> OracleConveyorPolicy:
+    return OracleConveyorPolicy()
+
+
+def crashing() -> CrashingPolicy:
+    return CrashingPolicy()
