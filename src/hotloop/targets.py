@@ -102,18 +102,27 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
     ),
     (
         "pi0:tiny",
-        TargetEntry("pi0, test scale (< 5 M parameters)", f"{_PI}:build_pi0_bench", f"{_PI}:build_pi0_policy"),
+        TargetEntry(
+            "pi0, test scale (< 5 M parameters)", f"{_PI}:build_pi0_bench", f"{_PI}:build_pi0_policy"
+        ),
     ),
-    ("pi05:full", TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy")),
+    (
+        "pi05:full",
+        TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"),
+    ),
     (
         "pi05:small",
         TargetEntry(
-            "pi0.5, CPU-benchmark scale of the same structure", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"
+            "pi0.5, CPU-benchmark scale of the same structure",
+            f"{_PI}:build_pi05_bench",
+            f"{_PI}:build_pi05_policy",
         ),
     ),
     (
         "pi05:tiny",
-        TargetEntry("pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"),
+        TargetEntry(
+            "pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"
+        ),
     ),
     (
         "demo:conveyor",
