@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from hotloop.errors import HotloopError, UnknownNameError
+from hotloop.cli_errors import user_errors
+from hotloop.errors import UnknownNameError
 
 app = typer.Typer(
     name="hotloop",
@@ -19,22 +18,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(fn: F) -> F:
-    """Bad input ends with one line naming the value and the fix, exit code 2 (never a traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except HotloopError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @app.command()

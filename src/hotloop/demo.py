@@ -91,7 +91,7 @@ def rung_vla(config: DemoConfig) -> Rung:
 def rung_closed_loop(config: DemoConfig) -> Rung:
     from hotloop.sim.demo_rung import run_rung
 
-    out = run_rung(config.out_dir, config.full)
+    out = run_rung(config.out_dir, config.full, progress=config.progress)
     return Rung(
         title=out["title"],
         summary=out["summary"],

@@ -5,29 +5,13 @@ Module-level imports stay light (typer only); MuJoCo and torch load inside the c
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from hotloop.errors import HotloopError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _user_errors(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except HotloopError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
+from hotloop.cli_errors import user_errors
 
 
 def _parse_sweep(text: str) -> list[float]:
@@ -205,9 +189,9 @@ def train_demo_cmd(
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("record")(_user_errors(record_cmd))
-    app.command("eval")(_user_errors(eval_cmd))
-    app.command("train-demo")(_user_errors(train_demo_cmd))
+    app.command("record")(user_errors(record_cmd))
+    app.command("eval")(user_errors(eval_cmd))
+    app.command("train-demo")(user_errors(train_demo_cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover
