@@ -133,9 +133,17 @@ def check_threads() -> Check:
     threads = torch.get_num_threads() if torch is not None else None  # type: ignore[attr-defined]
     env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
     detail = f"{len(affinity)} usable CPUs {affinity}, torch threads {threads}, env {env or 'unset'}"
+    load = os.getloadavg()[0]
+    detail += f", load average {load:.2f}"
     advice = ""
     if threads is not None and threads > len(affinity):
         advice = f"torch uses {threads} threads on {len(affinity)} CPUs: pass --threads {len(affinity)}"
+    elif load >= 0.5 and threads is not None and threads >= len(affinity):
+        # OpenMP workers spin-wait: sharing every core with another busy process can cost 10-100x latency.
+        advice = (
+            f"other work is running (load {load:.2f}) and torch would use all {threads} CPUs: "
+            "pass --threads 1 or --pin a free CPU, or stop the other job before timing"
+        )
     return Check("threads", True, detail, advice)
 
 

@@ -60,6 +60,7 @@ def test_schema(tmp_path):
         "governor",
         "cpu_freq_mhz",
         "temperature_c",
+        "load_avg",
         "versions",
         "git_commit",
     ):

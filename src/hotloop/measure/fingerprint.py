@@ -117,6 +117,8 @@ def machine_fingerprint(threads: int | None = None) -> dict[str, Any]:
         "governor": cpu_governor(),
         "cpu_freq_mhz": cpu_freq_mhz(),
         "temperature_c": temperatures_c(),
+        # Other work on the same cores is the commonest source of tail latency on shared machines.
+        "load_avg": list(os.getloadavg()),
         "cuda_device": cuda_device(),
         "versions": {"hotloop": hotloop.__version__, **package_versions()},
         "git_commit": git_commit(),
