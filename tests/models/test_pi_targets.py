@@ -144,3 +144,11 @@ def test_resize_with_pad_keeps_aspect() -> None:
     out = resize_with_pad(img, 56)
     assert out.shape == (1, 3, 56, 56)
     assert out[0, :, 14:42].min() > 0.999 and out[0, :, :14].max() == 0.0 and out[0, :, 42:].max() == 0.0
+
+
+def test_views_beyond_three_are_rejected():
+    from hotloop.models.pi_targets import build_pi05_bench
+    from hotloop.targets import TargetOptions
+
+    with pytest.raises(ConfigError, match="--views 4 is more than the 3 camera views"):
+        build_pi05_bench("tiny", TargetOptions(views=4))

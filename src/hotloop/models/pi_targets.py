@@ -21,6 +21,7 @@ from hotloop.models.pi_policy import PiPolicy
 from hotloop.sampling import PiObservation, make_noise, sample_actions
 from hotloop.targets import BenchCase, TargetOptions
 
+MAX_VIEWS = 3  # the published checkpoints take a base camera and two wrist cameras
 _SUPPORTED = {"views", "num_steps", "horizon", "action_dim"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -42,6 +43,11 @@ def _qualify(config_name: str, family: str | None) -> str:
 def resolve_config(name: str, options: TargetOptions) -> PiConfig:
     """The named config with the options applied (views, steps, horizon); action_dim is checked here."""
     options.reject_unsupported(name, _SUPPORTED)
+    if options.views is not None and options.views > MAX_VIEWS:
+        raise ConfigError(
+            f"--views {options.views} is more than the {MAX_VIEWS} camera views pi0/pi0.5 are built for "
+            "(base + two wrists); use 1 to 3"
+        )
     cfg = pi_configs().get(name)
     cfg = replace(
         cfg,
