@@ -38,28 +38,35 @@ class NormStats:
     actions: Stats | None = None
     mode: Literal["mean_std", "quantiles", "identity"] = "mean_std"
 
-    def normalize(self, x: np.ndarray, which: Literal["state", "actions"]) -> np.ndarray:
+    def _pair(self, which: Literal["state", "actions"], d: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mean, std) or (q01, q99) cut to the first d entries; None when nothing is normalised."""
         stats = getattr(self, which)
         if self.mode == "identity" or stats is None:
-            return x
-        d = x.shape[-1]
+            return None
         if self.mode == "mean_std":
             assert stats.mean is not None and stats.std is not None, f"{which} mean/std missing"
-            return (x - stats.mean[:d]) / (stats.std[:d] + 1e-6)
+            return stats.mean[:d], stats.std[:d]
         assert stats.q01 is not None and stats.q99 is not None, f"{which} q01/q99 missing"
-        lo, hi = stats.q01[:d], stats.q99[:d]
+        return stats.q01[:d], stats.q99[:d]
+
+    def normalize(self, x: np.ndarray, which: Literal["state", "actions"]) -> np.ndarray:
+        pair = self._pair(which, x.shape[-1])
+        if pair is None:
+            return x
+        if self.mode == "mean_std":
+            mean, std = pair
+            return (x - mean) / (std + 1e-6)
+        lo, hi = pair
         return 2.0 * (x - lo) / (hi - lo + 1e-6) - 1.0
 
     def unnormalize(self, x: np.ndarray, which: Literal["state", "actions"]) -> np.ndarray:
-        stats = getattr(self, which)
-        if self.mode == "identity" or stats is None:
+        pair = self._pair(which, x.shape[-1])
+        if pair is None:
             return x
-        d = x.shape[-1]
         if self.mode == "mean_std":
-            assert stats.mean is not None and stats.std is not None, f"{which} mean/std missing"
-            return x * (stats.std[:d] + 1e-6) + stats.mean[:d]
-        assert stats.q01 is not None and stats.q99 is not None, f"{which} q01/q99 missing"
-        lo, hi = stats.q01[:d], stats.q99[:d]
+            mean, std = pair
+            return x * (std + 1e-6) + mean
+        lo, hi = pair
         return (x + 1.0) / 2.0 * (hi - lo + 1e-6) + lo
 
 
