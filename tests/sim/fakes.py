@@ -74,6 +74,20 @@ class CrashingPolicy(CountingPolicy):
         return super().infer(obs)
 
 
+class InterruptingPolicy(CountingPolicy):
+    """Stands in for a user pressing Ctrl-C during the third episode (in-process runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self.episodes += 1
+        if self.episodes == 3:
+            raise KeyboardInterrupt
+
+
 def counting() -> CountingPolicy:
     return CountingPolicy()
 
@@ -84,3 +98,7 @@ def oracle() -> OracleConveyorPolicy:
 
 def crashing() -> CrashingPolicy:
     return CrashingPolicy()
+
+
+def interrupting() -> InterruptingPolicy:
+    return InterruptingPolicy()

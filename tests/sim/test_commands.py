@@ -22,6 +22,15 @@ def test_unknown_task_and_strategy_exit_2_with_known_names():
     assert r.exit_code == 2 and "reach" in r.output
 
 
+def test_record_rejects_a_bad_fraction_before_writing(tmp_path):
+    out = tmp_path / "ds"
+    r = CliRunner().invoke(
+        _app(), ["record", "--task", "conveyor-pick", "-o", str(out), "--recovery-starts", "1.5"]
+    )
+    assert r.exit_code == 2 and "recovery_starts" in r.output and "1.5" in r.output
+    assert not out.exists()
+
+
 def test_latency_file_without_bench_schema_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"hello": 1}))
@@ -88,3 +97,20 @@ def test_eval_json_with_a_fake_policy(tmp_path, monkeypatch):
     ):
         assert key in run
     assert len(run["per_episode"]) == 2 and plot.stat().st_size > 0
+
+
+def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
+    from hotloop.sim import eval_run
+
+    real = eval_run.EvalRequest
+    monkeypatch.setattr(
+        eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": "fakes:interrupting"})
+    )
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--task", "reach", "--strategy", "sync,async", "--episodes", "5"]
+    r = CliRunner().invoke(_app(), [*args, "--workers", "0", "--json", str(out), "--quiet"])
+    assert r.exit_code == 130, r.output
+    runs = json.loads(out.read_text())["runs"]  # two strategies asked for: the sweep's shape
+    # The interrupt hit episode 3 of the first point: two episodes are kept, async never started.
+    assert len(runs) == 1 and runs[0]["interrupted"] is True and runs[0]["strategy"]["name"] == "sync"
+    assert [e["seed"] for e in runs[0]["per_episode"]] == [0, 1] and runs[0]["episodes"] == 2

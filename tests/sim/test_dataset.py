@@ -46,3 +46,23 @@ def test_reader_errors_name_the_problem(tmp_path):
     )
     with pytest.raises(ConfigError, match="video"):
         Dataset(tmp_path)
+
+
+def test_recovery_starts_change_only_the_start(tmp_path):
+    plain = record("conveyor-pick", 2, tmp_path / "plain", seed=20, action_noise=0.01)
+    mixed = record("conveyor-pick", 2, tmp_path / "mixed", seed=20, action_noise=0.01, recovery_starts=1.0)
+    info = json.loads((tmp_path / "mixed" / "meta" / "info.json").read_text())
+    assert info["recorder"]["recovery_starts"] == 1.0
+    a, b = Dataset(tmp_path / "plain"), Dataset(tmp_path / "mixed")
+    for i in range(2):
+        sa, sb = a.episode(i).state[0], b.episode(i).state[0]
+        assert sa[7] == pytest.approx(sb[7])  # same seed, same belt speed
+        assert not np.allclose(sa[[0, 4]], sb[[0, 4]])  # gripper and box start elsewhere
+    assert plain["episodes"] == mixed["episodes"] == 2
+    # The episode row says how to replay it: the same seed and reset options give the same first state.
+    from hotloop.sim.tasks import make_task
+
+    row = b.episodes[1]
+    assert a.episodes[1]["reset_options"] == ""
+    obs, _ = make_task("conveyor-pick").reset(seed=row["seed"], options=json.loads(row["reset_options"]))
+    np.testing.assert_allclose(obs["state"], b.episode(1).state[0], atol=1e-6)

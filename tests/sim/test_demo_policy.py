@@ -25,7 +25,11 @@ def test_shipped_weights_load_offline(monkeypatch):
     def no_network(*args, **kwargs):
         raise AssertionError("the demo policy must load without network access")
 
-    monkeypatch.setattr(socket, "socket", no_network)
+    # Patch what opens connections, not the socket class itself: modules imported lazily below (ssl, via
+    # torch) subclass socket.socket, and replacing the class with a function breaks their import.
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
     assert (ASSET_DIR / "model.safetensors").stat().st_size < 10_000_000  # a few MB ship in the wheel
     policy = default_targets().get("demo:conveyor").build_policy("demo:conveyor", TargetOptions())
     env = make_task("conveyor-pick")
@@ -50,4 +54,6 @@ def test_closed_loop_smoke():
     summary = summarize(records)
     assert summary["errors"] == 0
     assert all(r["inferences"] > 0 and r["sim_time_s"] > 0 for r in records)
-    assert summary["successes"] >= 1, "the shipped policy should pick the box in at least one of 3 episodes"
+    # The shipped policy picked 50/50 under sync and under async at 0 ms (docs/closed-loop.md); a change to
+    # the model code, the adapter or the evaluator that costs it an episode here is a regression.
+    assert summary["successes"] == 3, [r["success"] for r in records]

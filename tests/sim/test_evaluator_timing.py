@@ -102,6 +102,18 @@ def test_bad_strategy_settings():
         StrategyConfig(10, execute_steps=11)
 
 
+def test_async_default_replans_at_half_the_chunk(env):
+    # Horizon 10, 0 ms: the next inference starts when 5 actions remain, so each chunk runs 5 actions.
+    assert make_strategy("async", StrategyConfig(16)).describe()["trigger_remaining"] == 8
+    rec = _trace(env, "async", "fixed:0")
+    per_chunk = {}
+    for _, _, chunk, index in rec["trace"]:
+        if index >= 0:
+            per_chunk.setdefault(chunk, []).append(index)
+    full = [v for c, v in per_chunk.items() if c < max(per_chunk)]  # the last chunk may be cut short
+    assert full and all(v == [0, 1, 2, 3, 4] for v in full)
+
+
 def test_summary_counts_errors_as_failures():
     ok = {
         "seed": 0,

@@ -63,6 +63,12 @@ def test_wilson_interval():
     lo, hi = wilson_interval(45, 50)
     assert lo == pytest.approx(0.7864, abs=1e-3) and hi == pytest.approx(0.9565, abs=1e-3)
     assert wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    # The interval always holds the observed rate, also at 0/n and n/n where rounding bites (30/30 once
+    # gave an upper end just below 1, and the sweep plot's error bar went negative).
+    for n in range(1, 201):
+        for s in range(n + 1):
+            lo, hi = wilson_interval(s, n)
+            assert 0.0 <= lo <= s / n <= hi <= 1.0, (s, n)
 
 
 def test_jerk():

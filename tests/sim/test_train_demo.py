@@ -19,3 +19,33 @@ def test_training_is_seeded_and_repeatable(tmp_path):
     policy = load_demo_policy(tmp_path / "a")
     obs, _ = make_task("conveyor-pick").reset(seed=0)
     assert policy.infer(obs)["actions"].shape == (16, 4)
+
+
+def test_ordinal_bin_embeddings_start_neighbouring_bins_close():
+    import torch
+
+    from hotloop.models.configs import get_pi_config
+    from hotloop.models.pi0 import PiModel, init_weights
+    from hotloop.sim.train_demo import ordinal_bin_embeddings
+
+    cfg = get_pi_config("pi05:nano")
+    model = PiModel(cfg)
+    gen = torch.Generator().manual_seed(0)
+    init_weights(model, gen)
+    words = model.embed_tokens.weight[:256].detach().clone()
+    ordinal_bin_embeddings(model, 256, gen)
+    weight = model.embed_tokens.weight.detach()
+    assert torch.equal(weight[:256], words)  # prompt-word rows untouched
+    rows = torch.nn.functional.normalize(weight[256:], dim=1)
+    near = (rows[:-1] * rows[1:]).sum(1)  # cosine of bins b and b+1
+    far = (rows[:128] * rows[128:]).sum(1)  # bins half the range apart
+    assert near.min() > 0.9 and far.mean() < 0.5
+    # Same scale as the other rows, so no token dominates the prompt at the start.
+    assert weight[256:].norm(dim=1).mean() == pytest.approx(words.norm(dim=1).mean().item(), rel=1e-4)
+
+
+def test_config_rejects_a_bad_fraction():
+    from hotloop.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="recovery_starts"):
+        TrainDemoConfig(recovery_starts=1.5)

@@ -36,6 +36,12 @@ def record_cmd(
     ] = Path("data/episodes"),
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     seed: Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")] = 0,
+    action_noise: Annotated[
+        float, typer.Option(help="std (m) of noise on the executed xyz target; labels stay clean (DART)")
+    ] = 0.0,
+    recovery_starts: Annotated[
+        float, typer.Option(help="fraction of episodes started in a recovery state (box past the gripper)")
+    ] = 0.0,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
@@ -49,7 +55,14 @@ def record_cmd(
 
     bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
     result = record(
-        task, episodes, out, difficulty=difficulty, seed=seed, progress=lambda i, ok: bar.update(1)
+        task,
+        episodes,
+        out,
+        difficulty=difficulty,
+        seed=seed,
+        action_noise=action_noise,
+        recovery_starts=recovery_starts,
+        progress=lambda i, ok: bar.update(1),
     )
     bar.close()
     typer.echo(
@@ -113,9 +126,11 @@ def eval_cmd(
     runs: list[dict[str, Any]] = []
     interrupted = False
 
+    single = len(names) == 1 and len(latencies) == 1 and not sweep_latency  # the file's shape: by request
+
     def write() -> None:
         if json_path is not None and runs:
-            atomic_write_json(json_path, runs[0] if len(runs) == 1 and not sweep_latency else {"runs": runs})
+            atomic_write_json(json_path, runs[0] if single else {"runs": runs})
 
     for name in names:
         for spec in latencies:

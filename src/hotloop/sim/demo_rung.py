@@ -1,6 +1,6 @@
 """The closed-loop rung of `hotloop demo`: what latency costs `demo:conveyor`, sync against async.
 
-Default (about 3–4 minutes on 2 cores): latencies 0, 100, 200, 300 ms (fixed, simulated) × {sync,
+Default (about 1.5 minutes on 2 cores): latencies 0, 100, 200, 300 ms (fixed, simulated) × {sync,
 async} × 30 episodes per point, except sync at 0 ms, which gets 50 (the headline number). `full=True`:
 0, 50, 100, 200, 300 ms × 100 episodes per point. Seeds are 0..N-1 at every point, so each point sees the
 same belt speeds and start positions.

@@ -168,7 +168,7 @@ def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None =
         pts.sort()
         xs = [p[0] for p in pts]
         ys = [100 * p[1] for p in pts]
-        err = [[100 * (p[1] - p[2]) for p in pts], [100 * (p[3] - p[1]) for p in pts]]
+        err = [[100 * max(0.0, p[1] - p[2]) for p in pts], [100 * max(0.0, p[3] - p[1]) for p in pts]]
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name)
     first = runs[0]
     ax.set_xlabel("inference latency (ms, simulated)")

@@ -17,7 +17,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Rounding can put an end a hair on the wrong side of p (1 - 1e-17 at p = 1): the interval must hold p.
+    return (min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)))
 
 
 def rms_jerk(positions: np.ndarray, dt: float) -> float:

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from hotloop.errors import ConfigError
 from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
+from hotloop.sim.tasks.conveyor import ConveyorPickEnv
 from hotloop.sim.tasks.gantry import ACTION_NAMES, STATE_NAMES
+
+
+def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] | None:
+    """Reset options that start an episode where a policy lands after a mistake.
+
+    From its normal start the expert meets the box head-on, so its data never shows a box that has
+    slipped past the gripper, or a gripper low beside the box: a policy that misses a grasp then has no
+    example of what to do and stalls (the failure mode of the demo policy's earlier versions). For
+    conveyor-pick the gripper starts anywhere and the box anywhere along the belt; the expert's
+    recovery (chase, rise, realign) is what gets recorded. Other tasks: none (a normal start).
+    """
+    if not isinstance(env, ConveyorPickEnv):
+        return None
+    box_x = rng.uniform(env.task_config.start_x[0], 0.2)
+    home = np.array([rng.uniform(-0.45, 0.4), rng.uniform(-0.12, 0.12), rng.uniform(0.09, 0.25)])
+    if abs(home[0] - box_x) < 0.08 and home[2] < 0.15:  # not inside the box
+        home[2] = 0.15
+    return {"home": home.tolist(), "box_x": float(box_x)}
 
 
 def record(
@@ -21,16 +42,21 @@ def record(
     seed: int = 0,
     image_size: int | None = None,
     action_noise: float = 0.0,
-    wide_start: bool = False,
+    recovery_starts: float = 0.0,
     progress: Callable[[int, bool], None] | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
     `action_noise` > 0 perturbs the *executed* xyz target with Gaussian noise of that std (metres) while
     the recorded label stays the expert's clean action (DART): the data then shows how to recover from
-    small errors, which a learned policy will make. Every episode is written with its `success` flag and `seed` in meta/episodes; readers that train
-    filter on success. Returns {"episodes", "successes", "success_rate", "frames"}.
+    small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
+    in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
+    `success` flag and `seed` in meta/episodes; readers that train filter on success. Returns {"episodes", "successes", "success_rate", "frames"}.
     """
+    if not 0.0 <= recovery_starts <= 1.0:
+        raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    if action_noise < 0:
+        raise ConfigError(f"action_noise is a std in metres, >= 0 (got {action_noise})")
     env = make_task(task, difficulty=difficulty, image_size=image_size)
     expert = make_expert(task, env)
     size = env.config.image_size
@@ -48,17 +74,8 @@ def record(
         for i in range(episodes):
             episode_seed = seed + i
             noise_rng = np.random.default_rng([episode_seed, 0xDA7])
-            options = None
-            if wide_start and i % 2 == 1:
-                # Every other episode starts the gripper anywhere, upstream of the box included, so the
-                # data shows chasing a box that has passed: the state a late policy finds itself in.
-                options = {
-                    "home": [
-                        noise_rng.uniform(-0.45, 0.3),
-                        noise_rng.uniform(-0.12, 0.12),
-                        noise_rng.uniform(0.1, 0.25),
-                    ]
-                }
+            start_rng = np.random.default_rng([episode_seed, 0x5747])  # apart: noise draws stay the same
+            options = recovery_start(env, start_rng) if start_rng.random() < recovery_starts else None
             obs, info = env.reset(seed=episode_seed, options=options)
             expert.reset()
             success = False
@@ -74,7 +91,14 @@ def record(
                     break
                 obs = env.observe()
             successes += int(success)
-            writer.end_episode(env.prompt, success=bool(success), seed=episode_seed, **env.info())
+            writer.end_episode(
+                env.prompt,
+                success=bool(success),
+                seed=episode_seed,
+                # reset(seed=seed, options=json.loads(reset_options or "null")) replays the episode
+                reset_options=json.dumps(options) if options else "",
+                **env.info(),
+            )
             if progress is not None:
                 progress(i, success)
         writer.finish(
@@ -84,7 +108,7 @@ def record(
                     "difficulty": difficulty,
                     "seed": seed,
                     "action_noise": action_noise,
-                    "wide_start": wide_start,
+                    "recovery_starts": recovery_starts,
                     "expert": type(expert).__name__,
                 }
             }

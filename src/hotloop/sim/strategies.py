@@ -16,7 +16,7 @@ Built in:
   loop; every inference stalls the robot).
 - `chunk`: infer, hold while it runs, execute the first n actions open loop (default half the
   horizon), infer again. Fewer stalls, staler plans.
-- `async`: keep executing; start the next inference when k actions remain (default horizon - 2);
+- `async`: keep executing; start the next inference when k actions remain (default horizon // 2);
   splice the new chunk at the current timestep, dropping the actions whose time passed while it ran.
 """
 
@@ -128,9 +128,11 @@ def _chunk(cfg: StrategyConfig) -> Strategy:
 
 
 def _async(cfg: StrategyConfig) -> Strategy:
-    # Default: replan two periods after a chunk lands. The demo policy needs feedback often (open loop
-    # over half its 16-action chunk it succeeded 6/20 at 0 ms, every 2 actions 12/20).
-    k = cfg.trigger_remaining if cfg.trigger_remaining is not None else max(0, cfg.horizon - 2)
+    # Default: start the next inference when half the chunk remains (LeRobot's async client triggers at
+    # the same fraction, chunk_size_threshold 0.5): up to H/2 periods of latency are hidden, and each plan
+    # runs long enough to finish what it starts. The demo policy, 50 episodes at 0/100/200/300 ms:
+    # k = 8 gave 100/96/92/86 %, k = 14 (replan every 2 actions) 64/68/56/72 %.
+    k = cfg.trigger_remaining if cfg.trigger_remaining is not None else cfg.horizon // 2
     return AsyncSplice(k)
 
 

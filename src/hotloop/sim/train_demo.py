@@ -26,8 +26,8 @@ class TrainDemoConfig:
     difficulty: str = "medium"
     episodes: int = 500
     action_noise: float = 0.01  # DART: executed targets perturbed by this std (m), labels clean
-    wide_start: bool = False  # half the episodes start the gripper anywhere (tried once: no gain)
-    ordinal_state_embeddings: bool = False  # smooth initial state-bin rows (tried once: no clear gain)
+    recovery_starts: float = 0.3  # fraction of episodes that start in a recovery state (recorder.py)
+    ordinal_state_embeddings: bool = True  # smooth initial state-bin rows (ordinal_bin_embeddings)
     record_seed: int = 10_000  # recording seeds start here: disjoint from evaluation seeds (0, 1, ...)
     model: str = "pi05:nano"
     steps: int = 1800
@@ -44,6 +44,8 @@ class TrainDemoConfig:
         for name in ("episodes", "steps", "batch", "threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train-demo {name} must be >= 1 (got {getattr(self, name)})")
+        if not 0.0 <= self.recovery_starts <= 1.0:
+            raise ConfigError(f"train-demo recovery_starts must be in [0, 1] (got {self.recovery_starts})")
         if not 0 < self.lr < 1:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
 
@@ -186,7 +188,7 @@ def train_demo(
             difficulty=cfg.difficulty,
             seed=cfg.record_seed,
             action_noise=cfg.action_noise,
-            wide_start=cfg.wide_start,
+            recovery_starts=cfg.recovery_starts,
         )
     dataset = Dataset(data_path)
     t_recorded = time.perf_counter()
@@ -231,7 +233,7 @@ def train_demo(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if bar is not None:
             bar.update(1)
             if step % 20 == 0:

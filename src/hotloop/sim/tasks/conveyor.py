@@ -12,6 +12,7 @@ so that offset is exactly what the grasp cannot tolerate beyond about 2 cm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -68,11 +69,15 @@ class ConveyorPickEnv(GantryEnv):
             friction="1.2 0.01 0.001"/>
     </body>"""
 
-    def _randomize(self, rng: np.random.Generator) -> None:
+    def _randomize(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
         cfg = self.task_config
         self.belt_speed = float(rng.uniform(*cfg.speed_range))
         x = rng.uniform(*cfg.start_x)
         y = rng.uniform(*cfg.start_y)
+        if "box_x" in options:  # a recovery start: the box already part-way along the belt
+            x = float(options["box_x"])
+            if not cfg.start_x[0] <= x < cfg.exit_x:
+                raise ConfigError(f"box_x must be in [{cfg.start_x[0]}, {cfg.exit_x}) (got {x})")
         self.data.qpos[self._box_qpos : self._box_qpos + 7] = [x, y, BELT_TOP + BOX_HALF, 1, 0, 0, 0]
         self.data.qvel[self._box_dof] = self.belt_speed  # already riding the belt
         self.data.qvel[self._belt_dof] = self.belt_speed

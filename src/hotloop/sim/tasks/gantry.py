@@ -164,8 +164,10 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
     def _extra_xml(self) -> str:
         return ""
 
-    def _randomize(self, rng: np.random.Generator) -> None:
-        """Place task bodies; the gripper home is already set."""
+    def _randomize(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Place task bodies; the gripper home is already set. `options` are reset's (task-specific
+        overrides, e.g. conveyor-pick's `box_x`); the random draws happen either way, so an option
+        changes only what it names."""
 
     def _target_state(self) -> tuple[np.ndarray, np.ndarray]:
         """Privileged (position, velocity) of what the task is about."""
@@ -184,12 +186,13 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         self.rng = np.random.default_rng(seed)
         mujoco.mj_resetData(self.model, self.data)
         home = np.array([self.rng.uniform(0.05, 0.2), self.rng.uniform(-0.05, 0.05), 0.22])
-        if options and "home" in options:  # recorders widen the start to show recoveries
+        options = dict(options or {})
+        if "home" in options:  # recorders start episodes in recovery states (see recorder.py)
             home = np.clip(np.asarray(options["home"], dtype=np.float64), WORKSPACE_LOW, WORKSPACE_HIGH)
         self.data.qpos[self._gripper_qpos] = home
         self._hold = np.array([*home, 0.0])
         self._apply(self._hold)
-        self._randomize(self.rng)
+        self._randomize(self.rng, options)
         self.tick = 0
         mujoco.mj_forward(self.model, self.data)
         return self.observe(), self.info()

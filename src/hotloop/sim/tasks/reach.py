@@ -8,6 +8,7 @@ Success: the end effector is within `tolerance` of the goal for `dwell_s` in a r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class ReachEnv(GantryEnv):
       <geom type="sphere" size="0.015" rgba="0.9 0.1 0.1 0.8" contype="0" conaffinity="0"/>
     </body>"""
 
-    def _randomize(self, rng: np.random.Generator) -> None:
+    def _randomize(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
         goal = [rng.uniform(-0.3, 0.3), rng.uniform(-0.1, 0.1), rng.uniform(BELT_TOP + 0.05, 0.25)]
         self.data.mocap_pos[self._goal_mocap] = goal
         self._dwell_ticks = 0
