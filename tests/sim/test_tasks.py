@@ -18,6 +18,17 @@ def _rollout(env, seed, steps=8):
     return np.stack(states), np.stack(images)
 
 
+def _expert_episode(env, expert, seed, options=None):
+    """Run the expert for one episode without rendering; True on success."""
+    env.reset(seed=seed, options=options)
+    expert.reset()
+    while not env.timed_out:
+        success, failed = env.advance(expert.act(), env.config.ticks_per_control)
+        if success or failed:
+            return success
+    return False
+
+
 def test_conveyor_is_deterministic_for_a_seed():
     a, b = make_task("conveyor-pick"), make_task("conveyor-pick")
     sa, ia = _rollout(a, seed=7)
@@ -63,14 +74,7 @@ def test_expert_solves_the_task(task, difficulty, seeds):
     env = make_task(task, difficulty=difficulty)
     expert = make_expert(task, env)
     for seed in seeds:
-        env.reset(seed=seed)
-        expert.reset()
-        success = False
-        while not env.timed_out:
-            success, failed = env.advance(expert.act(), env.config.ticks_per_control)
-            if success or failed:
-                break
-        assert success, f"{task} expert failed on seed {seed}"
+        assert _expert_episode(env, expert, seed), f"{task} expert failed on seed {seed}"
 
 
 def test_reset_options_place_the_gripper_and_the_box():
@@ -95,14 +99,7 @@ def test_expert_recovers_from_recovery_starts():
     for seed in range(6):
         options = recovery_start(env, np.random.default_rng(seed))
         assert options is not None
-        env.reset(seed=seed, options=options)
-        expert.reset()
         # The box has slipped past the gripper, or the gripper starts beside it: the expert must chase.
-        success = False
-        while not env.timed_out:
-            success, failed = env.advance(expert.act(), env.config.ticks_per_control)
-            if success or failed:
-                break
-        passed += int(success)
+        passed += int(_expert_episode(env, expert, seed, options))
     assert passed >= 5
     assert recovery_start(make_task("reach"), np.random.default_rng(0)) is None

@@ -51,7 +51,8 @@ def record(
     the recorded label stays the expert's clean action (DART): the data then shows how to recover from
     small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
     in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
-    `success` flag and `seed` in meta/episodes; readers that train filter on success. Returns {"episodes", "successes", "success_rate", "frames"}.
+    `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
+    Returns {"episodes", "successes", "success_rate", "frames"}.
     """
     if not 0.0 <= recovery_starts <= 1.0:
         raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
