@@ -54,6 +54,16 @@ def saved(tmp_path: Path) -> tuple[Path, PiModel]:
     return save_lerobot_checkpoint(model, model.cfg, tmp_path / "ckpt", norm_stats=stats), model
 
 
+def _assert_same_model(loaded: PiModel, model: PiModel) -> None:
+    """Same weights bit for bit; actions agree to rounding (memory-mapped tensors may take other kernels)."""
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(loaded.state_dict().values(), model.state_dict().values(), strict=True)
+    )
+    obs = _obs(model)
+    assert torch.allclose(sample_actions(loaded, obs), sample_actions(model, obs), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["pi0:tiny", "pi05:tiny"])
 def test_round_trip_with_published_keys(tmp_path: Path, name: str) -> None:
     model = _model(name)
@@ -73,13 +83,7 @@ def test_round_trip_with_published_keys(tmp_path: Path, name: str) -> None:
     assert ck.report.layout == "lerobot"
     assert not ck.report.missing and not ck.report.unexpected and not ck.report.mismatches
     assert ck.report.ignored == ["model.paligemma_with_expert.gemma_expert.lm_head.weight"]
-    obs = _obs(model)
-    # Same weights bit for bit; actions agree to rounding (memory-mapped tensors may take other kernels).
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(ck.model.state_dict().values(), model.state_dict().values(), strict=True)
-    )
-    assert torch.allclose(sample_actions(ck.model, obs), sample_actions(model, obs), atol=1e-5, rtol=0)
+    _assert_same_model(ck.model, model)
 
 
 def test_norm_stats_round_trip(saved: tuple[Path, PiModel]) -> None:
@@ -146,13 +150,7 @@ def test_openpi_layout_and_legacy_spellings(saved: tuple[Path, PiModel], tmp_pat
     assert ck.report.layout == "openpi"
     assert any("lm_head" in n for n in ck.report.notes)
     assert ck.config.pi05 and ck.norm_stats is not None and ck.norm_stats.mode == "quantiles"
-    obs = _obs(model)
-    # Same weights bit for bit; actions agree to rounding (memory-mapped tensors may take other kernels).
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(ck.model.state_dict().values(), model.state_dict().values(), strict=True)
-    )
-    assert torch.allclose(sample_actions(ck.model, obs), sample_actions(model, obs), atol=1e-5, rtol=0)
+    _assert_same_model(ck.model, model)
 
 
 def test_bf16_load_reports_dtype_change(saved: tuple[Path, PiModel]) -> None:
