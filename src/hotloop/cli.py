@@ -53,7 +53,7 @@ def bench(
 
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, summary_lines, write_json
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     config = BenchConfig(
         warmup=warmup,
@@ -63,9 +63,8 @@ def bench(
         gc_enabled=gc,
         progress=not quiet,
     )
-    registry = default_targets()
-    entry = registry.get(target)
-    other_entry = registry.get(compare) if compare is not None else None
+    entry = find_target(target)
+    other_entry = find_target(compare) if compare is not None else None
     options = TargetOptions(
         views=views,
         num_steps=steps,
@@ -168,6 +167,15 @@ def _add_sim_commands() -> None:
 
 
 _add_sim_commands()
+
+
+def _add_compile_commands() -> None:
+    from hotloop.compile.commands import add_commands
+
+    add_commands(app)
+
+
+_add_compile_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
