@@ -197,11 +197,12 @@ def check_machine_fits(manifest: dict[str, Any], where: Path | str = MANIFEST) -
             )
     theirs = manifest.get("machine", {}).get("class")
     ours = machine_class()
+    our_isa: list[str] = list(ours["isa"])  # type: ignore[call-overload]
     if theirs is not None and theirs != ours:
-        extra = sorted(set(theirs.get("isa", [])) ^ set(ours["isa"]))
+        extra = sorted(set(theirs.get("isa", [])) ^ set(our_isa))
         raise CheckpointError(
             f"{where}: compiled for machine class {theirs.get('arch')} [{', '.join(theirs.get('isa', []))}], "
-            f"this is {ours['arch']} [{', '.join(ours['isa'])}] (differs in: {', '.join(extra) or 'arch'}); "
+            f"this is {ours['arch']} [{', '.join(our_isa)}] (differs in: {', '.join(extra) or 'arch'}); "
             "plans are chosen by measurement, so recompile here or load with replan=True"
         )
 

@@ -33,6 +33,9 @@ def compile_cmd(
     inductor_modes: Annotated[
         str, typer.Option(help="inductor modes to try: default,max-autotune")
     ] = "default",
+    variants: Annotated[
+        str, typer.Option(help="sub-engine recipes to try (pi targets): plain,fused")
+    ] = "plain,fused",
     input_spec: Annotated[
         list[str] | None, typer.Option("--input", help="ONNX input NAME:SHAPE (repeat)")
     ] = None,
@@ -61,6 +64,7 @@ def compile_cmd(
         backends=tuple(_split(backends) or backend_names()),
         precisions=tuple(_split(precisions) or ("fp32", "bf16")),
         inductor_modes=tuple(_split([inductor_modes])),
+        variants=tuple(_split([variants])),
         warmup=warmup,
         iterations=iters,
         threads=threads,

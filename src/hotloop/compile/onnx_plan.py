@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hotloop.compile.backends import get_backend
-from hotloop.compile.backends.base import OnnxGraph
+from hotloop.compile.backends.base import OnnxGraph, Runner
 from hotloop.compile.export import onnx_io
 from hotloop.compile.planner import (
     Candidate,
@@ -90,6 +90,10 @@ def onnx_graph(path: Path, specs: list[str], seed: int = 0) -> OnnxGraph:
     return OnnxGraph(path.stem, path, tuple(examples), tuple(names), tuple(outputs))
 
 
+def _call_on_buffers(runner: Runner) -> Callable[[], Any]:
+    return lambda: runner(*runner.inputs)
+
+
 def plan_onnx(
     graph: OnnxGraph, config: PlanConfig, log: Callable[[str], None] = lambda s: None
 ) -> tuple[list[Candidate], Candidate, dict[str, Any]]:
@@ -116,7 +120,7 @@ def plan_onnx(
                 f"output {worst.name!r} cos {worst.cosine:.6f} < {config.tolerance.cos:g}",
             )
             continue
-        cand.latency = time_calls(lambda r=runner: r(*r.inputs), config.warmup, config.iterations)
+        cand.latency = time_calls(_call_on_buffers(runner), config.warmup, config.iterations)
         cand.status, cand.runner = "accepted", runner
     ok = [c for c in candidates if c.status == "accepted"]
     if not ok:

@@ -54,22 +54,44 @@ class PiSource:
         return self.model.cfg
 
 
+def _fused(model: PiModel, shape: PiEngineShape, dtype: torch.dtype) -> dict[str, SubEngine]:
+    from hotloop.compile.pi_recipes import fast_pi_subengines
+
+    return fast_pi_subengines(model, shape, dtype)
+
+
+# Sub-engine recipes the planner may pick between: "plain" is the model's own structure with the tables
+# precomputed; "fused" folds norms into the next linear and fuses Q/K/V and gate/up (compile-fast).
+RECIPES: dict[str, Callable[[PiModel, PiEngineShape, torch.dtype], dict[str, SubEngine]]] = {
+    "plain": build_pi_subengines,
+    "fused": _fused,
+}
+
+
 class EngineSets:
-    """Sub-engines built once per dtype (bf16 copies the model once)."""
+    """Sub-engines built once per (dtype, recipe) (bf16 copies the model once per recipe)."""
 
     def __init__(self, model: PiModel, shape: PiEngineShape) -> None:
         self.model, self.shape = model, shape
-        self._sets: dict[torch.dtype, dict[str, SubEngine]] = {}
+        self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
 
-    def get(self, dtype: torch.dtype) -> dict[str, SubEngine]:
-        if dtype not in self._sets:
-            self._sets[dtype] = build_pi_subengines(self.model, self.shape, dtype)
-        return self._sets[dtype]
+    def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
+        if (dtype, variant) not in self._sets:
+            self._sets[dtype, variant] = RECIPES[variant](self.model, self.shape, dtype)
+        return self._sets[dtype, variant]
 
 
-def pipeline(source: PiSource, engines: dict[str, SubEngine], runners: dict[str, Runner | Any]) -> PiPipeline:
+def pipeline(
+    source: PiSource,
+    engines: dict[str, SubEngine],
+    runners: dict[str, Runner | Any],
+    denoise_engines: dict[str, SubEngine] | None = None,
+) -> PiPipeline:
+    """Runners composed; the step-indexed constants come from the engine set the denoise runner was
+    built from (a recipe may change what its time table holds)."""
+    constants = constants_of(denoise_engines if denoise_engines is not None else engines)
     return PiPipeline(
-        source.cfg, source.shape, runners, constants_of(engines), {n: e.signature for n, e in engines.items()}
+        source.cfg, source.shape, runners, constants, {n: e.signature for n, e in engines.items()}
     )
 
 
@@ -97,12 +119,14 @@ def check_candidate(
 ) -> None:
     """Numerics (per output, per step for the step engine; then final actions), then latency."""
     ref_engines = sets.get(torch.float32)
-    graph = sets.get(get_backend(cand.backend).graph_dtype(cand.precision))[cand.sub_engine]
+    own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
+    graph = own[cand.sub_engine]
     runner = safe_prepare(cand, graph, config.threads)
     if runner is None:
         return
     ref = ref_engines[cand.sub_engine]
     table = constants_of(ref_engines)["time_table"]
+    own_table = constants_of(own)["time_table"]
     inputs = list(ref.example_inputs)
     rows = range(source.shape.num_steps) if cand.sub_engine == "denoise_step" else range(1)
     worst: list[Any] | None = None
@@ -112,7 +136,11 @@ def check_candidate(
                 inputs[ref.input_names.index("time_cond")] = table[k]
             want = ref.module(*inputs)
             want = want if isinstance(want, tuple) else (want,)
-            got = runner(*inputs)
+            got_inputs = list(inputs)
+            if cand.sub_engine.startswith("denoise"):  # the recipe's own time table, same steps
+                name = "time_cond" if cand.sub_engine == "denoise_step" else "time_table"
+                got_inputs[ref.input_names.index(name)] = own_table[k] if name == "time_cond" else own_table
+            got = runner(*got_inputs)
             if not check_finite(cand, got, ref.output_names):
                 return
             agreement = compare_outputs(ref.output_names, want, got)
@@ -122,14 +150,17 @@ def check_candidate(
     runners = dict(ref_runners)
     runners.pop("denoise_step" if cand.sub_engine == "denoise_loop" else "denoise_loop", None)
     runners[cand.sub_engine] = runner
-    actions = pipeline(source, ref_engines, runners).sample(source.obs, source.noise)
+    denoise_set = own if cand.sub_engine.startswith("denoise") else None
+    actions = pipeline(source, ref_engines, runners, denoise_set).sample(source.obs, source.noise)
     cand.action = compare_actions(ref_actions, actions)
     violation = config.tolerance.violation(cand.action)
     if violation:
         cand.status, cand.reason = "rejected", violation
         return
     cand.latency = time_calls(
-        stage_call(cand.sub_engine, runner, source.shape.num_steps, table), config.warmup, config.iterations
+        stage_call(cand.sub_engine, runner, source.shape.num_steps, own_table),
+        config.warmup,
+        config.iterations,
     )
     cand.status, cand.reason, cand.runner = "accepted", "", runner
 
@@ -149,7 +180,7 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     ref_pipeline = pipeline(source, ref_engines, ref_runners)
     ref_actions = ref_pipeline.sample(source.obs, source.noise).clone()
     subs = tuple(s for subs in STAGES.values() for s in subs)
-    candidates = list(candidate_specs(config, subs))
+    candidates = list(candidate_specs(config, subs, config.variants))
     pending = [c for c in candidates if c.status == "pending"]
     for i, cand in enumerate(pending):
         log(f"[{i + 1}/{len(pending)}] {cand.label}")
@@ -165,7 +196,7 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
             raise RuntimeError(f"no accepted candidate for stage {stage}; include --backends eager")
         chosen[stage] = best
     # Errors of several stages add up: check the whole plan, fall back stage by stage if needed.
-    plan_pipe = _plan_pipeline(source, ref_engines, chosen)
+    plan_pipe = _plan_pipeline(source, sets, chosen)
     agreement = compare_actions(ref_actions, plan_pipe.sample(source.obs, source.noise))
     for stage in sorted(chosen, key=lambda s: chosen[s].action.cosine):  # type: ignore[union-attr]
         if config.tolerance.violation(agreement) is None:
@@ -174,7 +205,7 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         if safer is not None and safer is not chosen[stage]:
             log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {safer.label}")
             chosen[stage] = safer
-            plan_pipe = _plan_pipeline(source, ref_engines, chosen)
+            plan_pipe = _plan_pipeline(source, sets, chosen)
             agreement = compare_actions(ref_actions, plan_pipe.sample(source.obs, source.noise))
     log(f"timing reference and plan interleaved ({config.iterations} rounds)")
     stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
@@ -221,11 +252,11 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     return PiPlan(candidates, chosen, result)
 
 
-def _plan_pipeline(
-    source: PiSource, ref_engines: dict[str, SubEngine], chosen: dict[str, Candidate]
-) -> PiPipeline:
+def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candidate]) -> PiPipeline:
     runners = {c.sub_engine: c.runner for c in chosen.values()}
-    return pipeline(source, ref_engines, runners)
+    d = chosen["denoise"]
+    denoise_set = sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
+    return pipeline(source, sets.get(torch.float32), runners, denoise_set)
 
 
 def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanConfig) -> Path:
@@ -247,6 +278,7 @@ def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanCon
                 cand.sub_engine, cand.runner, files, {**cand.options, **prepared.options}, requires
             )
             entry["stage"] = stage
+            entry["variant"] = cand.variant
             subs.append(entry)
         manifest = base_manifest(
             kind="pi",

@@ -41,6 +41,7 @@ class PlanConfig:
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     precisions: tuple[str, ...] = ("fp32", "bf16")
     inductor_modes: tuple[str, ...] = ("default",)
+    variants: tuple[str, ...] = ("plain", "fused")  # sub-engine recipes (pi targets): see pi_plan.RECIPES
     warmup: int = 3
     iterations: int = 20
     threads: int | None = None
@@ -57,6 +58,9 @@ class PlanConfig:
 
         check_backend_names(list(self.backends))
         check_precision_names(list(self.precisions))
+        for v in self.variants:
+            if v not in ("plain", "fused"):
+                raise ConfigError(f"--variants: unknown variant {v!r}; use plain or fused")
         if not self.backends:
             raise ConfigError("--backends is empty; name at least one, e.g. eager,openvino")
 
@@ -68,6 +72,7 @@ class Candidate:
     backend: str
     precision: str
     options: dict[str, Any] = field(default_factory=dict)
+    variant: str = "plain"
     status: str = "pending"  # accepted | rejected | unavailable | failed
     reason: str = ""
     outputs: list[OutputAgreement] = field(default_factory=list)
@@ -79,7 +84,9 @@ class Candidate:
     @property
     def label(self) -> str:
         opts = ",".join(f"{k}={v}" for k, v in self.options.items())
-        return f"{self.sub_engine}:{self.backend}:{self.precision}" + (f"[{opts}]" if opts else "")
+        return f"{self.sub_engine}:{self.variant}:{self.backend}:{self.precision}" + (
+            f"[{opts}]" if opts else ""
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +95,7 @@ class Candidate:
             "backend": self.backend,
             "precision": self.precision,
             "options": self.options,
+            "variant": self.variant,
             "status": self.status,
             "reason": self.reason,
             "outputs": [o.to_dict() for o in self.outputs],
@@ -97,9 +105,11 @@ class Candidate:
         }
 
 
-def candidate_specs(config: PlanConfig, sub_engines: tuple[str, ...]) -> Iterator[Candidate]:
+def candidate_specs(
+    config: PlanConfig, sub_engines: tuple[str, ...], variants: tuple[str, ...] = ("plain",)
+) -> Iterator[Candidate]:
     """Every (sub-engine, backend, precision, options) to try, with availability decided up front."""
-    for sub in sub_engines:
+    for sub, variant in ((s, v) for s in sub_engines for v in variants):
         stage = (
             next(s for s, subs in STAGES.items() if sub in subs) if sub in sum(STAGES.values(), ()) else sub
         )
@@ -111,7 +121,7 @@ def candidate_specs(config: PlanConfig, sub_engines: tuple[str, ...]) -> Iterato
                 if name == "inductor":
                     modes = tuple({"mode": m} for m in config.inductor_modes)
                 for opts in modes:
-                    cand = Candidate(stage, sub, name, precision, dict(opts))
+                    cand = Candidate(stage, sub, name, precision, dict(opts), variant)
                     why = reason or (
                         f"{name} has no {precision}" if precision not in backend.precisions else None
                     )

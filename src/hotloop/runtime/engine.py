@@ -111,7 +111,8 @@ class Engine:
     def _load_pi(self, threads: int | None) -> None:
         from safetensors.torch import load_file
 
-        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
+        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, constants_of
+        from hotloop.compile.pi_plan import RECIPES
         from hotloop.compile.sources import config_from_dict
         from hotloop.models.pi0 import PiModel
 
@@ -123,20 +124,31 @@ class Engine:
         state = load_file(str(self.path / m["weights"]))
         model.load_state_dict(state, assign=True)
         self.model = model.float().eval()
-        sets: dict[torch.dtype, Any] = {}
+        sets: dict[tuple[torch.dtype, str], Any] = {}
+        variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
+        denoise_key = None
         for name, entry in entries(m).items():
             backend = get_backend(entry.backend)
-            dtype = backend.graph_dtype(entry.precision)
-            if dtype not in sets:
-                sets[dtype] = build_pi_subengines(self.model, self.shape, dtype)
+            key = (backend.graph_dtype(entry.precision), variants[name])
+            if key[1] not in RECIPES:
+                raise CheckpointError(f"{self.path / 'manifest.json'}: unknown sub-engine variant {key[1]!r}")
+            if key not in sets:
+                sets[key] = RECIPES[key[1]](self.model, self.shape, key[0])
+            if name.startswith("denoise"):
+                denoise_key = key
             options = dict(entry.options)
             if threads is not None and entry.backend in ("onnxruntime", "openvino"):
                 options["threads"] = threads
             files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
-            self.runners[name] = backend.load(sets[dtype][name], entry.precision, self.path / name, files)
-        fp32 = sets.get(torch.float32) or build_pi_subengines(self.model, self.shape, torch.float32)
+            self.runners[name] = backend.load(sets[key][name], entry.precision, self.path / name, files)
+        assert denoise_key is not None, "a pi artifact always has a denoise sub-engine"
+        denoise_set = sets[denoise_key]
         self.pipeline = PiPipeline(
-            self.cfg, self.shape, self.runners, constants_of(fp32), {n: e.signature for n, e in fp32.items()}
+            self.cfg,
+            self.shape,
+            self.runners,
+            constants_of(denoise_set),
+            {n: e.signature for n, e in denoise_set.items()},
         )
         link_runners(self.runners)
         self._maybe_capture_cuda_graph()

@@ -12,7 +12,7 @@ from pathlib import Path
 from hotloop.errors import CheckpointError
 
 
-def replan_artifact(path: Path, iterations: int = 10) -> Path:
+def replan_artifact(path: Path, iterations: int = 5) -> Path:
     import torch
     from safetensors.torch import load_file
 
@@ -44,6 +44,9 @@ def replan_artifact(path: Path, iterations: int = 10) -> Path:
         budget_ms=float(manifest["budget_ms"]),
         tolerance=parse_tolerance(manifest["tolerance"]),
         backends=tuple(sorted({e["backend"] for e in manifest["sub_engines"]} | {"eager"})),
+        variants=tuple(sorted({e.get("variant", "plain") for e in manifest["sub_engines"]})),
+        precisions=tuple(sorted({e["precision"] for e in manifest["sub_engines"]} | {"fp32"})),
+        warmup=1,
         iterations=iterations,
         threads=manifest.get("threads"),
         progress=False,

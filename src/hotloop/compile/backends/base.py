@@ -159,6 +159,11 @@ class Backend(Protocol):
         """None when `precision` is worth trying here; otherwise why not."""
         ...
 
+    def graph_dtype(self, precision: str) -> torch.dtype:
+        """The dtype the sub-engine is built in for `precision` (bf16 eager needs a bf16 module; OpenVINO
+        bf16 takes the f32 graph and a precision hint)."""
+        ...
+
     def required_features(self, precision: str) -> list[str]:
         """CPU flags (alternatives joined by '|') a plan using this precision needs at load time."""
         ...
