@@ -592,6 +592,12 @@ def save_lerobot_checkpoint(
     sizes (head counts are not visible in tensor shapes).
     """
     out = Path(folder)
+    if norm_stats is not None:  # checked before anything is written: JSON cannot hold NaN or infinity
+        for which in ("state", "actions"):
+            stats = getattr(norm_stats, which)
+            for name, value in asdict(stats).items() if stats is not None else ():
+                if value is not None and not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+                    raise ConfigError(f"norm_stats.{which}.{name} holds NaN or infinity; fix the statistics")
     out.mkdir(parents=True, exist_ok=True)
     tensors = {to_lerobot_key(n): p.detach().contiguous().cpu() for n, p in model.state_dict().items()}
     tensors["model." + _LM_HEAD] = tensors["model." + _EMBED].clone()
