@@ -35,6 +35,16 @@ def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] |
     return {"home": home.tolist(), "box_x": float(box_x)}
 
 
+def check_record_options(*, seed: int, action_noise: float, recovery_starts: float) -> None:
+    """The numbers `record` takes, checked before anything runs (NaN would reach meta/info.json)."""
+    if not 0.0 <= recovery_starts <= 1.0:
+        raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    if not math.isfinite(action_noise) or action_noise < 0:
+        raise ConfigError(f"--action-noise is a std in metres, a finite number >= 0 (got {action_noise})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {seed!r})")
+
+
 def record(
     task: str,
     episodes: int,
@@ -56,12 +66,7 @@ def record(
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
     Returns {"episodes", "successes", "success_rate", "frames"}.
     """
-    if not 0.0 <= recovery_starts <= 1.0:
-        raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
-    if not math.isfinite(action_noise) or action_noise < 0:
-        raise ConfigError(f"--action-noise is a std in metres, a finite number >= 0 (got {action_noise})")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {seed!r})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     env = make_task(task, difficulty=difficulty, image_size=image_size)
     expert = make_expert(task, env)
     size = env.config.image_size
