@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hotloop.errors import ConfigError
 from hotloop.models.configs import get_pi_config
@@ -123,3 +126,37 @@ def test_valid_inputs_pass_and_validate_false_skips_the_check(model: PiModel) ->
     # The switch for compiled engines: the caller owns the check (here NaN images go through unchecked).
     bad = replace(obs, images=obs.images.clone().fill_(float("nan")))
     assert torch.isnan(sample_actions(model, bad, num_steps=1, validate=False)).all()
+
+
+# ---- property-based: any perturbation of the model-space inputs --------------------------------------
+
+TENSOR_DTYPES = st.sampled_from(
+    [torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool, torch.bfloat16]
+)
+
+
+@st.composite
+def perturbed(draw: st.DrawFn) -> tuple[str, tuple[int, ...], torch.dtype, float]:
+    field = draw(st.sampled_from(["images", "image_masks", "lang_tokens", "lang_masks", "state", "noise"]))
+    rank = draw(st.integers(0, 5))
+    shape = tuple(draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank)))
+    return field, shape, draw(TENSOR_DTYPES), draw(st.floats(-300, 300) | st.just(float("nan")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(change=st.none() | perturbed(), steps=st.none() | st.integers(-2, 3))
+def test_any_inputs_are_sampled_or_named(model: PiModel, change: Any, steps: int | None) -> None:
+    obs, noise = _obs(model), make_noise(model, 2)
+    if change is not None:
+        field, shape, dtype, value = change
+        bad = torch.full(shape, value).to(dtype)
+        if field == "noise":
+            noise = bad
+        else:
+            obs = replace(obs, **{field: bad})
+    try:
+        out = sample_actions(model, obs, noise=noise, num_steps=steps)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+    else:
+        assert out.shape == (2, 10, 32)

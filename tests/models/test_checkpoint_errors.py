@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.models.checkpoints import load_checkpoint, save_lerobot_checkpoint
@@ -208,3 +210,82 @@ def test_dtypes_and_devices(ckpt: Path) -> None:
         load_checkpoint(ckpt, chunk_size=0)
     ck = load_checkpoint(ckpt, dtype="bfloat16")
     assert all(p.dtype == torch.bfloat16 for p in ck.model.parameters())
+
+
+# ---- property-based: any config.json / tiny_arch.json / norm_stats.json content -----------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 300) | st.floats(allow_nan=True) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+CONFIG_KEYS = (
+    "type",
+    "chunk_size",
+    "action_horizon",
+    "tokenizer_max_length",
+    "max_token_len",
+    "paligemma_variant",
+    "action_expert_variant",
+    "hotloop_arch",
+    "input_features",
+    "empty_cameras",
+    "image_resolution",
+    "min_period",
+    "max_period",
+    "num_inference_steps",
+    "max_state_dim",
+    "max_action_dim",
+    "normalization_mapping",
+)
+PLAUSIBLE = {
+    "type": st.sampled_from(["pi0", "pi05", "PI05", ""]),
+    "chunk_size": st.integers(-1, 64),
+    "tokenizer_max_length": st.integers(-1, 64),
+    "hotloop_arch": st.fixed_dictionaries(
+        {},
+        optional={"vlm": st.fixed_dictionaries({}, optional={"head_dim": st.sampled_from([8, 16, 32, 3])})},
+    ),
+    "input_features": st.dictionaries(
+        st.text(max_size=4),
+        st.fixed_dictionaries({"type": st.sampled_from(["VISUAL", "STATE", 3])}),
+        max_size=3,
+    ),
+    "normalization_mapping": st.fixed_dictionaries(
+        {}, optional={"STATE": st.sampled_from(["MEAN_STD", "QUANTILES", "IDENTITY", "x", 1])}
+    ),
+}
+CONFIGS = st.fixed_dictionaries(
+    {}, optional={k: (PLAUSIBLE[k] | JSON) if k in PLAUSIBLE else JSON for k in CONFIG_KEYS}
+)
+
+
+def _one_line_or_loads(folder: Path) -> None:
+    try:
+        ck = load_checkpoint(folder)
+    except (CheckpointError, ConfigError) as exc:
+        assert "\n" not in str(exc) and str(exc), repr(exc)
+    else:
+        assert ck.config.chunk_size >= 1 and ck.model is not None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=CONFIGS | JSON)
+def test_any_config_json_loads_or_gives_one_line(ckpt: Path, config: Any) -> None:
+    (ckpt / "config.json").write_text(json.dumps(config))
+    _one_line_or_loads(ckpt)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arch=JSON, stats=JSON, raw=st.binary(max_size=40))
+def test_any_arch_and_stats_load_or_give_one_line(ckpt: Path, arch: Any, stats: Any, raw: bytes) -> None:
+    meta = json.loads((ckpt / "config.json").read_text())
+    meta.pop("hotloop_arch", None)
+    (ckpt / "config.json").write_text(json.dumps(meta))
+    (ckpt / "tiny_arch.json").write_text(json.dumps(arch))
+    _one_line_or_loads(ckpt)
+    (ckpt / "tiny_arch.json").unlink()
+    (ckpt / "norm_stats.json").write_text(json.dumps({"norm_stats": stats}))
+    _one_line_or_loads(ckpt)
+    (ckpt / "norm_stats.json").write_bytes(raw)
+    _one_line_or_loads(ckpt)

@@ -6,6 +6,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from hotloop.errors import ConfigError
 from hotloop.models.pi_policy import PiPolicy
@@ -115,3 +118,44 @@ def test_good_inputs_in_each_accepted_form(pi0: PiPolicy) -> None:
 def test_policy_sizes_must_be_positive(pi0: PiPolicy, name: str) -> None:
     with pytest.raises(ConfigError, match=rf"PiPolicy {name} must be a positive integer \(got -1\)"):
         PiPolicy(pi0.model, pi0.config, **{name: -1})
+
+
+# ---- property-based: any raw observation ------------------------------------------------------------
+
+DTYPES = st.sampled_from([np.uint8, np.float32, np.float64, np.int64, np.bool_, np.float16])
+IMAGES = DTYPES.flatmap(
+    lambda dt: hnp.arrays(
+        dt,
+        st.sampled_from(
+            [(1, 8, 12, 3), (8, 8, 3), (2, 8, 8, 3), (1, 8, 8, 4), (1, 3, 8, 8), (0, 8, 8, 3), (8, 8)]
+        ),
+        elements=hnp.from_dtype(np.dtype(dt), allow_nan=True) if np.dtype(dt).kind == "f" else None,
+    )
+)
+TOKENS = (
+    st.lists(st.integers(-5, 1100), max_size=16)
+    | st.lists(st.floats(allow_nan=True), max_size=3)
+    | st.text(max_size=3)
+)
+STATES = (
+    st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=40)
+    | st.text(max_size=3)
+    | st.none()
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(images=IMAGES, tokens=TOKENS, state=STATES)
+def test_any_raw_observation_is_answered_or_named(
+    pi0: PiPolicy, images: np.ndarray, tokens: Any, state: Any
+) -> None:
+    policy = pi0
+    obs: dict[str, Any] = {"images": images, "prompt_tokens": tokens}
+    if state is not None:
+        obs["state"] = state
+    try:
+        out = policy.infer(obs)["actions"]
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+    else:
+        assert out.shape == (10, 32) and np.isfinite(out).all()

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hotloop.errors import DatasetError, HotloopError
 from hotloop.sim.dataset import DATA_PATH, Dataset, DatasetWriter
@@ -122,3 +124,53 @@ def test_clean_dataset_reads_and_errors_are_hotloop_errors(ds: Path) -> None:
     ep = data.episode(1)
     assert ep.state.shape == (3, 2) and ep.action.shape == (3, 1) and ep.images["top"].shape == (3, 4, 4, 3)
     assert issubclass(DatasetError, HotloopError)
+
+
+# ---- property-based: any info.json content, any truncation ------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 100) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+INFO_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "codebase_version": st.sampled_from(["v3.0", "v2.1", ""]) | JSON,
+        "fps": st.sampled_from([10, 0.5, -1, "10"]) | JSON,
+        "features": JSON,
+        "data_path": st.sampled_from([DATA_PATH, "{chunk_index}", "{x}", "data/{0}"]) | JSON,
+    },
+)
+
+
+def _reads_or_names_it(root: Path) -> None:
+    try:
+        data = Dataset(root)
+        for i in range(len(data)):
+            data.episode(i)
+    except DatasetError as exc:
+        assert "\n" not in str(exc) and str(exc), repr(exc)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=INFO_FIELDS, whole=st.none() | JSON)
+def test_any_info_json_reads_or_gives_one_line(ds: Path, fields: dict[str, Any], whole: Any) -> None:
+    info_path = ds / "meta" / "info.json"
+    original = info_path.read_text()
+    if whole is not None:
+        info_path.write_text(json.dumps(whole))
+    else:
+        _info(ds, **fields)
+    _reads_or_names_it(ds)
+    info_path.write_text(original)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from([DATA, EPISODES, "meta/tasks.parquet"]), keep=st.floats(0.0, 1.0))
+def test_any_truncated_parquet_reads_or_gives_one_line(ds: Path, which: str, keep: float) -> None:
+    path = ds / which
+    original = path.read_bytes()
+    path.write_bytes(original[: int(len(original) * keep)])
+    _reads_or_names_it(ds)
+    path.write_bytes(original)
