@@ -23,12 +23,9 @@ def test_failed_write_keeps_previous_file(tmp_path):
 def test_json_never_holds_nan_or_infinity(tmp_path):
     import math
 
-    import numpy as np
-
-    from hotloop.io import atomic_write_json
-
     path = atomic_write_json(
-        tmp_path / "r.json", {"a": math.nan, "b": [1.0, math.inf, np.float32("-inf")], "c": np.array([np.nan, 2.0])}
+        tmp_path / "r.json",
+        {"a": math.nan, "b": [1.0, math.inf, np.float32("-inf")], "c": np.array([np.nan, 2.0])},
     )
     text = path.read_text()
     assert "NaN" not in text and "Infinity" not in text
