@@ -1,0 +1,85 @@
+"""msgpack with numpy arrays, byte-compatible with openpi-client's `msgpack_numpy` (the wire format).
+
+An array travels as a map {b"__ndarray__": True, b"data": raw bytes, b"dtype": dtype.str, b"shape": shape};
+a numpy scalar as {b"__npgeneric__": True, b"data": item, b"dtype": dtype.str}. Object, void and complex
+dtypes never travel: they are how pickle-like payloads sneak in, and no policy input needs them.
+
+Decoding here is stricter than openpi's: a buffer whose size does not match its shape and dtype, or a
+dtype outside bool/int/uint/float, is a `WireError` rather than a numpy exception from deep inside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+_ALLOWED_KINDS = frozenset("biuf")  # bool, int, uint, float
+
+
+class WireError(ValueError):
+    """A message is not valid msgpack-numpy (or holds a dtype that may not travel)."""
+
+
+def _pack_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray | np.generic) and obj.dtype.kind in ("V", "O", "c"):
+        raise WireError(f"dtype {obj.dtype} cannot be sent; use bool, int, uint or float arrays")
+    if isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        return {b"__ndarray__": True, b"data": arr.tobytes(), b"dtype": arr.dtype.str, b"shape": arr.shape}
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    raise TypeError(
+        f"cannot send a {type(obj).__name__}; send numpy arrays, numbers, strings, lists or dicts"
+    )
+
+
+def _unpack_hook(obj: dict[Any, Any]) -> Any:
+    if b"__ndarray__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        shape = obj.get(b"shape")
+        data = obj.get(b"data")
+        if not isinstance(shape, list | tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise WireError(f"array shape {shape!r} is not a list of non-negative integers")
+        if not isinstance(data, bytes):
+            raise WireError("array data is not bytes")
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if len(data) != expected:
+            raise WireError(
+                f"array of shape {tuple(shape)} and dtype {dtype} needs {expected} bytes, got {len(data)}"
+            )
+        # A read-only view on the received bytes: no copy on the hot path.
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+    if b"__npgeneric__" in obj:
+        dtype = _dtype(obj.get(b"dtype"))
+        try:
+            return dtype.type(obj.get(b"data"))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise WireError(f"numpy scalar of dtype {dtype} is malformed: {exc}") from None
+    return obj
+
+
+def _dtype(value: Any) -> np.dtype[Any]:
+    try:
+        dtype = np.dtype(value.decode() if isinstance(value, bytes) else value)
+    except (TypeError, ValueError):
+        raise WireError(f"unknown dtype {value!r}") from None
+    if dtype.kind not in _ALLOWED_KINDS:
+        raise WireError(f"dtype {dtype} may not travel; use bool, int, uint or float")
+    return dtype
+
+
+def packb(obj: Any) -> bytes:
+    """Encode a (nested) dict of arrays, numbers and strings."""
+    return msgpack.packb(obj, default=_pack_default)  # type: ignore[no-any-return]
+
+
+def unpackb(data: bytes) -> Any:
+    """Decode one message; any malformation is a `WireError` with a one-line reason."""
+    try:
+        return msgpack.unpackb(data, object_hook=_unpack_hook)
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types for corrupt input
+        raise WireError(f"not a msgpack message ({type(exc).__name__}: {exc})") from None

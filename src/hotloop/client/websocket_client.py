@@ -1,0 +1,100 @@
+"""`PolicyClient`: a policy that lives on a `hotloop serve` (or an openpi) server.
+
+Same wire protocol as openpi-client's `WebsocketClientPolicy`: on connect the server sends its metadata;
+then each observation (a msgpack-numpy map) gets exactly one reply, an action map or, for a rejected
+observation, a text frame holding the error. Unlike openpi's client it waits with a bounded timeout,
+and raises a typed `ServerError` for a rejected observation (the connection stays usable).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from websockets.sync.client import ClientConnection, connect
+
+from hotloop.client import codec
+
+
+class ServerError(RuntimeError):
+    """The server rejected one observation (bad key, shape, dtype, NaN, size); the connection is still open."""
+
+
+class PolicyClient:
+    """`infer(obs) -> {"actions": ..., "server_timing": ...}` over a websocket; `reset()` is local."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        api_key: str | None = None,
+        connect_timeout_s: float = 10.0,
+        reply_timeout_s: float = 30.0,
+    ) -> None:
+        self.uri = host if host.startswith("ws") else f"ws://{host}"
+        if port is not None:
+            self.uri += f":{port}"
+        self.reply_timeout_s = reply_timeout_s
+        headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
+        # max_size=None: the server bounds what it sends; a chunk of actions is small.
+        self._ws: ClientConnection = connect(
+            self.uri,
+            compression=None,
+            max_size=None,
+            additional_headers=headers,
+            open_timeout=connect_timeout_s,
+        )
+        self.metadata: dict[str, Any] = codec.unpackb(self._ws.recv(timeout=connect_timeout_s))
+        self.last_round_trip_s = float("nan")
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        self._ws.send(codec.packb(obs))
+        reply = self._ws.recv(timeout=self.reply_timeout_s)
+        self.last_round_trip_s = time.perf_counter() - start
+        if isinstance(reply, str):
+            raise ServerError(reply)
+        out: dict[str, Any] = codec.unpackb(reply)
+        return out
+
+    def reset(self) -> None:
+        """Episode state lives with the caller; the server's policy is shared by every client."""
+
+    def close(self) -> None:
+        self._ws.close()
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def observation_spec(self) -> dict[str, dict[str, Any]]:
+        return dict(self.metadata.get("observation_spec", {}))
+
+    @property
+    def action_spec(self) -> dict[str, dict[str, Any]]:
+        return dict(self.metadata.get("action_spec", {}))
+
+    def zero_observation(self) -> dict[str, Any]:
+        """An observation of zeros matching the server's spec (for warm-up and connectivity checks)."""
+        flat = {
+            key: np.zeros(tuple(s["shape"]), dtype=np.dtype(s["dtype"]))
+            for key, s in self.observation_spec.items()
+        }
+        return unflatten(flat)
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"images/top": x, "state": y} -> {"images": {"top": x}, "state": y} (spec keys use "/" for nesting)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
