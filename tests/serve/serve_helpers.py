@@ -40,10 +40,12 @@ class GatedPolicy(StateEchoPolicy):
 
     def __init__(self) -> None:
         self.gate = threading.Event()
+        self.entered = threading.Event()
         self.seen: list[float] = []
 
     def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         if self.seen:  # the warm-up inference passes freely
+            self.entered.set()
             assert self.gate.wait(timeout=30), "test never opened the gate"
         self.seen.append(float(obs["state"][0]))
         return super().infer(obs)

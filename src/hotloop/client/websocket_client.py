@@ -8,6 +8,7 @@ and raises a typed `ServerError` for a rejected observation (the connection stay
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -38,6 +39,8 @@ class PolicyClient:
             self.uri += f":{port}"
         self.reply_timeout_s = reply_timeout_s
         headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
+        # websockets 17 asks a directly held connection to say so; older versions have no such flag.
+        legacy = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
         # max_size=None: the server bounds what it sends; a chunk of actions is small.
         self._ws: ClientConnection = connect(
             self.uri,
@@ -45,6 +48,7 @@ class PolicyClient:
             max_size=None,
             additional_headers=headers,
             open_timeout=connect_timeout_s,
+            **legacy,
         )
         self.metadata: dict[str, Any] = codec.unpackb(self._ws.recv(timeout=connect_timeout_s))
         self.last_round_trip_s = float("nan")
