@@ -111,6 +111,19 @@ def concurrent(port: int, clients: int = 8, requests: int = 25) -> dict:
     return {"answered": answered, "mismatches": mismatches}
 
 
+def spec_zeros(port: int) -> dict:
+    """Build an observation from the server's advertised spec (flat keys) and run it."""
+    policy = client(port)
+    meta = policy.get_server_metadata()
+    obs = {k: np.zeros(s["shape"], dtype=s["dtype"]) for k, s in meta["observation_spec"].items()}
+    reply = policy.infer(obs)
+    return {
+        "metadata": meta,
+        "shape": list(reply["actions"].shape),
+        "finite": bool(np.isfinite(reply["actions"]).all()),
+    }
+
+
 if __name__ == "__main__":
     scenario, port = sys.argv[1], int(sys.argv[2])
     if scenario == "auth":
@@ -121,5 +134,6 @@ if __name__ == "__main__":
             "malformed": malformed,
             "oversized": oversized,
             "concurrent": concurrent,
+            "spec_zeros": spec_zeros,
         }[scenario](port)
     print(json.dumps(result))
