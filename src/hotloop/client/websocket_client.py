@@ -38,9 +38,10 @@ class PolicyClient:
         if port is not None:
             self.uri += f":{port}"
         self.reply_timeout_s = reply_timeout_s
+        self._packer = codec.Packer()
         headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
         # websockets 17 asks a directly held connection to say so; older versions have no such flag.
-        legacy = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
+        legacy: dict[str, Any] = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
         # max_size=None: the server bounds what it sends; a chunk of actions is small.
         self._ws: ClientConnection = connect(
             self.uri,
@@ -55,7 +56,7 @@ class PolicyClient:
 
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         start = time.perf_counter()
-        self._ws.send(codec.packb(obs))
+        self._ws.send(self._packer.pack(obs))
         reply = self._ws.recv(timeout=self.reply_timeout_s)
         self.last_round_trip_s = time.perf_counter() - start
         if isinstance(reply, str):

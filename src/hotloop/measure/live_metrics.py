@@ -59,9 +59,13 @@ class LiveMetrics:
         )
         if read_machine:
             self.registry.register(_MachineCollector(ns))
+        self._stages: dict[str, Any] = {}  # label lookups cost microseconds; stages are few and fixed
 
     def observe_stage(self, stage: str, seconds: float) -> None:
-        self.stage_seconds.labels(stage=stage).observe(seconds)
+        child = self._stages.get(stage)
+        if child is None:
+            child = self._stages[stage] = self.stage_seconds.labels(stage=stage)
+        child.observe(seconds)
 
     def deadline_miss(self) -> None:
         self.deadline_misses.inc()

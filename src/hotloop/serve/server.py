@@ -234,6 +234,7 @@ class PolicyServer:
         from websockets.exceptions import ConnectionClosed
 
         loop = asyncio.get_running_loop()
+        packer = codec.Packer()
         prev_total_ms: float | None = None
         try:
             while True:
@@ -260,7 +261,7 @@ class PolicyServer:
                     timing["prev_total_ms"] = prev_total_ms
                 reply = {**action, "server_timing": timing, "request_id": item.request_id}
                 try:
-                    payload = codec.packb(reply)
+                    payload = packer.pack(reply)
                 except (TypeError, ValueError) as exc:
                     self.metrics.request("policy_error")
                     await ws.send(f"error: request {item.request_id}: the reply cannot be encoded: {exc}")
