@@ -109,3 +109,25 @@ def test_client_that_disconnects_mid_message():
         ws.socket.close()
         _wait_for(lambda: server.server.metrics.value("hotloop_connections") == 0)
         _still_serves(server.port)
+
+
+class _BrokenPolicy(StateEchoPolicy):
+    """Raises on a negative state, returns a list on state 7: two ways a policy can fail a request."""
+
+    def infer(self, obs):
+        value = float(obs["state"][0])
+        if value < 0:
+            raise RuntimeError("negative state")
+        if value == 7:
+            return [1, 2, 3]
+        return super().infer(obs)
+
+
+def test_a_failing_policy_is_an_error_reply_not_a_crash():
+    with start(_BrokenPolicy()) as server, PolicyClient(port=server.port) as client:
+        with pytest.raises(ServerError, match="the policy failed: RuntimeError: negative state"):
+            client.infer({"state": np.full(8, -1.0)})
+        with pytest.raises(ServerError, match="returned list without 'actions'"):
+            client.infer({"state": np.full(8, 7.0)})
+        assert np.all(client.infer({"state": np.full(8, 2.0)})["actions"] == 2.0)
+        assert server.server.metrics.value("hotloop_requests_total", {"outcome": "policy_error"}) == 2

@@ -87,7 +87,7 @@ class PolicyClient:
     def zero_observation(self) -> dict[str, Any]:
         """An observation of zeros matching the server's spec (for warm-up and connectivity checks)."""
         flat = {
-            key: np.zeros(tuple(s["shape"]), dtype=np.dtype(s["dtype"]))
+            key: "" if s["dtype"] == "str" else np.zeros(tuple(s["shape"]), dtype=np.dtype(s["dtype"]))
             for key, s in self.observation_spec.items()
         }
         return unflatten(flat)

@@ -233,7 +233,6 @@ class PolicyServer:
     async def _infer_loop(self, ws: Any, slot: _LatestSlot) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        loop = asyncio.get_running_loop()
         packer = codec.Packer()
         prev_total_ms: float | None = None
         try:
@@ -241,43 +240,47 @@ class PolicyServer:
                 item = await slot.take()
                 start = time.perf_counter()
                 try:
-                    action = await loop.run_in_executor(self._executor, self.served.policy.infer, item.obs)
+                    payload = await self._answer(item, packer, prev_total_ms)
                 except Exception as exc:  # the policy's failure is this request's error, not the server's
+                    packer = codec.Packer()  # never reuse a buffer a failed encode may have left dirty
                     self.metrics.request("policy_error")
-                    log.warning(
-                        "policy failed on request %d: %s: %s", item.request_id, type(exc).__name__, exc
-                    )
+                    log.warning("request %d failed: %s: %s", item.request_id, type(exc).__name__, exc)
                     await ws.send(
                         f"error: request {item.request_id}: the policy failed: {type(exc).__name__}: {exc}"
                     )
-                    continue
-                done = time.perf_counter()
-                timing = {
-                    "infer_ms": (done - start) * 1e3,
-                    "decode_ms": item.decode_s * 1e3,
-                    "queue_ms": (start - item.received - item.decode_s) * 1e3,
-                }
-                if prev_total_ms is not None:
-                    timing["prev_total_ms"] = prev_total_ms
-                reply = {**action, "server_timing": timing, "request_id": item.request_id}
-                try:
-                    payload = packer.pack(reply)
-                except (TypeError, ValueError) as exc:
-                    self.metrics.request("policy_error")
-                    await ws.send(f"error: request {item.request_id}: the reply cannot be encoded: {exc}")
                     continue
                 encoded = time.perf_counter()
                 await ws.send(payload)
                 sent = time.perf_counter()
                 self.metrics.observe_stage("queue", start - item.received - item.decode_s)
-                self.metrics.observe_stage("infer", done - start)
-                self.metrics.observe_stage("encode", encoded - done)
                 self.metrics.observe_stage("send", sent - encoded)
                 self.metrics.observe_stage("server_total", sent - item.received)
                 self.metrics.request("ok")
                 prev_total_ms = (sent - item.received) * 1e3
         except ConnectionClosed:
             pass
+
+    async def _answer(self, item: _Pending, packer: codec.Packer, prev_total_ms: float | None) -> bytes:
+        """Run the policy on the worker thread and encode its reply with openpi's `server_timing`."""
+        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        action = await loop.run_in_executor(self._executor, self.served.policy.infer, item.obs)
+        done = time.perf_counter()
+        if not isinstance(action, Mapping) or "actions" not in action:
+            raise TypeError(
+                f"infer returned {type(action).__name__} without 'actions'; return a dict with 'actions'"
+            )
+        timing = {
+            "infer_ms": (done - start) * 1e3,
+            "decode_ms": item.decode_s * 1e3,
+            "queue_ms": (start - item.received - item.decode_s) * 1e3,
+        }
+        if prev_total_ms is not None:
+            timing["prev_total_ms"] = prev_total_ms
+        payload = packer.pack({**action, "server_timing": timing, "request_id": item.request_id})
+        self.metrics.observe_stage("infer", done - start)
+        self.metrics.observe_stage("encode", time.perf_counter() - done)
+        return payload
 
 
 def _peer(ws: Any) -> str:

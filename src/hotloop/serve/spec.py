@@ -22,7 +22,11 @@ class ObservationError(ValueError):
 @dataclass(frozen=True)
 class ArraySpec:
     shape: tuple[int, ...]
-    dtype: str  # a numpy dtype name: "float32", "uint8", ...
+    dtype: str  # a numpy dtype name ("float32", "uint8", ...) or "str" for text such as openpi's "prompt"
+
+    def __post_init__(self) -> None:
+        if self.dtype == "str" and self.shape != ():
+            raise ValueError(f"a str entry has shape (), not {self.shape}")
 
     def to_wire(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype}
@@ -65,7 +69,7 @@ def zero_observation(spec: Spec) -> dict[str, Any]:
         *parents, leaf = key.split("/")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = np.zeros(s.shape, dtype=s.dtype)
+        node[leaf] = "" if s.dtype == "str" else np.zeros(s.shape, dtype=s.dtype)
     return out
 
 
@@ -88,11 +92,15 @@ def check_observation(obs: Any, spec: Spec) -> dict[str, Any]:
         if missing:
             parts.append(f"missing key(s) {', '.join(map(repr, missing))}")
         raise ObservationError(f"{'; '.join(parts)}; this policy takes {', '.join(map(repr, spec))}")
-    checked = {key: _check_array(key, flat[key], spec[key]) for key in spec}
+    checked = {key: _check_value(key, flat[key], spec[key]) for key in spec}
     return _rebuild(obs, checked)
 
 
-def _check_array(key: str, value: Any, spec: ArraySpec) -> np.ndarray:
+def _check_value(key: str, value: Any, spec: ArraySpec) -> Any:
+    if spec.dtype == "str":
+        if not isinstance(value, str):
+            raise ObservationError(f"{key!r} is a {type(value).__name__}; send a string")
+        return value
     expected = np.dtype(spec.dtype)
     if isinstance(value, np.ndarray | np.generic):
         arr = np.asarray(value)
@@ -116,7 +124,7 @@ def _check_array(key: str, value: Any, spec: ArraySpec) -> np.ndarray:
     return arr.astype(expected, copy=False)
 
 
-def _rebuild(obs: Mapping[str, Any], checked: Mapping[str, np.ndarray], prefix: str = "") -> dict[str, Any]:
+def _rebuild(obs: Mapping[str, Any], checked: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in obs.items():
         name = f"{prefix}{key}"
