@@ -48,8 +48,12 @@ def test_serve_toy_to_the_openpi_client(openpi_python):
             except OSError:
                 time.sleep(0.2)
         out = run_robot(openpi_python, "spec_zeros", port)
-        assert out["metadata"]["observation_spec"] == {"state": {"shape": [32], "dtype": "float32"}}
-        assert out["metadata"]["action_spec"] == {"actions": {"shape": [50, 14], "dtype": "float32"}}
+        assert out["metadata"]["observation_spec"] == {
+            "state": {"shape": [32], "dtype": "float32", "optional": False}
+        }
+        assert out["metadata"]["action_spec"] == {
+            "actions": {"shape": [50, 14], "dtype": "float32", "optional": False}
+        }
         assert out["shape"] == [50, 14] and out["finite"]
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert 'hotloop_requests_total{outcome="ok"} 1.0' in metrics

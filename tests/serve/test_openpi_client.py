@@ -21,10 +21,10 @@ def test_round_trip_and_metadata(echo_server, openpi_python):
     assert out["numpy"].startswith("1.")  # really the robot's numpy, not hotloop's
     meta = out["metadata"]
     assert meta["observation_spec"] == {
-        "images/top": {"shape": [224, 224, 3], "dtype": "uint8"},
-        "state": {"shape": [8], "dtype": "float32"},
+        "images/top": {"shape": [224, 224, 3], "dtype": "uint8", "optional": False},
+        "state": {"shape": [8], "dtype": "float32", "optional": False},
     }
-    assert meta["action_spec"] == {"actions": {"shape": [10, 8], "dtype": "float32"}}
+    assert meta["action_spec"] == {"actions": {"shape": [10, 8], "dtype": "float32", "optional": False}}
     assert out["actions"] == [[1.5] * 8] * 10 and out["actions_dtype"] == "float32"
     assert {"infer_ms", "decode_ms", "queue_ms"} <= set(out["server_timing"])
 

@@ -79,7 +79,7 @@ def test_typed_error_from_the_hotloop_client():
     with start(StateEchoPolicy()) as server, PolicyClient(port=server.port) as client:
         with pytest.raises(ServerError, match="unknown key"):
             client.infer({"state": np.ones(8), "extra": np.ones(1)})
-        assert client.action_spec == {"actions": {"shape": [10, 8], "dtype": "float32"}}
+        assert client.action_spec == {"actions": {"shape": [10, 8], "dtype": "float32", "optional": False}}
         assert np.all(client.infer(client.zero_observation())["actions"] == 0.0)
 
 

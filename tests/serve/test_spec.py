@@ -56,3 +56,14 @@ def test_zero_observation_passes_and_spec_of_reads_arrays():
     assert spec_of({"actions": np.zeros((5, 2), np.float32), "note": "x"}) == {
         "actions": ArraySpec((5, 2), "float32")
     }
+
+
+def test_optional_entries_and_free_axes():
+    spec = {**SPEC, "rtc_prev_actions": ArraySpec((-1, 4), "float32", optional=True)}
+    assert "rtc_prev_actions" not in check_observation(good(), spec)
+    for rows in (1, 7):
+        out = check_observation({**good(), "rtc_prev_actions": np.zeros((rows, 4))}, spec)
+        assert out["rtc_prev_actions"].shape == (rows, 4)
+    with pytest.raises(ObservationError, match=r"has shape \(3, 5\)"):
+        check_observation({**good(), "rtc_prev_actions": np.zeros((3, 5))}, spec)
+    assert "rtc_prev_actions" not in zero_observation(spec)

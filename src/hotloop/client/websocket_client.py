@@ -121,10 +121,11 @@ class PolicyClient:
         return dict(self.metadata.get("action_spec", {}))
 
     def zero_observation(self) -> dict[str, Any]:
-        """An observation of zeros matching the server's spec (for warm-up and connectivity checks)."""
+        """An observation of zeros holding the spec's required entries (warm-up, connectivity checks)."""
         flat = {
             key: "" if s["dtype"] == "str" else np.zeros(tuple(s["shape"]), dtype=np.dtype(s["dtype"]))
             for key, s in self.observation_spec.items()
+            if not s.get("optional", False)
         }
         return unflatten(flat)
 

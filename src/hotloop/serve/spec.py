@@ -1,9 +1,9 @@
 """What a served policy accepts and returns: key -> {shape, dtype}, and the check of each observation.
 
 Keys of nested maps are joined with "/" ({"images": {"top": x}} is key "images/top"), the convention
-openpi's own observation keys use. Every shape is fixed (everything right of the observation is
-fixed-shape), so a mismatch is an error here, with a message naming the key, rather than deep inside
-a model.
+openpi's own observation keys use. Shapes are fixed (everything right of the observation is
+fixed-shape) except an axis marked -1, such as the rows of RTC guidance; a mismatch is an error here,
+with a message naming the key, rather than deep inside a model.
 """
 
 from __future__ import annotations
@@ -21,15 +21,23 @@ class ObservationError(ValueError):
 
 @dataclass(frozen=True)
 class ArraySpec:
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # -1: any length along that axis (e.g. RTC's remaining actions of the last chunk)
     dtype: str  # a numpy dtype name ("float32", "uint8", ...) or "str" for text such as openpi's "prompt"
+    optional: bool = False  # may be absent (e.g. RTC guidance, sent only while a chunk is executing)
 
     def __post_init__(self) -> None:
         if self.dtype == "str" and self.shape != ():
             raise ValueError(f"a str entry has shape (), not {self.shape}")
+        if any(d < -1 for d in self.shape):
+            raise ValueError(f"shape {self.shape}: use -1 for a free axis, sizes >= 0 otherwise")
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.shape) and all(
+            w in (-1, g) for w, g in zip(self.shape, shape, strict=True)
+        )
 
     def to_wire(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype}
+        return {"shape": list(self.shape), "dtype": self.dtype, "optional": self.optional}
 
 
 Spec = Mapping[str, ArraySpec]
@@ -62,9 +70,11 @@ def spec_of(arrays: Mapping[str, Any]) -> dict[str, ArraySpec]:
 
 
 def zero_observation(spec: Spec) -> dict[str, Any]:
-    """A nested observation of zeros matching `spec` (the warm-up input)."""
+    """A nested observation of zeros holding the required entries of `spec` (the warm-up input)."""
     out: dict[str, Any] = {}
     for key, s in spec.items():
+        if s.optional:
+            continue
         node = out
         *parents, leaf = key.split("/")
         for part in parents:
@@ -84,7 +94,7 @@ def check_observation(obs: Any, spec: Spec) -> dict[str, Any]:
         raise ObservationError(f"an observation must be a map of key -> array, got {type(obs).__name__}")
     flat = flatten(obs)
     unknown = sorted(set(flat) - set(spec))
-    missing = sorted(set(spec) - set(flat))
+    missing = sorted(k for k in set(spec) - set(flat) if not spec[k].optional)
     if unknown or missing:
         parts = []
         if unknown:
@@ -92,7 +102,7 @@ def check_observation(obs: Any, spec: Spec) -> dict[str, Any]:
         if missing:
             parts.append(f"missing key(s) {', '.join(map(repr, missing))}")
         raise ObservationError(f"{'; '.join(parts)}; this policy takes {', '.join(map(repr, spec))}")
-    checked = {key: _check_value(key, flat[key], spec[key]) for key in spec}
+    checked = {key: _check_value(key, flat[key], spec[key]) for key in spec if key in flat}
     return _rebuild(obs, checked)
 
 
@@ -117,7 +127,7 @@ def _check_value(key: str, value: Any, spec: ArraySpec) -> Any:
         )
     if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, expected, casting="same_kind"):
         raise ObservationError(f"{key!r} has dtype {arr.dtype}; send {spec.dtype}")
-    if arr.shape != spec.shape:
+    if not spec.matches(arr.shape):
         raise ObservationError(f"{key!r} has shape {arr.shape}; this policy takes {spec.shape}")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise ObservationError(f"{key!r} holds NaN or infinite values; send finite numbers")
