@@ -47,6 +47,9 @@ def serve(
         max_message_bytes=int(max_message_mb * 2**20),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The websocket library logs every health check and handshake at INFO; the server logs one line per
+    # connection itself.
+    logging.getLogger("hotloop.serve.websockets").setLevel(logging.WARNING)
     served = load_served_policy(target, TargetOptions(num_steps=steps, device=device, seed=seed))
     server = PolicyServer(served, config)
     try:

@@ -191,6 +191,7 @@ class PolicyServer:
         from websockets.exceptions import ConnectionClosed
 
         peer = _peer(ws)
+        log.info("connection %s opened", peer)
         self.metrics.connections.inc()
         slot = _LatestSlot()
         worker = asyncio.create_task(self._infer_loop(ws, slot))
