@@ -41,3 +41,12 @@ def test_serve_http_for_a_runner_without_a_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_watchdog_totals_are_mirrored_as_increments():
+    metrics = LiveMetrics()
+    metrics.observe_watchdog_totals({"inferences": 10, "misses": 2, "faults": 1, "switches": 3}, "hold")
+    metrics.observe_watchdog_totals({"inferences": 12, "misses": 2, "faults": 2, "switches": 4}, "hold")
+    assert metrics.value("hotloop_deadline_misses_total") == 2
+    assert metrics.value("hotloop_engine_faults_total") == 2
+    assert metrics.value("hotloop_fallbacks_total", {"kind": "hold"}) == 4

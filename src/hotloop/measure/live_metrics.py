@@ -10,7 +10,7 @@ these names.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 # Latency buckets from 100 us to 5 s: a loopback round trip, a CPU VLA step and a stall all resolve.
@@ -51,6 +51,12 @@ class LiveMetrics:
             namespace=ns,
             registry=self.registry,
         )
+        self.faults = Counter(
+            "engine_faults",
+            "Inferences that raised or returned non-finite actions",
+            namespace=ns,
+            registry=self.registry,
+        )
         self.requests = Counter(
             "requests", "Observations answered, by outcome", ["outcome"], namespace=ns, registry=self.registry
         )
@@ -60,6 +66,7 @@ class LiveMetrics:
         if read_machine:
             self.registry.register(_MachineCollector(ns))
         self._stages: dict[str, Any] = {}  # label lookups cost microseconds; stages are few and fixed
+        self._totals_seen: dict[str, int] = {}
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         child = self._stages.get(stage)
@@ -78,6 +85,26 @@ class LiveMetrics:
 
     def request(self, outcome: str) -> None:
         self.requests.labels(outcome=outcome).inc()
+
+    def observe_watchdog_totals(self, totals: Mapping[str, int], fallback_kind: str) -> None:
+        """Mirror a runner's cumulative counters (a deadline watchdog's `counters()`: `misses`, `faults`,
+        `switches`) into this registry; call it as often as convenient, each call adds what is new."""
+        targets = {
+            "misses": self.deadline_misses,
+            "faults": self.faults,
+            "switches": self.fallbacks.labels(kind=fallback_kind),
+        }
+        for key, counter in targets.items():
+            total = int(totals.get(key, 0))
+            seen_key = f"{key}/{fallback_kind}" if key == "switches" else key
+            delta = total - self._totals_seen.get(seen_key, 0)
+            if delta < 0:
+                raise ValueError(
+                    f"{key} went down from {self._totals_seen[seen_key]} to {total}; pass totals"
+                )
+            if delta:
+                counter.inc(delta)
+            self._totals_seen[seen_key] = total
 
     def exposition(self) -> tuple[bytes, str]:
         """(body, content type) for an HTTP `/metrics` response."""
