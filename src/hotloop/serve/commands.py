@@ -34,10 +34,12 @@ def serve(
     import asyncio
     import logging
 
+    from hotloop.cli import _check_device
     from hotloop.serve.policies import load_served_policy
     from hotloop.serve.server import PolicyServer, ServeConfig
     from hotloop.targets import TargetOptions
 
+    _check_device(device)
     if max_message_mb <= 0:
         raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
     config = ServeConfig(
