@@ -226,6 +226,13 @@ class PolicyServer:
             self.metrics.request("rejected")
             await ws.send(f"error: request {request_id}: {exc}")
             return
+        except Exception as exc:  # input no check foresaw: still this request's error, not the connection's
+            self.metrics.request("rejected")
+            log.warning("request %d unreadable: %s: %s", request_id, type(exc).__name__, exc)
+            await ws.send(
+                f"error: request {request_id}: the observation could not be read ({type(exc).__name__})"
+            )
+            return
         decode_s = time.perf_counter() - received
         self.metrics.observe_stage("decode", decode_s)
         if slot.put(_Pending(request_id, checked, received, decode_s)):
