@@ -10,6 +10,7 @@ dtype outside bool/int/uint/float, is a `WireError` rather than a numpy exceptio
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgpack
@@ -44,7 +45,7 @@ def _unpack_hook(obj: dict[Any, Any]) -> Any:
             raise WireError(f"array shape {shape!r} is not a list of non-negative integers")
         if not isinstance(data, bytes):
             raise WireError("array data is not bytes")
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        expected = math.prod(shape) * dtype.itemsize
         if len(data) != expected:
             raise WireError(
                 f"array of shape {tuple(shape)} and dtype {dtype} needs {expected} bytes, got {len(data)}"
@@ -61,6 +62,9 @@ def _unpack_hook(obj: dict[Any, Any]) -> Any:
 
 
 def _dtype(value: Any) -> np.dtype[Any]:
+    cached = _DTYPES.get(value) if isinstance(value, str) else None
+    if cached is not None:
+        return cached
     try:
         dtype = np.dtype(value.decode() if isinstance(value, bytes) else value)
     except (TypeError, ValueError):
@@ -68,6 +72,14 @@ def _dtype(value: Any) -> np.dtype[Any]:
     if dtype.kind not in _ALLOWED_KINDS:
         raise WireError(f"dtype {dtype} may not travel; use bool, int, uint or float")
     return dtype
+
+
+# Parsing a dtype string costs microseconds per array; the ones that may travel are few.
+_DTYPES: dict[str, np.dtype[Any]] = {
+    np.dtype(t).str: np.dtype(t)
+    for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+    + ("float16", "float32", "float64")
+}
 
 
 def packb(obj: Any) -> bytes:

@@ -66,6 +66,7 @@ class LiveMetrics:
         if read_machine:
             self.registry.register(_MachineCollector(ns))
         self._stages: dict[str, Any] = {}  # label lookups cost microseconds; stages are few and fixed
+        self._outcomes: dict[str, Any] = {}
         self._totals_seen: dict[str, int] = {}
 
     def observe_stage(self, stage: str, seconds: float) -> None:
@@ -84,7 +85,10 @@ class LiveMetrics:
         self.dropped_observations.inc()
 
     def request(self, outcome: str) -> None:
-        self.requests.labels(outcome=outcome).inc()
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = self.requests.labels(outcome=outcome)
+        child.inc()
 
     def observe_watchdog_totals(self, totals: Mapping[str, int], fallback_kind: str) -> None:
         """Mirror a runner's cumulative counters (a deadline watchdog's `counters()`: `misses`, `faults`,
