@@ -30,9 +30,9 @@ def test_first_order_ramp_lag_is_its_stated_delay():
 def test_first_order_noise_reduction_matches_theory():
     rng = np.random.default_rng(0)
     f = FirstOrderLowPass(2.0, FS)
-    noise = rng.normal(0, 1, (40_000, 2))
+    noise = rng.normal(0, 1, (15_000, 2))
     y = filter_signal(f, noise)[1000:]
-    assert y.var(axis=0) == pytest.approx([f.noise_gain] * 2, rel=0.06)
+    assert y.var(axis=0) == pytest.approx([f.noise_gain] * 2, rel=0.1)
     assert f.noise_gain < 0.07  # a 2 Hz filter at 100 Hz removes > 93% of the white-noise power
 
 
