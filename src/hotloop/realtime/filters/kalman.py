@@ -92,8 +92,8 @@ class KalmanTracker:
         self.updates = 0
 
     def reset(self) -> None:
+        """Forget the estimate (the `rejected` and `updates` counters run on: they count a lifetime)."""
         self._x = self._p1 = self._t = None
-        self.rejected = self.updates = 0
 
     @property
     def initialized(self) -> bool:
