@@ -15,11 +15,11 @@ from hotloop.cli import app
 from hotloop.errors import CheckpointError
 
 runner = CliRunner()
-FAST = ["--iters", "1", "--warmup", "0", "--quiet", "--variants", "plain", "--threads", "1"]
+FAST = ["--iters", "1", "--warmup", "0", "--quiet", "--threads", "1"]
 
 
-def _compile(out: Path, *args: str) -> object:
-    return runner.invoke(app, ["compile", "pi05:tiny", "-o", str(out), *FAST, *args])
+def _compile(out: Path, *args: str, variants: str = "plain") -> object:
+    return runner.invoke(app, ["compile", "pi05:tiny", "-o", str(out), *FAST, "--variants", variants, *args])
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,7 @@ def art(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "fp32",
         "--json",
         str(js),
+        variants="fused",  # the folded/fused recipe round-trips (the runtime tests load a plain one)
     )
     assert res.exit_code == 0, res.output
     return out, json.loads(js.read_text())
@@ -150,6 +151,18 @@ def test_other_machine_class_is_refused(copy: Path) -> None:
     (copy / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(CheckpointError, match="machine class"):
         read_manifest(copy)
+
+
+def test_deterministic_mode_repeats_itself(art: tuple[Path, dict]) -> None:
+    import hotloop
+
+    engine = hotloop.Engine.load(art[0], threads=1, warmup=0, deterministic=True)
+    try:
+        obs = engine.example_observation()
+        first = engine.infer(obs).clone()
+        assert torch.equal(engine.infer(obs), first)
+    finally:
+        torch.use_deterministic_algorithms(False)  # a process-wide torch switch: restore it for other tests
 
 
 def test_input_validation_names_the_input(art: tuple[Path, dict]) -> None:

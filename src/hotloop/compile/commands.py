@@ -141,6 +141,7 @@ def print_result(result: dict[str, Any]) -> None:
     for col in (
         "stage",
         "sub-engine",
+        "recipe",
         "backend",
         "precision",
         "status",
@@ -158,12 +159,14 @@ def print_result(result: dict[str, Any]) -> None:
             and p["backend"] == c["backend"]
             and p["precision"] == c["precision"]
             and p["options"] == c["options"]
+            and p.get("variant") == c.get("variant")
             for p in plan.values()
         )
         status = c["status"] + (" *" if chosen else "")
         table.add_row(
             c["stage"],
             c["sub_engine"],
+            c.get("variant", ""),
             c["backend"] + (f" {c['options']}" if c["options"] else ""),
             c["precision"],
             status,

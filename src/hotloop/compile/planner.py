@@ -186,6 +186,7 @@ def plan_summary(chosen: dict[str, Candidate]) -> dict[str, Any]:
     return {
         stage: {
             "sub_engine": c.sub_engine,
+            "variant": c.variant,
             "backend": c.backend,
             "precision": c.precision,
             "options": c.options,
