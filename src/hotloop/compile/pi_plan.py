@@ -165,6 +165,15 @@ def check_candidate(
     cand.status, cand.reason, cand.runner = "accepted", "", runner
 
 
+def _release_runners(candidates: list[Candidate], stage: str) -> None:
+    """Keep only the runners the plan can still use (fastest and most accurate of the stage): each
+    holds its own copy of the weights, and a full-size model cannot keep a dozen."""
+    keep = {id(choose(candidates, stage)), id(most_accurate(candidates, stage))}
+    for c in candidates:
+        if c.stage == stage and c.runner is not None and id(c) not in keep:
+            c.runner = None
+
+
 @dataclass
 class PiPlan:
     candidates: list[Candidate]
@@ -189,6 +198,7 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         log(f"    {cand.status} {cand.reason} ({time.perf_counter() - t0:.1f} s)")
         if cand.status != "accepted":
             cand.runner = None
+        _release_runners(candidates, cand.stage)
     chosen: dict[str, Candidate] = {}
     for stage in STAGES:
         best = choose(candidates, stage)

@@ -123,12 +123,17 @@ class OnnxRuntimeRunner(Runner):
         with tempfile.TemporaryDirectory() as tmp:
             session = self._session(ort, profile_prefix=str(Path(tmp) / "ort"))
             binding = self._bind(session)
+            session.run_with_iobinding(binding)  # warm-up: its events are skipped below
             for _ in range(iterations):
                 session.run_with_iobinding(binding)
             trace = Path(session.end_profiling())
             events = json.loads(trace.read_text())
+        runs = sorted((ev["ts"] + ev.get("dur", 0)) for ev in events if ev.get("name") == "model_run")
+        start = runs[0] if len(runs) > iterations else 0  # end of the warm-up run
         rows: dict[str, float] = {}
         for ev in events:
+            if ev.get("ts", 0) < start:
+                continue
             if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
                 op = ev.get("args", {}).get("op_name", "?")
                 rows[op] = rows.get(op, 0.0) + float(ev.get("dur", 0)) / 1e3
