@@ -42,7 +42,9 @@ def bench(
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[
+        str, typer.Option(help="float32 or bfloat16 (pi targets); float16 too for toy:mlp")
+    ] = "float32",
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
