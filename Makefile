@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install lock clean
+OPENPI_VENV := .venv-openpi
+OPENPI_STAMP := $(OPENPI_VENV)/.installed
+
+.PHONY: demo test lint install lock openpi-venv clean
 
 # Every third-party package at the version CI tested (`make lock` rewrites it from a tested .venv).
 LOCK := requirements-lock.txt
@@ -14,8 +17,15 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install -q -c $(LOCK) pip
 	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q -c $(LOCK) torch
-	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,dev]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,serve,dev]'
 	touch $(STAMP)
+
+# The robot side of the serve tests: the real openpi-client in its own venv, as a robot computer runs it
+# (it pins numpy<2 and imports typing_extensions without declaring it).
+$(OPENPI_STAMP):
+	$(PY) -m venv $(OPENPI_VENV)
+	$(OPENPI_VENV)/bin/pip install -q openpi-client==0.1.2 'numpy<2' typing_extensions
+	touch $(OPENPI_STAMP)
 
 install: $(STAMP)
 
@@ -29,10 +39,12 @@ lock:
 	} > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 	@echo "wrote $(LOCK) ($$(grep -c '==' $(LOCK)) pins)"
 
+openpi-venv: $(OPENPI_STAMP)
+
 demo: $(STAMP)
 	MUJOCO_GL=egl $(BIN)/hotloop demo
 
-test: $(STAMP)
+test: $(STAMP) $(OPENPI_STAMP)
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -41,4 +53,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) hotloop-report
+	rm -rf $(VENV) $(OPENPI_VENV) hotloop-report

@@ -1,4 +1,4 @@
-"""The one command-line app: `hotloop bench | doctor | demo | targets | record | eval | train-demo`."""
+"""The one command-line app: `hotloop bench | doctor | demo | targets | record | eval | train-demo | serve`."""
 
 from __future__ import annotations
 
@@ -183,6 +183,15 @@ def _add_sim_commands() -> None:
 
 
 _add_sim_commands()
+
+
+def _add_serve_commands() -> None:
+    from hotloop.serve.commands import add_commands
+
+    add_commands(app)
+
+
+_add_serve_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
