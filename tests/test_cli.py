@@ -76,6 +76,9 @@ def test_bad_values_are_one_line_errors(tmp_path):
         (["--pin", "zero"], "cannot read CPU list 'zero'"),
         (["--pin", "4096"], "4096"),
         (["--device", "tpu"], "device 'tpu'"),
+        (["--buckets", "32,x"], "cannot read --buckets '32,x'"),
+        (["--buckets", "32"], "does not take --buckets"),
+        (["--prompt-tokens", "3"], "does not take --prompt-tokens"),
     ):
         res = runner.invoke(app, ["bench", "toy:mlp", "--quiet", "--json", str(out), *args])
         assert res.exit_code == 2, (args, res.output)

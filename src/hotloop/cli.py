@@ -42,6 +42,13 @@ def bench(
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
+    prompt_tokens: Annotated[
+        int | None, typer.Option(help="real prompt tokens among the prompt slots (VLA targets)")
+    ] = None,
+    buckets: Annotated[
+        str | None,
+        typer.Option(help="run the prefix in prompt-length buckets, e.g. 32,64,128 (VLA targets)"),
+    ] = None,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
@@ -71,6 +78,8 @@ def bench(
         num_steps=steps,
         horizon=horizon,
         action_dim=action_dim,
+        prompt_tokens=prompt_tokens,
+        buckets=_parse_buckets(buckets),
         dtype=dtype,
         device=device,
         batch=batch,
@@ -89,6 +98,14 @@ def bench(
         console.print(f"wrote {write_json(result, json_path)}")
     if plot is not None:
         console.print(f"wrote {plot_latency(result, plot)}")
+
+
+def _parse_buckets(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    from hotloop.compile.buckets import parse_buckets
+
+    return parse_buckets(text)
 
 
 def _check_device(device: str) -> None:

@@ -25,13 +25,15 @@ class TargetOptions:
     num_steps: int | None = None
     horizon: int | None = None
     action_dim: int | None = None
+    prompt_tokens: int | None = None  # real tokens among the prompt slots (VLA targets)
+    buckets: tuple[int, ...] | None = None  # prompt-length buckets for the prefix (VLA targets)
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be >= 1 (got {value})")
@@ -42,7 +44,7 @@ class TargetOptions:
 
     def reject_unsupported(self, target: str, supported: set[str]) -> None:
         """Raise if an option outside `supported` was set (no silent ignoring)."""
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens", "buckets"):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
                     f"target {target!r} does not take --{name.replace('_', '-')}; it takes: "
