@@ -95,7 +95,7 @@ def test_targets_lists_registry():
 
 def test_doctor_reports_every_backend(tmp_path):
     out = tmp_path / "doctor.json"
-    res = runner.invoke(app, ["doctor", "--json", str(out)])
+    res = runner.invoke(app, ["doctor", "--json", str(out), "--roofline-cache", str(tmp_path / "peaks")])
     assert res.exit_code == 0, res.output
     checks = {c["name"]: c for c in json.loads(out.read_text())}
     assert set(checks) >= {
@@ -107,7 +107,9 @@ def test_doctor_reports_every_backend(tmp_path):
         "tensorrt",
         "mujoco",
         "threads",
+        "matmul peaks",
     }
+    assert "float32" in checks["matmul peaks"]["detail"] and list((tmp_path / "peaks").glob("peaks-*.json"))
     assert checks["eager"]["ok"] and checks["onnxruntime"]["ok"] and checks["openvino"]["ok"]
     # Whatever the machine, a backend that is not usable says why.
     for check in checks.values():

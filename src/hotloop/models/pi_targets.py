@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from hotloop.errors import ConfigError
+from hotloop.measure.roofline import pi_stage_work
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig, pi_configs
 from hotloop.models.pi0 import PiModel, init_weights
@@ -144,6 +145,17 @@ def _bench(name: str, options: TargetOptions) -> BenchCase:
     info["action_dim"] = action_dim
     info["batch"] = options.batch
     info["prompt_real_tokens"] = int(obs.lang_masks[0].sum())
+    info["work"] = {
+        stage: w.to_dict()
+        for stage, w in pi_stage_work(
+            cfg,
+            options.dtype,
+            options.batch,
+            prompt_slots=info.get("prompt_bucket", cfg.max_token_len),
+            # the sub-engines behind --buckets read the time conditioning from precomputed tables
+            time_conditioning=options.buckets is None,
+        ).items()
+    }
     return BenchCase(name=name, run=run, info=info, device=options.device)
 
 
