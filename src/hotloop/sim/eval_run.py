@@ -35,6 +35,7 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    pipeline: str | None = None
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        pipeline=request.pipeline,
     )
     seeds = [request.seed + i for i in range(request.episodes)]
     bar = None
@@ -91,6 +93,11 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         ).describe()
     except Exception:  # noqa: BLE001 - description only
         strategy_info = {"name": request.strategy}
+    extra: dict[str, Any] = {}
+    if request.pipeline:
+        from hotloop.sim.perception_pipeline import parse_pipeline, summarize_pipeline
+
+        extra["pipeline"] = summarize_pipeline(records, parse_pipeline(request.pipeline))
     return {
         "target": request.target,
         "task": request.task,
@@ -98,6 +105,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         "strategy": strategy_info,
         "latency": latency.describe(),
         **summarize(records),
+        **extra,
         "interrupted": interrupted,
         "wall_s": round(time.perf_counter() - t0, 2),
         "seeds": [seeds[0], seeds[-1]],
