@@ -28,6 +28,7 @@ from hotloop.compile.buckets import BucketedPiPipeline
 from hotloop.compile.pi_engines import PiEngineShape
 from hotloop.compile.pi_recipes import fast_pi_subengines
 from hotloop.measure.fingerprint import machine_fingerprint
+from hotloop.measure.roofline import cached_peaks, pi_stage_work, roofline
 from hotloop.measure.stages import StageTimer
 from hotloop.measure.stats import LatencyStats
 from hotloop.models.pi_targets import build_model, random_observation
@@ -113,8 +114,33 @@ def main() -> None:
     for name, per in stats.items():
         cells = "".join(f"{per[s].p50:>12.1f}/{per[s].p99:<9.1f}" for s in STAGES)
         print(f"{name:20s}{cells}{ref_p50 / per['total'].p50:>8.2f}x{cosine[name]:>10.6f}")
+    # Roofline: analytic work of what each candidate runs, against this machine's matmul peaks.
+    peaks = cached_peaks()
+    bucket = step32.bucket_for(obs)
+    roof: dict[str, dict[str, dict[str, object]]] = {}
+    for name, per in stats.items():
+        engines = name != "eager fp32"
+        work = pi_stage_work(
+            cfg,
+            "bfloat16" if name.endswith("bf16") else "float32",
+            prompt_slots=bucket if engines else cfg.max_token_len,
+            time_conditioning=not engines,
+        )
+        roof[name] = roofline(work, {s: per[s].p50 for s in STAGES}, peaks)
+    print(
+        f"matmul peaks (GFLOP/s, {peaks.threads if peaks else '?'} threads): {peaks.gflops if peaks else 'n/a'}"
+    )
+    for name, rows in roof.items():
+        cells = ", ".join(
+            f"{stage} {row['gflop']:.1f} GFLOP at {row['achieved_gflops']:.1f} GFLOP/s"
+            + (f" ({100 * row['peak_share']:.0f} % of peak)" if row["peak_share"] is not None else "")
+            for stage, row in rows.items()
+        )
+        print(f"{name:20s}{cells}")
     if args.json is not None:
         out = {
+            "roofline": roof,
+            "peaks": peaks.to_dict() if peaks else None,
             "prompt_tokens": args.prompt_tokens,
             "iterations": args.iters,
             "stages_ms": {n: {s: st.to_dict() for s, st in per.items()} for n, per in stats.items()},

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from hotloop.models.configs import PiConfig
 
 PRECISIONS = ("float32", "bfloat16", "int8")
+PEAKS_SCHEMA = 2  # bump when what a peak measures changes (2: int8 through ONNX Runtime), so old caches miss
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 
 
@@ -169,6 +170,7 @@ def peak_key(threads: int) -> str:
     except OSError:
         pass
     parts = {
+        "schema": PEAKS_SCHEMA,
         "cpu_model": cpu_model(),
         "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "usable_cpus": len(os.sched_getaffinity(0)),
