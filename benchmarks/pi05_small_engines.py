@@ -125,6 +125,7 @@ def main() -> None:
             "bfloat16" if name.endswith("bf16") else "float32",
             prompt_slots=bucket if engines else cfg.max_token_len,
             time_conditioning=not engines,
+            last_layer_query=not engines,
         )
         roof[name] = roofline(work, {s: per[s].p50 for s in STAGES}, peaks)
     print(

@@ -84,6 +84,10 @@ def test_pi_weight_bytes_equal_the_models_matrices() -> None:
         pi_stage_work(cfg, "float32", prompt_slots=32)["prefix"].flops
         < pi_stage_work(cfg, "float32")["prefix"].flops
     )
+    kv_only = pi_stage_work(cfg, "float32", last_layer_query=False)["prefix"]
+    full = pi_stage_work(cfg, "float32")["prefix"]
+    q_out = cfg.vlm.num_heads * cfg.vlm.head_dim
+    assert full.flops - kv_only.flops == 2 * cfg.prefix_len * cfg.vlm.width * q_out
     assert (
         pi_stage_work(cfg, "float32", time_conditioning=False)["denoise"].flops
         < pi_stage_work(cfg, "float32")["denoise"].flops

@@ -276,12 +276,15 @@ def pi_stage_work(
     prompt_slots: int | None = None,
     num_steps: int | None = None,
     time_conditioning: bool = True,
+    last_layer_query: bool = True,
 ) -> dict[str, StageWork]:
     """FLOPs and weight bytes of vision, prefix and denoise (all N steps) for one pi0 / pi0.5 inference.
 
     `prompt_slots` is what the prefix runs over (the bucket, or all slots: padding costs as much as real
     tokens). `time_conditioning=False` leaves out pi0.5's per-step time MLP and adaRMS projections and
-    pi0's time half of the action-time MLP, which precomputed engines no longer run.
+    pi0's time half of the action-time MLP, which precomputed engines no longer run;
+    `last_layer_query=False` the VLM's last-layer queries, which the model computes and discards
+    (`compile.fuse.drop_unused_query` removes them).
     """
     v, vl, ex = cfg.vision, cfg.vlm, cfg.expert
     views = views if views is not None else cfg.views
@@ -305,8 +308,11 @@ def pi_stage_work(
     vlm_layer_params = vl.width * qkv + vl.num_heads * vl.head_dim * vl.width + 3 * vl.width * vl.mlp_dim
     prefix_flops = (vl.depth - 1) * _decoder_flops(
         p, p, vl.width, vl.num_heads, vl.num_kv_heads, vl.head_dim, vl.mlp_dim
-    ) + _linear(p, vl.width, qkv)  # the last layer feeds only its keys and values (its q is computed too)
-    prefix_params = (vl.depth - 1) * vlm_layer_params + vl.width * qkv
+    )
+    # The last layer feeds the expert only its keys and values; the model computes its queries too.
+    last_out = qkv if last_layer_query else 2 * vl.num_kv_heads * vl.head_dim
+    prefix_flops += _linear(p, vl.width, last_out)
+    prefix_params = (vl.depth - 1) * vlm_layer_params + vl.width * last_out
     s = cfg.suffix_len
     ex_qkv = (ex.num_heads + 2 * ex.num_kv_heads) * ex.head_dim
     ex_layer_params = ex.width * ex_qkv + ex.num_heads * ex.head_dim * ex.width + 3 * ex.width * ex.mlp_dim
