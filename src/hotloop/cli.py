@@ -68,7 +68,7 @@ def bench(
 
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     config = BenchConfig(
         warmup=warmup,
@@ -79,9 +79,8 @@ def bench(
         progress=not quiet,
         roofline_cache=roofline_cache,
     )
-    registry = default_targets()
-    entry = registry.get(target)
-    other_entry = registry.get(compare) if compare is not None else None
+    entry = find_target(target)
+    other_entry = find_target(compare) if compare is not None else None
     options = TargetOptions(
         views=views,
         num_steps=steps,
@@ -222,6 +221,15 @@ def _add_serve_commands() -> None:
 
 
 _add_serve_commands()
+
+
+def _add_compile_commands() -> None:
+    from hotloop.compile.commands import add_commands
+
+    add_commands(app)
+
+
+_add_compile_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
