@@ -104,9 +104,9 @@ def eval_cmd(
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks."""
     from hotloop.io import atomic_write_json
+    from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import default_strategies
     from hotloop.sim.tasks import default_tasks
     from hotloop.targets import default_targets
 

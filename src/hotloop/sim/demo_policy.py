@@ -72,9 +72,15 @@ class DemoConveyorPolicy:
             "prompt_tokens": list(PROMPT_TOKENS),
         }
 
-    def infer(self, obs: dict[str, Any], timer: Any = None) -> dict[str, np.ndarray]:
+    def infer(self, obs: dict[str, Any], timer: Any = None) -> dict[str, Any]:
+        """Absolute action chunk for an env observation. RTC guidance keys in `obs`
+        (`hotloop.realtime.rtc`: previous absolute targets, delay) are moved into the model's relative
+        action space with this observation's end effector, and the answer says `rtc_guided: True`."""
+        from hotloop.realtime.rtc import GUIDED_KEY, guidance_inputs
+
         raw = np.asarray(obs["state"], dtype=np.float32)
-        if not self.zero_noise:
+        guidance = guidance_inputs(obs)
+        if not self.zero_noise and guidance is None:
             rel = self.pi.infer(self.model_inputs(obs))["actions"]
             return {"actions": to_absolute(rel, raw)}
         import torch
@@ -87,11 +93,26 @@ class DemoConveyorPolicy:
             self._noise = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
             self._cache = pi.model.allocate_cache(batch=1)
         model_obs = pi.observation(self.model_inputs(obs))
-        chunk = sample_actions(
-            pi.model, model_obs, noise=self._noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
-        )
-        rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].numpy(), "actions")
-        return {"actions": to_absolute(rel, raw)}
+        noise = self._noise if self.zero_noise else None
+        generator = None if self.zero_noise else pi.generator
+        if guidance is None:
+            chunk = sample_actions(
+                pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
+            )
+        else:
+            chunk = pi.guided_sample(
+                model_obs,
+                guidance,
+                lambda a: to_relative(a, raw),
+                noise=noise,
+                generator=generator,
+                timer=timer,
+            )
+        rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].detach().numpy(), "actions")
+        out: dict[str, Any] = {"actions": to_absolute(rel, raw)}
+        if guidance is not None:
+            out[GUIDED_KEY] = True
+        return out
 
 
 def load_demo_policy(

@@ -39,9 +39,9 @@ class EvalRequest:
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import StrategyConfig, make_strategy
 
     latency = parse_latency(request.latency)
     threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores

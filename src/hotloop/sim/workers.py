@@ -45,9 +45,9 @@ class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
+        from hotloop.realtime.strategies import StrategyConfig, default_strategies, make_strategy
         from hotloop.sim.evaluator import run_episode
         from hotloop.sim.latency import parse_latency
-        from hotloop.sim.strategies import StrategyConfig, default_strategies, make_strategy
         from hotloop.sim.tasks import make_task
 
         strategies = default_strategies()
