@@ -66,3 +66,31 @@ def test_sim_and_wall_clock_command_the_same_actions(env, name, ms):
     if name == "rtc" and ms > 0:
         # From the second inference on, the policy was sent the unexecuted tail of the running chunk.
         assert all(g is not None for g in policy.guidance[1:])
+
+
+@pytest.mark.parametrize("ms", [30, 120, 250])
+def test_rtc_frozen_prefix_is_what_the_robot_executes_meanwhile(env, ms):
+    """Row i of the tail sent to the policy is the action executed in the period starting i periods after
+    the observation: the first d rows (d = the delay in periods) are exactly what runs while it thinks."""
+    policy = ScriptedPolicy()
+    rec = run_episode(
+        env,
+        policy,
+        lambda h: make_strategy("rtc", StrategyConfig(h)),
+        parse_latency(f"fixed:{ms}"),
+        5,
+        trace=True,
+    )
+    by_tick, period = rec["actions_by_tick"], env.config.ticks_per_control
+    checked = 0
+    for (obs_tick, ready_tick), sent in zip(rec["inference_ticks"], policy.guidance, strict=True):
+        if sent is None:
+            continue
+        d = -(-(ready_tick - obs_tick) // period)
+        assert rec["watchdog"]["misses"] == 0 and 0 < d <= len(sent)
+        for i in range(d):
+            t = obs_tick + i * period
+            if t < len(by_tick):
+                np.testing.assert_array_equal(by_tick[t], sent[i])
+                checked += 1
+    assert checked >= 5

@@ -91,15 +91,27 @@ def run_loop(
         seg = scheduler.next_segment(now, plant.hold_action(), plant.observe)
         end = end_tick if seg.end is None else min(seg.end, end_tick)
         plant.command(seg.action)
-        wake = end
-        if engine.busy:
-            deadline = scheduler.deadline
-            if deadline is not None and deadline < wake:
-                wake = deadline  # wake at the deadline: a miss switches within this control period
-            wake = engine.wait(wake, seg.wake_on_result)
-        over = plant.run_until(wake)
+        t, over = now, False
+        while True:
+            wake = end
+            if engine.busy:
+                deadline = scheduler.deadline
+                if deadline is not None and deadline < wake:
+                    wake = deadline  # a miss must switch within this control period
+                wake = engine.wait(wake, wake_on_result=True)
+            over = plant.run_until(wake)
+            t = clock.now()
+            if over or t >= end:
+                break
+            done = engine.poll(t)
+            if done is None:
+                break  # woken at the deadline: the top of the loop records the miss and switches
+            scheduler.completed(done, plant.hold_action())
+            if seg.wake_on_result or scheduler.watchdog.in_fallback:
+                break  # the robot was waiting for this chunk, or it failed: decide again now
+            # A good chunk arrived while an action runs: that action keeps its period.
         if on_segment is not None:
-            on_segment(seg, now, clock.now())
+            on_segment(seg, now, t)
         if over:
             return
 

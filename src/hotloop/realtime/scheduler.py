@@ -156,7 +156,7 @@ class ChunkScheduler:
         if a.start_tick(a.next_index, self.period) != now:
             return {}  # not on the chunk's grid (only right after a hold): nothing to align to
         return {
-            PREV_ACTIONS_KEY: a.actions[a.next_index :].astype(np.float32),
+            PREV_ACTIONS_KEY: a.actions[a.next_index :].copy(),
             DELAY_KEY: self.expected_delay(),
             MAX_GUIDANCE_WEIGHT_KEY: float(getattr(s, "max_guidance_weight", 0.0)),
         }
@@ -215,6 +215,10 @@ class ChunkScheduler:
             self.jumps.append(float(np.linalg.norm(first_action[:3] - reference[:3])))
         self.active, self.suspended, self._planned_next = new, None, None
         self.chunks += 1
+        if new.remaining == 0 and self.watchdog.in_fallback:
+            # Every action of this chunk is already in the past: nothing fresh to return to.
+            self.watchdog.events.append(Event("stale", now, self.watchdog.stats.inferences - 1))
+            return
         self.watchdog.fresh_chunk(now)
         self._fallback_chunk = None
 

@@ -51,8 +51,11 @@ class SimPlant:
         assert self._action is not None
         env = self.env
         while env.tick < tick:
-            self.success, self.failed = env.advance(self._action, min(SAMPLE_TICKS, tick - env.tick))
-            self.ee.append(env.ee_pos())
+            # Sample on one 10 ms grid whatever the segment boundaries (jerk needs a uniform step).
+            step = min(SAMPLE_TICKS - env.tick % SAMPLE_TICKS, tick - env.tick)
+            self.success, self.failed = env.advance(self._action, step)
+            if env.tick % SAMPLE_TICKS == 0:
+                self.ee.append(env.ee_pos())
             if self.success or self.failed:
                 return True
         return False
