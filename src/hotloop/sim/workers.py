@@ -39,19 +39,38 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    blend: str = "latest"
+    fallback: str = "hold"
+    deadline_ms: float | None = None
+    guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
+
+    def scheduler_config(self) -> Any:
+        from hotloop.realtime.blending import BlendConfig
+        from hotloop.realtime.scheduler import SchedulerConfig
+        from hotloop.realtime.watchdog import WatchdogConfig
+
+        return SchedulerConfig(BlendConfig(self.blend), WatchdogConfig(self.fallback, self.deadline_ms))
+
+    def strategy_config(self, horizon: int) -> Any:
+        from hotloop.realtime.strategies import StrategyConfig
+
+        extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
+        return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
 
 class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
-        from hotloop.realtime.strategies import StrategyConfig, default_strategies, make_strategy
+        from hotloop.realtime.strategies import default_strategies, make_strategy
         from hotloop.sim.evaluator import run_episode
         from hotloop.sim.latency import parse_latency
         from hotloop.sim.tasks import make_task
 
         strategies = default_strategies()
         strategies.get(job.strategy)  # unknown name: fail before building anything
+        job.strategy_config(1)  # bad settings fail here too
+        self.scheduler_config = job.scheduler_config()
         self.latency = parse_latency(job.latency)
         if job.threads is not None:
             import torch
@@ -62,9 +81,7 @@ class EpisodeRunner:
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
-            return make_strategy(
-                job.strategy, StrategyConfig(horizon, job.execute_steps, job.trigger_remaining)
-            )
+            return make_strategy(job.strategy, job.strategy_config(horizon))
 
         self.strategy_for = strategy_for
 
@@ -72,7 +89,9 @@ class EpisodeRunner:
         from hotloop.sim.evaluator import failed_record
 
         try:
-            return self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+            return self._run(
+                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+            )
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
