@@ -94,3 +94,24 @@ def test_rtc_frozen_prefix_is_what_the_robot_executes_meanwhile(env, ms):
                 np.testing.assert_array_equal(by_tick[t], sent[i])
                 checked += 1
     assert checked >= 5
+
+
+def test_blending_reaches_the_commands(env):
+    from hotloop.realtime.blending import BlendConfig
+    from hotloop.realtime.scheduler import SchedulerConfig
+
+    policy = ScriptedPolicy()
+    rec = run_episode(
+        env,
+        policy,
+        lambda h: make_strategy("async", StrategyConfig(h)),
+        parse_latency("fixed:0"),
+        4,
+        trace=True,
+        config=SchedulerConfig(blend=BlendConfig("average")),
+    )
+    # Chunk 1 is observed at tick 250 (5 actions remain) and starts there: its action 0 is averaged with
+    # chunk 0's action 5, planned for the same period.
+    np.testing.assert_allclose(
+        rec["actions_by_tick"][250], 0.5 * policy.chunk(1)[0] + 0.5 * policy.chunk(0)[5]
+    )
