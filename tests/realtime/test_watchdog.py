@@ -60,6 +60,7 @@ def test_switch_in_the_period_of_the_miss_and_return(fault, fallback):
     assert kinds[:3] == [first, "switch", "return"], _events(report)
     (_, t_miss), (_, t_switch), (_, t_return) = _events(report)[:3]
     assert t_switch == t_miss  # same tick, so the same control period
+    assert report.events[0].due == t_miss  # and seen the tick it was due (deadline / failed result)
     if fault == "stall":
         assert t_miss == 750 and t_return == 900  # the deadline; the stalled chunk finally arrives
     else:

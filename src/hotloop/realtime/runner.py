@@ -77,7 +77,7 @@ def run_loop(
             return
         done = engine.poll(now)
         if done is not None:
-            scheduler.completed(done, plant.hold_action())
+            scheduler.completed(done, plant.hold_action(), now)
             continue  # the new chunk may already want the next inference (async, short chunks)
         if engine.busy:
             scheduler.check_deadline(now)
@@ -106,7 +106,7 @@ def run_loop(
             done = engine.poll(t)
             if done is None:
                 break  # woken at the deadline: the top of the loop records the miss and switches
-            scheduler.completed(done, plant.hold_action())
+            scheduler.completed(done, plant.hold_action(), t)
             if seg.wake_on_result or scheduler.watchdog.in_fallback:
                 break  # the robot was waiting for this chunk, or it failed: decide again now
             # A good chunk arrived while an action runs: that action keeps its period.

@@ -182,16 +182,17 @@ class ChunkScheduler:
         if self.in_flight and self.watchdog.check(now):
             self._enter_fallback()
 
-    def completed(self, done: Completion, hold: np.ndarray) -> None:
-        """Install a finished inference (at tick `done.ready_tick` or later), or record its fault."""
+    def completed(self, done: Completion, hold: np.ndarray, now: int | None = None) -> None:
+        """Install a finished inference, or record its fault; `now` is when the runner saw it (default:
+        when it was ready)."""
         self._in_flight = None
-        now = done.ready_tick
+        now = done.ready_tick if now is None else now
         if done.error is not None:
-            self._fault(now, done.error)
+            self._fault(now, done.error, done.ready_tick)
             return
         actions = chunk_actions(done.output, self.action_dim)
         if not np.all(np.isfinite(actions)):
-            self._fault(now, "policy returned non-finite actions")
+            self._fault(now, "policy returned non-finite actions", done.ready_tick)
             return
         if self.strategy is None:
             self.strategy = self.make_strategy(len(actions))
@@ -222,8 +223,8 @@ class ChunkScheduler:
         self.watchdog.fresh_chunk(now)
         self._fallback_chunk = None
 
-    def _fault(self, now: int, error: str) -> None:
-        self.watchdog.fault(now, error)
+    def _fault(self, now: int, error: str, ready_tick: int | None = None) -> None:
+        self.watchdog.fault(now, error, ready_tick)
         self._enter_fallback()
 
     # --- what to command ------------------------------------------------------------------------

@@ -48,12 +48,15 @@ class WatchdogConfig:
 
 @dataclass(frozen=True)
 class Event:
-    """One thing the watchdog saw. kind: miss | fault | switch | return. `inference` counts from 0."""
+    """One thing the watchdog saw, at `tick` (when the runner saw it). kind: miss | fault | switch |
+    return | stale | fallback_fault. `inference` counts from 0. `due`: for a miss its deadline, for a
+    fault the tick the failed result was ready, so `tick - due` is how late the runner noticed."""
 
     kind: str
     tick: int
     inference: int
     detail: str = ""
+    due: int | None = None
 
 
 @dataclass
@@ -97,16 +100,16 @@ class DeadlineWatchdog:
         """At `now`, with the inference still in flight: True when its deadline just passed (a miss)."""
         if self.deadline is None or now < self.deadline:
             return False
-        self.deadline = None
+        due, self.deadline = self.deadline, None
         self.stats.misses += 1
-        self.events.append(Event("miss", now, self._inference, f"deadline tick {self._deadline_of_flight}"))
+        self.events.append(Event("miss", now, self._inference, "deadline passed", due))
         self._switch(now)
         return True
 
-    def fault(self, now: int, error: str) -> None:
+    def fault(self, now: int, error: str, ready_tick: int | None = None) -> None:
         self.deadline = None
         self.stats.faults += 1
-        self.events.append(Event("fault", now, self._inference, error))
+        self.events.append(Event("fault", now, self._inference, error, ready_tick))
         self._switch(now)
 
     def fresh_chunk(self, now: int) -> None:
