@@ -34,11 +34,9 @@ from typing import Protocol
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT
 from hotloop.registry import Registry
 
-# The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor, 10
-# pulled the spliced action closer to the executing chunk than 5 and as close as 20 or 50 (4 states).
-DEFAULT_MAX_GUIDANCE_WEIGHT = 10.0
 
 
 @dataclass
