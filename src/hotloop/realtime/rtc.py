@@ -75,7 +75,11 @@ def guidance_inputs(obs: dict[str, Any]) -> tuple[np.ndarray, int, float] | None
         from hotloop.errors import ConfigError
 
         raise ConfigError(f"observation {PREV_ACTIONS_KEY!r} must be (n >= 1, action_dim); got {prev.shape}")
-    return prev, int(obs.get(DELAY_KEY, 0)), float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT))
+    return (
+        prev,
+        int(obs.get(DELAY_KEY, 0)),
+        float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT)),
+    )
 
 
 def guided_sample_actions(

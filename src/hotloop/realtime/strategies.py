@@ -38,7 +38,6 @@ from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT
 from hotloop.registry import Registry
 
 
-
 @dataclass
 class ActiveChunk:
     actions: np.ndarray  # (H, D)

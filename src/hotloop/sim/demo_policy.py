@@ -54,6 +54,10 @@ class DemoConveyorPolicy:
     pi: Any  # hotloop.models.pi_policy.PiPolicy
     meta: dict[str, Any]
     zero_noise: bool = False  # start the flow at x = 0 (its mode) instead of a seeded draw (R6.3)
+    # RTC's guidance needs x_t on the noise path the model was trained on: from x = 0 the Jacobian it
+    # steers through points against the correction (measured <J^T e, e>/|e|^2 = -0.36 at t = 1, +0.01 from
+    # noise), so guided sampling starts from the seeded draw even when `zero_noise` is set.
+    rtc_from_noise: bool = True
     _cache: Any = field(default=None, repr=False)
     _noise: Any = field(default=None, repr=False)
 
@@ -93,8 +97,9 @@ class DemoConveyorPolicy:
             self._noise = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
             self._cache = pi.model.allocate_cache(batch=1)
         model_obs = pi.observation(self.model_inputs(obs))
-        noise = self._noise if self.zero_noise else None
-        generator = None if self.zero_noise else pi.generator
+        from_zero = self.zero_noise and (guidance is None or not self.rtc_from_noise)
+        noise = self._noise if from_zero else None
+        generator = None if from_zero else pi.generator
         if guidance is None:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
