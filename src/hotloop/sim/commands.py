@@ -63,12 +63,13 @@ def record_cmd(
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
-    from hotloop.sim.recorder import record
+    from hotloop.sim.recorder import check_record_options, record
     from hotloop.sim.tasks import default_tasks
 
     default_tasks().get(task)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     from tqdm import tqdm
 
     bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
@@ -131,6 +132,12 @@ def eval_cmd(
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+        ),
+    ] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks."""
     from hotloop.io import atomic_write_json
@@ -150,6 +157,10 @@ def eval_cmd(
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
     _check_realtime_options(blend, fallback, deadline_ms, guidance_weight)
+    if pipeline is not None:
+        from hotloop.sim.perception_pipeline import parse_pipeline
+
+        parse_pipeline(pipeline)
     if episodes < 1:
         from hotloop.errors import ConfigError
 
@@ -181,6 +192,7 @@ def eval_cmd(
                 fallback=fallback,
                 deadline_ms=deadline_ms,
                 guidance_weight=guidance_weight,
+                pipeline=pipeline,
             )
             result = run_eval(request, progress=not quiet)
             runs.append(result)
@@ -194,6 +206,11 @@ def eval_cmd(
     if plot is not None and runs:
         plot_sweep(runs, plot)
         typer.echo(f"wrote {plot}")
+    if pipeline is not None and runs:
+        from hotloop.sim.perception_pipeline import report_budgets
+
+        for path in report_budgets(runs, plot):
+            typer.echo(f"wrote {path}")
     if json_path is not None:
         typer.echo(f"wrote {json_path}")
     if interrupted:

@@ -39,6 +39,7 @@ class EvalRequest:
     fallback: str = "hold"
     deadline_ms: float | None = None
     guidance_weight: float | None = None
+    pipeline: str | None = None
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
@@ -64,6 +65,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         fallback=request.fallback,
         deadline_ms=request.deadline_ms,
         guidance_weight=request.guidance_weight,
+        pipeline=request.pipeline,
     )
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
@@ -99,6 +101,11 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         strategy_info.update(blend=request.blend, fallback=request.fallback, deadline_ms=request.deadline_ms)
     except Exception:  # noqa: BLE001 - description only
         strategy_info = {"name": request.strategy}
+    extra: dict[str, Any] = {}
+    if request.pipeline:
+        from hotloop.sim.perception_pipeline import parse_pipeline, summarize_pipeline
+
+        extra["pipeline"] = summarize_pipeline(records, parse_pipeline(request.pipeline))
     return {
         "target": request.target,
         "task": request.task,
@@ -106,6 +113,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         "strategy": strategy_info,
         "latency": latency.describe(),
         **summarize(records),
+        **extra,
         "interrupted": interrupted,
         "wall_s": round(time.perf_counter() - t0, 2),
         "seeds": [seeds[0], seeds[-1]],

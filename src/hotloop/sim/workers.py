@@ -57,6 +57,8 @@ class EpisodeJob:
         extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
         return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
+    pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
+
 
 class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
@@ -71,13 +73,17 @@ class EpisodeRunner:
         strategies.get(job.strategy)  # unknown name: fail before building anything
         job.strategy_config(1)  # bad settings fail here too
         self.scheduler_config = job.scheduler_config()
-        self.latency = parse_latency(job.latency)
+        self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
         if job.threads is not None:
             import torch
 
             torch.set_num_threads(job.threads)
         self.env = make_task(job.task, difficulty=job.difficulty)
         self.policy = build_policy(job)
+        if job.pipeline:
+            from hotloop.sim.perception_pipeline import attach_pipeline
+
+            self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -89,9 +95,12 @@ class EpisodeRunner:
         from hotloop.sim.evaluator import failed_record
 
         try:
-            return self._run(
+            record = self._run(
                 self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
             )
+            if hasattr(self.policy, "take_episode"):
+                record["pipeline"] = self.policy.take_episode()
+            return record
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
