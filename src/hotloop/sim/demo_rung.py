@@ -2,7 +2,7 @@
 layer (`hotloop.realtime`) wins back: sync, async and RTC side by side.
 
 Default (about a minute on 2 idle cores): latencies 0, 200, 300 ms (fixed, simulated) × {sync, async,
-rtc} × 16 episodes per point, except sync at 0 ms, which gets 30 (the headline number). `full=True`:
+rtc} × 15 episodes per point, except sync at 0 ms, which gets 20 (the headline number). `full=True`:
 0, 50, 100, 200, 300 ms × 100 episodes per point. Seeds are 0..N-1 at every point, so each point sees
 the same belt speeds and start positions. Besides success, each point reports the chunk-boundary jump
 (how far a new chunk's first command lands from what the replaced plan would have commanded) and the
@@ -24,7 +24,7 @@ def rung_plan(full: bool) -> tuple[list[float], int, int]:
     """(latencies in ms, episodes per point, episodes at sync 0 ms)."""
     if full:
         return [0.0, 50.0, 100.0, 200.0, 300.0], 100, 100
-    return [0.0, 200.0, 300.0], 16, 30
+    return [0.0, 200.0, 300.0], 15, 20
 
 
 def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2) -> dict[str, Any]:
