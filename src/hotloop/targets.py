@@ -24,6 +24,7 @@ OPTION_LIMITS: dict[str, int] = {
     "horizon": 1000,
     "action_dim": 1024,
     "batch": 1024,
+    "prompt_tokens": 100_000,
 }
 MAX_SEED = 2**32 - 1
 _FLAGS = {"num_steps": "--steps", "batch": "--batch", "dtype": "--dtype", "device": "--device"}
@@ -42,6 +43,8 @@ class TargetOptions:
     num_steps: int | None = None
     horizon: int | None = None
     action_dim: int | None = None
+    prompt_tokens: int | None = None  # real tokens among the prompt slots (VLA targets)
+    buckets: tuple[int, ...] | None = None  # prompt-length buckets for the prefix (VLA targets)
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
@@ -65,7 +68,7 @@ class TargetOptions:
         `dtype`, `batch` and `device` have defaults (float32, 1, cpu): a target that does not list them
         runs only at those defaults, and any other value is refused rather than ignored.
         """
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens", "buckets"):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
                     f"target {target!r} does not take {flag(name)}; it takes: "

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.compile.fuse import fold_norms, fold_pi0_time, fuse_projections
+from hotloop.compile.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
 from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.compile.pi_recipes import fast_pi_subengines
 from hotloop.sampling import sample_actions
@@ -35,6 +35,8 @@ def test_each_transform_keeps_every_subengine_output(tiny: TinyFactory, name: st
         "fold": fold_norms(base),
         "fuse": fuse_projections(base),
         "both": fuse_projections(fold_norms(base)),
+        "kv only": drop_unused_query(base),
+        "kv only, then folded": fold_norms(drop_unused_query(base)),
     }
     if not cfg.pi05:
         variants["time"] = fold_pi0_time(base)
@@ -63,6 +65,7 @@ def test_fast_pipeline_matches_sample_actions(tiny: TinyFactory, name: str, loop
     engines = fast_pi_subengines(model, shape, torch.float32)
     block = engines["denoise_step"].module.blocks[0]
     assert len(block.qkv) == 1 and len(block.gate_up) == 1 and block.attn_norm.factor is None
+    assert engines["prefix"].module.blocks[-1].kv_proj is not None
     expected = sample_actions(model, obs, noise=noise)
     actions = PiPipeline.eager(cfg, shape, engines, loop=loop).sample(obs, noise)
     torch.testing.assert_close(actions, expected, rtol=1e-5, atol=1e-5)

@@ -7,6 +7,7 @@ ones are new tensors, computed in float32 and rounded once to the engine dtype.
 - `fold_norms`: Gemma's RMSNorm multiplies by (1 + w) before a linear; (x * f) @ W^T = x @ (W * f)^T, so
   the factor moves into the columns of the q/k/v, gate/up and (pi0) action-out weights.
 - `fuse_projections`: q, k, v become one linear and gate, up another (one matmul instead of three / two).
+- `drop_unused_query`: the prefix's last layer projects only the keys and values the expert reads.
 - `fold_pi0_time`: pi0's action-time MLP reads [action_in_proj(x), temb_k]; the time half is a per-step
   bias precomputed into the time table and action_in_proj is folded into the action half, so a step runs
   one (A -> width) matmul where it ran two, and none on the time embedding.
@@ -64,7 +65,10 @@ def _fold(norm: BlockNorm, linears: list[nn.Module]) -> list[nn.Module]:
 
 
 def _fold_block(block: DecoderBlock) -> None:
+    factor = block.attn_norm.factor
     block.qkv = nn.ModuleList(_fold(block.attn_norm, list(block.qkv)))
+    if block.kv_proj is not None and factor is not None:
+        block.kv_proj = _scaled_columns(cast(nn.Linear, block.kv_proj), factor)
     block.gate_up = nn.ModuleList(_fold(block.mlp_norm, list(block.gate_up)))
 
 
@@ -166,6 +170,21 @@ def fuse_projections(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
             _fuse_block(cast(DecoderBlock, block))
 
     return _rewrite(engines, prefix_fn, step_fn)
+
+
+def drop_unused_query(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
+    """The VLM's last layer feeds the expert only through its keys and values: project just those.
+
+    The model computes that layer's queries too and throws them away (1/depth of the prefix's q work).
+    """
+
+    def prefix_fn(prefix: PrefixEngine) -> None:
+        last = cast(DecoderBlock, prefix.blocks[-1])
+        weights = torch.cat([cast(nn.Linear, lin).weight.detach() for lin in last.qkv])
+        q_rows = last.num_heads * last.head_dim
+        last.kv_proj = linear_from(weights[q_rows:], None, weights.dtype)
+
+    return _rewrite(engines, prefix_fn, lambda step: None)
 
 
 class FoldedPi0SuffixEmbed(nn.Module):

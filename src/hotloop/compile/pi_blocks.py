@@ -74,6 +74,8 @@ class DecoderBlock(nn.Module):
         self.mlp_norm = norm_from_model(layer.post_attention_layernorm)
         self.gate_up = nn.ModuleList([mlp.gate_proj, mlp.up_proj])
         self.down_proj = mlp.down_proj
+        # Set by `compile.fuse.drop_unused_query` on a block used only through `kv`: one (k, v) linear.
+        self.kv_proj: nn.Module | None = None
 
     @property
     def qkv_sizes(self) -> list[int]:
@@ -113,8 +115,14 @@ class DecoderBlock(nn.Module):
     def kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values only (the VLM's last layer feeds the expert through its cache alone)."""
         h, _ = self.attn_norm(x, None)
-        _, k, v = self.project(h, cos, sin)
-        return k, v
+        if self.kv_proj is None:
+            _, k, v = self.project(h, cos, sin)
+            return k, v
+        b, n, _ = h.shape
+        k, v = (
+            self.kv_proj(h).view(b, n, 2 * self.num_kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        )
+        return apply_rope(k, cos, sin), v
 
 
 def blocks_from_stack(layers: nn.ModuleList) -> nn.ModuleList:

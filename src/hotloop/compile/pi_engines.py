@@ -311,7 +311,6 @@ def build_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype
     if model.dtype != dtype:
         model = copy.deepcopy(model).to(dtype)
     model = model.eval()
-    device = model.action_in_proj.weight.device
     step = DenoiseStepEngine(model)
     modules: dict[str, nn.Module] = {
         "vision": VisionEngine(model).eval(),
@@ -320,6 +319,14 @@ def build_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype
         "denoise_loop": DenoiseLoopEngine(step, shape.num_steps).eval(),
     }
     table = time_table(model, shape.num_steps, shape.batch)
+    return _with_examples(cfg, shape, modules, table)
+
+
+def _with_examples(
+    cfg: PiConfig, shape: PiEngineShape, modules: Mapping[str, nn.Module], table: Tensor
+) -> dict[str, SubEngine]:
+    """SubEngines of `modules` with example inputs of `shape`, from a synthetic observation run through them."""
+    device = table.device
     obs = example_observation(cfg, shape, device)
     values: dict[str, Tensor] = {"images": obs.images, "lang_tokens": obs.lang_tokens}
     values.update(observation_tables(cfg, obs.image_masks, obs.lang_masks))
@@ -332,13 +339,35 @@ def build_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype
     ).to(device)
     values["noise"] = values["x_t"] = noise
     engines: dict[str, SubEngine] = {}
-    for name, sig in _signatures(cfg).items():
-        inputs = tuple(values[n] for n in sig.input_names)
-        outputs = _as_tuple(modules[name](*inputs))
-        values.update(zip(sig.output_names, outputs, strict=True))
-        constants = {"time_table": table} if name.startswith("denoise") else {}
-        engines[name] = SubEngine(name, modules[name], inputs, sig.input_names, sig.output_names, constants)
+    with torch.no_grad():
+        for name, sig in _signatures(cfg).items():
+            inputs = tuple(values[n] for n in sig.input_names)
+            outputs = _as_tuple(modules[name](*inputs))
+            values.update(zip(sig.output_names, outputs, strict=True))
+            constants = {"time_table": table} if name.startswith("denoise") else {}
+            engines[name] = SubEngine(
+                name, modules[name], inputs, sig.input_names, sig.output_names, constants
+            )
     return engines
+
+
+def reshape_subengines(
+    cfg: PiConfig, engines: Mapping[str, SubEngine], prompt_slots: int
+) -> dict[str, SubEngine]:
+    """The same modules (weights shared, transforms kept) with example inputs for another prompt length.
+
+    Every module is shape-agnostic in eager PyTorch; a backend then prepares one engine per shape. The time
+    table does not depend on the prompt, so it is kept.
+    """
+    table = engines["denoise_step"].constants["time_table"]
+    step_x = engines["denoise_step"].example_inputs[0]
+    views = engines["vision"].example_inputs[0].shape[1]
+    if prompt_slots > cfg.max_token_len:
+        raise ConfigError(f"prompt_slots {prompt_slots} exceeds the model's {cfg.max_token_len} prompt slots")
+    shape = PiEngineShape(
+        batch=int(step_x.shape[0]), views=int(views), prompt_slots=prompt_slots, num_steps=int(table.shape[0])
+    )
+    return _with_examples(cfg, shape, {n: e.module for n, e in engines.items()}, table)
 
 
 def _as_tuple(out: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
