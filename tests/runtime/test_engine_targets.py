@@ -134,3 +134,11 @@ def test_cuda_graph_capture_replays_the_same_outputs() -> None:
     want = r(*G.example_inputs)[0].clone()
     assert capture(r) is not None
     assert torch.allclose(r(*G.example_inputs)[0], want)
+
+
+def test_artifact_can_be_served(art: Path) -> None:
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.targets import TargetOptions
+
+    served = load_served_policy(str(art), TargetOptions())
+    assert served.action_spec["actions"].shape[-1] == 32
