@@ -59,9 +59,17 @@ class PipelineConfig:
     control_ms: float = 0.0
     predict: bool = False
     budgets_ms: tuple[tuple[str, float], ...] = tuple(DEFAULT_BUDGETS_MS.items())
-    # Detections are good to ~5-8 mm; the belt's speed is constant, so trust the motion model.
+    # Detections are good to ~3-5 mm; the belt carries the box along x at a constant speed, so the motion
+    # model is trusted, and across the belt (y) and vertically (z) the box barely moves at all.
     kalman: KalmanConfig = field(
-        default_factory=lambda: KalmanConfig("cv", 3, process_noise=1e-4, measurement_std=0.006, gate=25.0)
+        default_factory=lambda: KalmanConfig(
+            "cv",
+            3,
+            process_noise=(1e-4, 1e-6, 1e-6),
+            measurement_std=0.005,
+            initial_velocity_std=(1.0, 0.01, 0.01),
+            gate=25.0,
+        )
     )
 
     def __post_init__(self) -> None:
@@ -169,12 +177,14 @@ class PipelinePolicy:
             with cycle.layer("perception"):
                 if cfg.kind == "truth":
                     measured: np.ndarray | None = state[4:7].copy()
+                    partial_x = None
                 else:
-                    measured = self.detector.detect(obs["images"]["top"]).position  # type: ignore[union-attr]
+                    detection = self.detector.detect(obs["images"]["top"])  # type: ignore[union-attr]
+                    measured, partial_x = detection.position, detection.partial_x
             cycle.charge("perception", cfg.perception_ms)
             self._detected += int(measured is not None)
             with cycle.layer("estimation"):
-                estimate = self._estimate(t, state, measured)
+                estimate = self._estimate(t, state, measured, partial_x)
             cycle.charge("estimation", cfg.estimation_ms)
             with cycle.layer("decision"):
                 if estimate is None:  # no target yet: hold still and look again next cycle
@@ -197,7 +207,9 @@ class PipelinePolicy:
             cycle.charge("control", cfg.control_ms)
         return {"actions": actions}
 
-    def _estimate(self, t: float, state: np.ndarray, measured: np.ndarray | None) -> np.ndarray | None:
+    def _estimate(
+        self, t: float, state: np.ndarray, measured: np.ndarray | None, partial_x: float | None = None
+    ) -> np.ndarray | None:
         """[box xyz, box velocity xyz] for the policy, or None before the first detection."""
         ee, gap = state[:3], float(state[3])
         ee_vel = np.zeros(3)
@@ -212,10 +224,13 @@ class PipelinePolicy:
         if self.config.kind == "truth":
             pos, vel = state[4:7] + state[7:10] * ahead, state[7:10]
             return np.concatenate([pos, vel])
-        self.tracker.update(t, measured)
+        if measured is None and partial_x is not None:  # half hidden: its x is still good, its y is not
+            self.tracker.update(t, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False]))
+        else:
+            self.tracker.update(t, measured)
         # One detection fixes where the box is, not where it goes: a plan on velocity 0 chases it. Wait
         # (hold still) until the tracker has seen it move.
-        if not self.tracker.initialized or self.tracker.covariance[1, 1] > TRACKED_VELOCITY_STD**2:
+        if not self.tracker.initialized or self.tracker.velocity_std[0] > TRACKED_VELOCITY_STD:
             return None
         pos, vel = self.tracker.state_at(t + ahead)
         pos[2], vel[2] = self.plane_z, 0.0  # the belt's plane: the detector measures no height
