@@ -10,7 +10,9 @@ cycle (one `infer` call) runs four layers, stamped and budgeted by `hotloop.real
   holds still meanwhile); it predicts through occlusion (no detection) and, once the gripper holds the box (the
   finger gap reads the box's width), takes the box from the gripper's own position. With `predict`, it
   extrapolates the estimate to when the chunk will start (now + the pipeline's known latency), which
-  compensates what latency costs on a moving target;
+  compensates what latency costs on a moving target under strategies that hold while thinking (sync,
+  chunk: the plan starts when it arrives). `async` already runs a chunk on the timeline of its
+  observation (it drops the actions whose time passed), so predicting there aims ahead of the box;
 - decision: the wrapped policy, given the observation with the estimate where the box state was;
 - control: the chunk clipped to the workspace (MuJoCo's position actuators are the servo loop).
 
