@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from hotloop.cli import app
@@ -58,8 +59,15 @@ def test_bench_compare(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    compare = json.loads(out.read_text())["compare"]
-    assert compare["target"] == "toy:mlp" and compare["ratio_p50"] > 0
+    data = json.loads(out.read_text())
+    compare = data["compare"]
+    assert compare["target"] == "toy:mlp"
+    # The ratio is the compared target's median over this one's, both measured here (4 samples each).
+    assert compare["ratio_p50"] == pytest.approx(compare["latency_ms"]["p50"] / data["latency_ms"]["p50"])
+    assert compare["ratio_p99"] == pytest.approx(compare["latency_ms"]["p99"] / data["latency_ms"]["p99"])
+    assert len(data["samples_ms"]) == 4
+    assert 0 < compare["latency_ms"]["p50"] <= compare["latency_ms"]["max"]
+    assert data["info"]["horizon"] == 4  # the shared options reached both targets
 
 
 def test_unknown_target_exits_2_with_known_list():

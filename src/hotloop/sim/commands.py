@@ -45,12 +45,13 @@ def record_cmd(
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
-    from hotloop.sim.recorder import record
+    from hotloop.sim.recorder import check_record_options, record
     from hotloop.sim.tasks import default_tasks
 
     default_tasks().get(task)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     from tqdm import tqdm
 
     bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
