@@ -227,7 +227,9 @@ class PipelinePolicy:
             pos, vel = state[4:7] + state[7:10] * ahead, state[7:10]
             return np.concatenate([pos, vel])
         if measured is None and partial_x is not None:  # half hidden: its x is still good, its y is not
-            self.tracker.update(t, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False]))
+            self.tracker.update(
+                t, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False])
+            )
         else:
             self.tracker.update(t, measured)
         # One detection fixes where the box is, not where it goes: a plan on velocity 0 chases it. Wait

@@ -57,7 +57,9 @@ class KalmanConfig:
         for name in ("process_noise", "measurement_std", "initial_velocity_std"):
             v = np.asarray(getattr(self, name), dtype=np.float64)
             if v.ndim > 1 or (v.ndim == 1 and len(v) != self.dim) or not np.all(v > 0):
-                raise ConfigError(f"Kalman {name} must be > 0, one number or {self.dim} (got {getattr(self, name)})")
+                raise ConfigError(
+                    f"Kalman {name} must be > 0, one number or {self.dim} (got {getattr(self, name)})"
+                )
         if self.gate is not None and not self.gate > 0:
             raise ConfigError(f"Kalman gate must be > 0 or None (got {self.gate})")
 
@@ -169,9 +171,7 @@ class KalmanTracker:
             self._x = np.zeros((cfg.order, cfg.dim))
             self._x[0] = z
             v0 = cfg.per_axis("initial_velocity_std")
-            self._p = np.stack(
-                [np.diag([cfg.measurement_std**2] + [v**2] * (cfg.order - 1)) for v in v0]
-            )
+            self._p = np.stack([np.diag([cfg.measurement_std**2] + [v**2] * (cfg.order - 1)) for v in v0])
             self._t = float(t)
             self.updates += 1
             return True
