@@ -6,8 +6,8 @@ cycle (one `infer` call) runs four layers, stamped and budgeted by `hotloop.real
 - perception: `ColourBoxDetector` on the observation's top camera image (or, with `truth`, the
   simulator's box position: the same chain with a perfect sensor, the baseline);
 - estimation: a constant-velocity Kalman tracker over the detections, stamped with the observation's
-  `timestamp`; there is no target until its velocity is known to 5 cm/s (two detections: the policy
-  holds still meanwhile); it predicts through occlusion (no detection) and, once the gripper holds the box (the
+  `timestamp`, starting from the belt's nominal speed; there is no target until the box is seen and its
+  velocity known to 5 cm/s (the policy holds still meanwhile); it predicts through occlusion (no detection) and, once the gripper holds the box (the
   finger gap reads the box's width), takes the box from the gripper's own position. With `predict`, it
   extrapolates the estimate to when the chunk will start (now + the pipeline's known latency), which
   compensates what latency costs on a moving target under strategies that hold while thinking (sync,
@@ -31,6 +31,8 @@ control 2). Example: `--pipeline detector:perception=50,predict=1`.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +86,10 @@ class PipelineConfig:
     @property
     def budget(self) -> PipelineBudget:
         return PipelineBudget.of(**dict(self.budgets_ms))
+
+    @property
+    def per_axis_velocity_std(self) -> tuple[float, ...]:
+        return tuple(float(v) for v in self.kalman.per_axis("initial_velocity_std"))
 
     @property
     def injected_ms(self) -> float:
@@ -302,6 +308,17 @@ def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Pip
     detector = ColourBoxDetector(PinholeCamera.from_env(env), plane_z) if config.kind == "detector" else None
     bounds = (env.action_space.low, env.action_space.high)
     wrapper = PipelinePolicy(policy, config, detector, plane_z, bounds)
+    if config.kind == "detector":
+        # The belt's nominal speed is the robot's to know (it is configured, or read from the belt's
+        # encoder): the tracker starts from it (mean and spread of the difficulty's range, a uniform
+        # draw) instead of from rest, so the first detection is already a target; detections refine it.
+        low, high = env.task_config.speed_range
+        kalman = dataclasses.replace(
+            config.kalman,
+            initial_velocity=(0.5 * (low + high), 0.0, 0.0),
+            initial_velocity_std=((high - low) / math.sqrt(12), *config.per_axis_velocity_std[1:]),
+        )
+        wrapper.tracker = KalmanTracker(kalman)
     if config.predict and getattr(latency, "kind", None) == "fixed":
         wrapper.lookahead_ms = config.injected_ms + float(latency.fixed_ms)
     return wrapper, PipelineLatency(latency, wrapper)

@@ -45,6 +45,7 @@ class KalmanConfig:
     process_noise: float | tuple[float, ...] = 1e-2  # white acceleration (cv) / jerk (ca) density, per axis
     measurement_std: float = 0.005  # position measurement standard deviation
     initial_velocity_std: float | tuple[float, ...] = 1.0  # prior on the unseen velocity at the first fix
+    initial_velocity: float | tuple[float, ...] = 0.0  # its mean (a conveyor's nominal speed, say)
     gate: float | None = (
         None  # reject a measurement whose normalised innovation exceeds this (chi^2, dim dof)
     )
@@ -60,6 +61,9 @@ class KalmanConfig:
                 raise ConfigError(
                     f"Kalman {name} must be > 0, one number or {self.dim} (got {getattr(self, name)})"
                 )
+        v = np.asarray(self.initial_velocity, dtype=np.float64)
+        if v.ndim > 1 or (v.ndim == 1 and len(v) != self.dim) or not np.all(np.isfinite(v)):
+            raise ConfigError(f"Kalman initial_velocity must be finite, one number or {self.dim}")
         if self.gate is not None and not self.gate > 0:
             raise ConfigError(f"Kalman gate must be > 0 or None (got {self.gate})")
 
@@ -170,6 +174,7 @@ class KalmanTracker:
             z = np.asarray(z, dtype=np.float64).reshape(cfg.dim)
             self._x = np.zeros((cfg.order, cfg.dim))
             self._x[0] = z
+            self._x[1] = cfg.per_axis("initial_velocity")
             v0 = cfg.per_axis("initial_velocity_std")
             self._p = np.stack([np.diag([cfg.measurement_std**2] + [v**2] * (cfg.order - 1)) for v in v0])
             self._t = float(t)
