@@ -47,6 +47,7 @@ from hotloop.realtime.budget import (
     merge_latencies,
 )
 from hotloop.realtime.filters.kalman import KalmanConfig, KalmanTracker
+from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
 
 KINDS = ("detector", "truth")
 DEFAULT_BUDGETS_MS = {"perception": 20.0, "estimation": 2.0, "decision": 100.0, "control": 2.0}
@@ -194,10 +195,17 @@ class PipelinePolicy:
             with cycle.layer("estimation"):
                 estimate = self._estimate(t, state, measured, partial_x)
             cycle.charge("estimation", cfg.estimation_ms)
+            out: dict[str, Any] = {}
             with cycle.layer("decision"):
                 if estimate is None:  # no target yet: hold still and look again next cycle
                     self._waits += 1
                     actions = np.tile(np.array([*state[:3], 0.0]), (self.horizon, 1))
+                    prev = obs.get(PREV_ACTIONS_KEY)
+                    if prev is not None:  # rtc: keep executing what runs, then hold (exact inpainting)
+                        prev = np.asarray(prev, dtype=np.float64)[: self.horizon]
+                        actions[: len(prev)] = prev
+                        actions[len(prev) :] = prev[-1] if len(prev) else actions[len(prev) :]
+                        out = {GUIDED_KEY: True}
                 else:
                     seen = np.array(state, dtype=np.float32)
                     seen[4:10] = estimate
@@ -207,13 +215,12 @@ class PipelinePolicy:
                             1e3 * float(np.linalg.norm(estimate[3:] - state[7:10])),
                         )
                     )
-                    actions = np.asarray(
-                        self.inner.infer({**obs, "state": seen})["actions"], dtype=np.float64
-                    )
+                    out = dict(self.inner.infer({**obs, "state": seen}))  # other keys (RTC's) pass through
+                    actions = np.asarray(out["actions"], dtype=np.float64)
             with cycle.layer("control"):
                 actions = np.clip(actions, self.action_low, self.action_high)
             cycle.charge("control", cfg.control_ms)
-        return {"actions": actions}
+        return {**out, "actions": actions}
 
     def _estimate(
         self, t: float, state: np.ndarray, measured: np.ndarray | None, partial_x: float | None = None
