@@ -22,7 +22,8 @@ added to the delay the closed loop waits for each inference; the decision layer'
 costs in task success. Under `fixed` or `replay` latency only charged time counts towards the delay
 (the chain's real compute time outside the decision layer is reported, not charged), so runs repeat.
 
-The wrapper sees the true box state only to score its estimate (`estimate_error_mm` in the record).
+The wrapper sees the true box state only to score its estimate (`estimate_error_mm` in the record:
+against the box at the observation's time, so with `predict` it includes the deliberate extrapolation).
 
 Spec: `KIND[:key=value,...]`, KIND `detector` or `truth`; keys: perception, estimation, control
 (injected ms), predict (0/1), budget.LAYER (ms; defaults perception 20, estimation 2, decision 100,
@@ -245,8 +246,8 @@ class PipelinePolicy:
             )
         else:
             self.tracker.update(t, measured)
-        # One detection fixes where the box is, not where it goes: a plan on velocity 0 chases it. Wait
-        # (hold still) until the tracker has seen it move.
+        # A plan on an unknown velocity chases the box: no target until the velocity is known well enough
+        # (at once with the belt's nominal speed as the prior; otherwise after a second detection).
         if not self.tracker.initialized or self.tracker.velocity_std[0] > TRACKED_VELOCITY_STD:
             return None
         pos, vel = self.tracker.state_at(t + ahead)
