@@ -19,7 +19,9 @@ for ms in 0 200 300; do
   point async "truth:perception=$ms" "async_truth_p$ms"
   point async "detector:perception=$ms" "async_detector_p$ms"
 done
-point async "detector:perception=200,predict=1" async_detector_p200_predict
+# predict=1 is for strategies that hold while thinking: the plan starts when it arrives
+point sync "truth:perception=100" sync_truth_p100
+point sync "truth:perception=100,predict=1" sync_truth_p100_predict
 .venv/bin/python - "$out" <<'PY'
 import json, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
