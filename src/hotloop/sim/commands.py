@@ -145,14 +145,14 @@ def eval_cmd(
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.tasks import default_tasks
-    from hotloop.targets import default_targets
+    from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     registry = default_strategies()
     for name in names:
         registry.get(name)
     default_tasks().get(task)
-    default_targets().get(target)
+    find_target(target)
     latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs

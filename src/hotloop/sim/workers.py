@@ -108,17 +108,15 @@ class EpisodeRunner:
 
 
 def build_policy(job: EpisodeJob) -> Any:
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
         import importlib
 
         module, attr = job.policy_factory.split(":")
         return getattr(importlib.import_module(module), attr)()
-    return (
-        default_targets()
-        .get(job.target)
-        .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
+    return find_target(job.target).build_policy(
+        job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
     )
 
 
