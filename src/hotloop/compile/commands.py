@@ -47,11 +47,18 @@ def compile_cmd(
     views: Annotated[int | None, typer.Option(help="camera views (pi targets)")] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (pi targets)")] = None,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
+    buckets: Annotated[
+        str | None,
+        typer.Option(
+            help="prompt-length buckets for the prefix, e.g. 32,64,128 (pi targets; the full prompt is always one)"
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import backend_names
+    from hotloop.compile.buckets import parse_buckets
     from hotloop.compile.planner import PlanConfig
     from hotloop.compile.sources import check_pi_target, is_onnx_target, onnx_path
     from hotloop.compile.validate import parse_tolerance
@@ -69,6 +76,7 @@ def compile_cmd(
         iterations=iters,
         threads=threads,
         progress=not quiet,
+        buckets=parse_buckets(buckets) if buckets is not None else (),
     )
     _check_modes(config.inductor_modes)
     check_output_dir(out, "-o")
@@ -80,15 +88,19 @@ def compile_cmd(
         torch.set_num_threads(threads)
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
     if is_onnx_target(target):
+        if buckets is not None:
+            from hotloop.errors import ConfigError
+
+            raise ConfigError("--buckets is for pi targets (prompt lengths); an ONNX model has fixed inputs")
         from hotloop.compile.onnx_plan import onnx_graph, plan_onnx, write_onnx_artifact
 
         graph = onnx_graph(onnx_path(target), list(input_spec or []), seed)
         candidates, best, result = plan_onnx(graph, config, log)
         art = write_onnx_artifact(graph, best, result, out, config)
     else:
-        if input_spec:
-            from hotloop.errors import ConfigError
+        from hotloop.errors import ConfigError
 
+        if input_spec:
             raise ConfigError("--input is for ONNX files; a pi target has its own fixed inputs")
         check_pi_target(target)
         from hotloop.compile.pi_plan import plan_pi, write_pi_artifact
@@ -184,6 +196,11 @@ def print_result(result: dict[str, Any]) -> None:
         f"{result['speedup_p50']:.2f}x, p99 {result['speedup_p99']:.2f}x; action cos {result['action_cos_min']:.6f}; "
         f"budget {result['budget_ms']:g} ms {'met' if result['budget_met'] else 'NOT met'}"
     )
+    for b in result.get("buckets") or []:
+        console.print(
+            f"prompt bucket {b['bucket']}: p50 {b['latency_ms']['p50']:.2f} / p99 {b['latency_ms']['p99']:.2f} ms, "
+            f"action cos {b['action_cos']:.6f} (prompt filling the bucket, against the unbucketed fp32 reference)"
+        )
 
 
 def profile_cmd(

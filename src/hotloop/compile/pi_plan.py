@@ -18,6 +18,7 @@ from torch import Tensor
 from hotloop.compile.backends import get_backend
 from hotloop.compile.backends.base import Runner
 from hotloop.compile.backends.eager import TorchRunner
+from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
 from hotloop.compile.planner import (
     STAGES,
@@ -179,6 +180,7 @@ class PiPlan:
     candidates: list[Candidate]
     chosen: dict[str, Candidate]
     result: dict[str, Any]
+    buckets: list[BucketRunners] = field(default_factory=list)  # extra prompt-length buckets
 
 
 def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = lambda s: None) -> PiPlan:
@@ -219,6 +221,7 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
             chosen[stage] = safer
             plan_pipe = _plan_pipeline(source, sets, chosen)
             agreement = compare_actions(ref_actions, plan_pipe.sample(source.obs, source.noise))
+    buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
     log(f"timing reference and plan interleaved ({config.iterations} rounds)")
     stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
     timers = {"reference": StageTimer(), "plan": StageTimer()}
@@ -260,8 +263,10 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         "budget_met": plan_lat["p99"] <= config.budget_ms,
         "shape": asdict(source.shape),
         "iterations": config.iterations,
+        "prompt_buckets": [*(b.bucket for b in buckets), source.shape.prompt_slots],
+        "buckets": [b.to_dict() for b in buckets],
     }
-    return PiPlan(candidates, chosen, result)
+    return PiPlan(candidates, chosen, result, buckets)
 
 
 def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candidate]) -> PiPipeline:
@@ -292,6 +297,22 @@ def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanCon
             entry["stage"] = stage
             entry["variant"] = cand.variant
             subs.append(entry)
+        for bucket in plan.buckets:  # one entry and folder per bucket's prefix / denoise engine
+            for stage in ("prefix", "denoise"):
+                cand = plan.chosen[stage]
+                name = bucket_name(cand.sub_engine, bucket.bucket)
+                runner = bucket.runners[cand.sub_engine]
+                prepared = runner.save(writer.tmp / name)
+                requires = get_backend(cand.backend).required_features(cand.precision)
+                entry = entry_for(
+                    name,
+                    runner,
+                    [f"{name}/{f}" for f in prepared.files],
+                    {**cand.options, **prepared.options},
+                    requires,
+                )
+                entry.update(stage=stage, variant=cand.variant, bucket=bucket.bucket)
+                subs.append(entry)
         manifest = base_manifest(
             kind="pi",
             target=source.target,
@@ -313,9 +334,11 @@ def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanCon
                     "speedup_p99",
                     "action_cos_min",
                     "budget_met",
+                    "buckets",
                 )
             },
             compile_s={c.sub_engine: c.compile_s for c in plan.chosen.values()},
+            prompt_buckets=plan.result["prompt_buckets"],
             policy=source.policy,
         )
         return writer.commit(manifest)

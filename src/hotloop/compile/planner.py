@@ -46,6 +46,7 @@ class PlanConfig:
     iterations: int = 20
     threads: int | None = None
     progress: bool = True
+    buckets: tuple[int, ...] = ()  # prompt-length buckets below the full prompt (pi targets); () = none
 
     def __post_init__(self) -> None:
         if not self.budget_ms > 0:
@@ -61,6 +62,11 @@ class PlanConfig:
         for v in self.variants:
             if v not in ("plain", "fused"):
                 raise ConfigError(f"--variants: unknown variant {v!r}; use plain or fused")
+        bad = [b for b in self.buckets if not isinstance(b, int) or b < 1]
+        if bad:
+            raise ConfigError(
+                f"--buckets sizes must be positive integers (got {bad}); e.g. --buckets 32,64,128"
+            )
         if not self.backends:
             raise ConfigError("--backends is empty; name at least one, e.g. eager,openvino")
 

@@ -46,6 +46,7 @@ class Engine:
         self.cfg: Any = None
         self.shape: Any = None
         self.pipeline: Any = None
+        self.pipelines: dict[int, Any] = {}  # prompt bucket -> pipeline (pi artifacts)
         self.cuda_graph: Any = None
 
     # ---- loading ---------------------------------------------------------------------------------------
@@ -99,6 +100,8 @@ class Engine:
             raise CheckpointError(f"{root / 'manifest.json'}: unknown artifact kind {engine.kind!r}")
         for _ in range(warmup):
             engine.infer(engine.example_observation())
+            for bucket in list(engine.pipelines)[:-1]:  # the smaller buckets see a prompt that fits them
+                engine.infer(engine.example_observation(prompt_tokens=bucket))
         if memory_cap_mb is not None:
             grown = (psutil.Process().memory_info().rss - rss0) / 2**20
             if grown > memory_cap_mb:
@@ -111,7 +114,9 @@ class Engine:
     def _load_pi(self, threads: int | None) -> None:
         from safetensors.torch import load_file
 
-        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, constants_of
+        from hotloop.compile.bucket_plan import bucket_shape, split_name
+        from hotloop.compile.buckets import BucketedPiPipeline
+        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, constants_of, reshape_subengines
         from hotloop.compile.pi_plan import RECIPES
         from hotloop.compile.sources import config_from_dict
         from hotloop.models.pi0 import PiModel
@@ -126,31 +131,55 @@ class Engine:
         self.model = model.float().eval()
         sets: dict[tuple[torch.dtype, str], Any] = {}
         variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
-        denoise_key = None
+        # Entries "prefix@32", "denoise_step@32" are a prompt-length bucket's engines; plain names the full prompt.
+        per_bucket: dict[int, dict[str, Runner]] = {}
+        denoise_keys: dict[int, tuple[torch.dtype, str]] = {}
         for name, entry in entries(m).items():
+            base, bucket = split_name(name)
+            bucket = bucket if bucket is not None else self.shape.prompt_slots
             backend = get_backend(entry.backend)
             key = (backend.graph_dtype(entry.precision), variants[name])
             if key[1] not in RECIPES:
                 raise CheckpointError(f"{self.path / 'manifest.json'}: unknown sub-engine variant {key[1]!r}")
             if key not in sets:
                 sets[key] = RECIPES[key[1]](self.model, self.shape, key[0])
-            if name.startswith("denoise"):
-                denoise_key = key
+            graphs = (
+                sets[key]
+                if bucket == self.shape.prompt_slots
+                else reshape_subengines(self.cfg, sets[key], bucket)
+            )
+            if base.startswith("denoise"):
+                denoise_keys[bucket] = key
             options = dict(entry.options)
             if threads is not None and entry.backend in ("onnxruntime", "openvino"):
                 options["threads"] = threads
             files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
-            self.runners[name] = backend.load(sets[key][name], entry.precision, self.path / name, files)
-        assert denoise_key is not None, "a pi artifact always has a denoise sub-engine"
-        denoise_set = sets[denoise_key]
-        self.pipeline = PiPipeline(
-            self.cfg,
-            self.shape,
-            self.runners,
-            constants_of(denoise_set),
-            {n: e.signature for n, e in denoise_set.items()},
+            runner = backend.load(graphs[base], entry.precision, self.path / name, files)
+            self.runners[name] = runner
+            per_bucket.setdefault(bucket, {})[base] = runner
+        vision = per_bucket[self.shape.prompt_slots]["vision"]
+        pipelines = {}
+        for bucket, runners in sorted(per_bucket.items()):
+            runners["vision"] = vision  # one vision engine: its output buffer feeds every bucket's prefix
+            if bucket not in denoise_keys:
+                raise CheckpointError(
+                    f"{self.path / 'manifest.json'}: prompt bucket {bucket} has no denoise engine"
+                )
+            denoise_set = sets[denoise_keys[bucket]]
+            if bucket != self.shape.prompt_slots:
+                denoise_set = reshape_subengines(self.cfg, denoise_set, bucket)
+            pipelines[bucket] = PiPipeline(
+                self.cfg,
+                bucket_shape(self.shape, bucket),
+                runners,
+                constants_of(denoise_set),
+                {n: e.signature for n, e in denoise_set.items()},
+            )
+            link_runners(runners)
+        self.pipelines = pipelines
+        self.pipeline = (
+            BucketedPiPipeline(pipelines) if len(pipelines) > 1 else pipelines[self.shape.prompt_slots]
         )
-        link_runners(self.runners)
         self._maybe_capture_cuda_graph()
 
     def _load_onnx(self, threads: int | None) -> None:
@@ -184,7 +213,8 @@ class Engine:
         self.cuda_graph = capture(loop)
 
     # ---- inputs ----------------------------------------------------------------------------------------
-    def example_observation(self) -> Any:
+    def example_observation(self, prompt_tokens: int | None = None) -> Any:
+        """Zeros of the engine's shapes; `prompt_tokens` real tokens (pi artifacts; default all slots)."""
         if self.kind == "onnx":
             return {
                 n: torch.zeros_like(x)
@@ -192,7 +222,12 @@ class Engine:
             }
         from hotloop.compile.pi_engines import example_observation
 
-        return example_observation(self.cfg, self.shape, torch.device("cpu"))
+        obs = example_observation(self.cfg, self.shape, torch.device("cpu"))
+        if prompt_tokens is not None:
+            from hotloop.compile.bucket_plan import fill_prompt
+
+            obs = fill_prompt(obs, prompt_tokens)
+        return obs
 
     @property
     def _onnx_runner(self) -> Runner:
@@ -323,6 +358,7 @@ class Engine:
             "artifact": str(self.path),
             "target": self.manifest.get("target"),
             "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
+            **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
         }
 
 

@@ -7,22 +7,33 @@ from typing import Any
 from hotloop.targets import BenchCase, TargetOptions
 
 
-def _engine(path: str, options: TargetOptions) -> Any:
+def _engine(path: str, options: TargetOptions, supported: frozenset[str] = frozenset()) -> Any:
     from hotloop.runtime.engine import Engine
 
     # Shapes were fixed at compile time: an option that would change them is refused, not ignored.
-    options.reject_unsupported(path, set())
+    # --prompt-tokens only chooses how many prompt slots the observation fills (the engine picks its bucket).
+    options.reject_unsupported(path, set(supported))
     return Engine.load(path)
 
 
 def build_bench(path: str, options: TargetOptions) -> BenchCase:
     import torch
 
-    engine = _engine(path, options)
-    obs = engine.example_observation()
+    from hotloop.errors import ConfigError
+
+    engine = _engine(path, options, frozenset({"prompt_tokens"}))
     if engine.kind == "onnx":
+        if options.prompt_tokens is not None:
+            raise ConfigError(f"--prompt-tokens is for VLA artifacts; {path} is an ONNX plan")
+        obs = engine.example_observation()
         return BenchCase(name=path, run=lambda timer: engine.infer(obs), info=engine.describe())
     cfg = engine.cfg
+    if options.prompt_tokens is not None and options.prompt_tokens > cfg.max_token_len:
+        raise ConfigError(
+            f"--prompt-tokens {options.prompt_tokens} exceeds {path}'s {cfg.max_token_len} prompt slots; "
+            f"use at most {cfg.max_token_len}"
+        )
+    obs = engine.example_observation(options.prompt_tokens)
     noise = torch.randn(
         engine.shape.batch,
         cfg.chunk_size,
@@ -30,6 +41,10 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
         generator=torch.Generator().manual_seed(options.seed),
     )
     info = {**engine.describe(), "num_steps": engine.shape.num_steps, "views": engine.shape.views}
+    if options.prompt_tokens is not None:
+        info["prompt_tokens"] = options.prompt_tokens
+    if len(engine.pipelines) > 1:
+        info["prompt_bucket"] = engine.pipeline.bucket_for(obs)
     return BenchCase(name=path, run=lambda timer: engine.sample(obs, noise, timer=timer), info=info)
 
 

@@ -1,0 +1,148 @@
+"""Prompt-length buckets of a chosen plan: the prefix and denoise sub-engines prepared once more per bucket
+with the plan's own backend, precision and recipe, each checked against the fp32 reference before use.
+
+The plan is chosen at the full prompt length (the worst case); a bucket only shortens the key axis, so the
+same backend wins there and re-planning per bucket would multiply the planner's cost for nothing. Every
+bucket still passes the same honest check: its final actions, for an observation whose real tokens fill
+the bucket, against the unbucketed fp32 reference, within the plan's tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hotloop.compile.backends import get_backend
+from hotloop.compile.backends.base import Runner
+from hotloop.compile.buckets import prompt_buckets
+from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, reshape_subengines
+from hotloop.compile.planner import Candidate, PlanConfig, prepare, time_calls
+from hotloop.compile.validate import compare_actions
+from hotloop.errors import ConfigError
+from hotloop.sampling import PiObservation
+
+if TYPE_CHECKING:
+    from hotloop.compile.pi_plan import EngineSets, PiSource
+
+BUCKETED = ("prefix", "denoise")  # the stages whose shapes depend on the prompt length
+
+
+def bucket_name(sub_engine: str, bucket: int) -> str:
+    """Manifest name of a bucket's sub-engine: prefix@32, denoise_step@32."""
+    return f"{sub_engine}@{bucket}"
+
+
+def split_name(name: str) -> tuple[str, int | None]:
+    """'prefix@32' -> ('prefix', 32); 'prefix' -> ('prefix', None) (the full prompt)."""
+    if "@" not in name:
+        return name, None
+    base, _, size = name.partition("@")
+    return base, int(size)
+
+
+def bucket_sizes(config: PlanConfig, prompt_slots: int) -> tuple[int, ...]:
+    """The extra buckets below the full prompt (the full one is the plan itself)."""
+    if not config.buckets:
+        return ()
+    return prompt_buckets(prompt_slots, config.buckets)[:-1]
+
+
+def fill_prompt(obs: PiObservation, bucket: int) -> PiObservation:
+    """`obs` with its real tokens cut to the first `bucket` slots (the longest prompt this bucket takes)."""
+    masks = obs.lang_masks.clone()
+    masks[:, bucket:] = False
+    if not bool(masks.any()):
+        masks[:, 0] = True
+    return dataclasses.replace(obs, lang_masks=masks)
+
+
+@dataclass
+class BucketRunners:
+    bucket: int
+    runners: dict[str, Runner]  # sub-engine name (prefix, denoise_step|denoise_loop) -> runner
+    pipeline: PiPipeline
+    action_cos: float
+    action_max_abs_normalized: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket,
+            "action_cos": self.action_cos,
+            "action_max_abs_normalized": self.action_max_abs_normalized,
+            "latency_ms": {"p50": self.latency_p50_ms, "p99": self.latency_p99_ms},
+        }
+
+
+def plan_buckets(
+    source: PiSource,
+    sets: EngineSets,
+    chosen: dict[str, Candidate],
+    ref_pipeline: PiPipeline,
+    config: PlanConfig,
+    log: Callable[[str], None] = lambda s: None,
+) -> list[BucketRunners]:
+    """Per extra bucket: the chosen prefix and denoise candidates prepared at that prompt length, with
+    the bucket's actions checked against the fp32 reference and its end-to-end latency measured."""
+    from hotloop.compile.pi_plan import pipeline
+
+    out = []
+    cfg = source.cfg
+    for bucket in bucket_sizes(config, source.shape.prompt_slots):
+        runners: dict[str, Runner] = {"vision": _runner(chosen["vision"])}
+        denoise_set = None
+        for stage in BUCKETED:
+            cand = chosen[stage]
+            own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
+            graph = reshape_subengines(cfg, own, bucket)[cand.sub_engine]
+            runners[cand.sub_engine] = prepare(cand, graph, config.threads)
+            if stage == "denoise":
+                denoise_set = own
+        shape = dataclasses.replace(source.shape, prompt_slots=bucket)
+        pipe = pipeline(
+            dataclasses.replace(source, shape=shape),
+            reshape_subengines(cfg, sets.get(torch.float32), bucket),
+            runners,
+            denoise_set,
+        )
+        obs = fill_prompt(source.obs, bucket)
+        ref = ref_pipeline.sample(obs, source.noise).clone()
+        agreement = compare_actions(ref, pipe.sample(obs, source.noise))
+        violation = config.tolerance.violation(agreement)
+        if violation:
+            raise ConfigError(
+                f"--buckets {bucket}: the plan's engines at {bucket} prompt slots are outside tolerance "
+                f"({violation}); drop this bucket"
+            )
+        lat = time_calls(_sampler(pipe, obs, source.noise), config.warmup, config.iterations)
+        log(f"bucket {bucket}: action cos {agreement.cosine:.6f}, p50 {lat.p50:.2f} ms")
+        out.append(
+            BucketRunners(
+                bucket,
+                {n: r for n, r in runners.items() if n != "vision"},
+                pipe,
+                agreement.cosine,
+                agreement.max_abs_normalized,
+                lat.p50,
+                lat.p99,
+            )
+        )
+    return out
+
+
+def _sampler(pipe: PiPipeline, obs: PiObservation, noise: torch.Tensor) -> Callable[[], Any]:
+    return lambda: pipe.sample(obs, noise)
+
+
+def _runner(cand: Candidate) -> Runner:
+    assert cand.runner is not None, f"{cand.label} was chosen without a runner"
+    return cand.runner
+
+
+def bucket_shape(shape: PiEngineShape, bucket: int | None) -> PiEngineShape:
+    return shape if bucket is None else dataclasses.replace(shape, prompt_slots=bucket)
