@@ -43,9 +43,34 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
     info = {**engine.describe(), "num_steps": engine.shape.num_steps, "views": engine.shape.views}
     if options.prompt_tokens is not None:
         info["prompt_tokens"] = options.prompt_tokens
+    bucket = engine.pipeline.bucket_for(obs) if len(engine.pipelines) > 1 else engine.shape.prompt_slots
     if len(engine.pipelines) > 1:
-        info["prompt_bucket"] = engine.pipeline.bucket_for(obs)
+        info["prompt_bucket"] = bucket
+    info["work"] = stage_work(engine, bucket)
     return BenchCase(name=path, run=lambda timer: engine.sample(obs, noise, timer=timer), info=info)
+
+
+def stage_work(engine: Any, prompt_slots: int) -> dict[str, Any]:
+    """Analytic work per stage at each stage's own precision (the roofline of `hotloop bench ART`): the
+    prefix over the bucket it runs, the denoise stage without the time conditioning the tables replaced."""
+    from hotloop.measure.roofline import pi_stage_work
+
+    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+    work = {}
+    for stage in ("vision", "prefix", "denoise"):
+        runner = next(r for n, r in engine.pipelines[prompt_slots].runners.items() if n.startswith(stage))
+        precision = names.get(runner.precision, "float32")
+        per_stage = pi_stage_work(
+            engine.cfg,
+            precision,
+            engine.shape.batch,
+            views=engine.shape.views,
+            prompt_slots=prompt_slots,
+            num_steps=engine.shape.num_steps,
+            time_conditioning=False,
+        )
+        work[stage] = per_stage[stage].to_dict()
+    return work
 
 
 def build_policy(path: str, options: TargetOptions) -> Any:
