@@ -190,7 +190,7 @@ def demo(
     full: Annotated[bool, typer.Option("--full", help="more iterations and episodes (slower)")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     rung: Annotated[
-        list[str] | None, typer.Option(help="run only these rungs (harness, vla, closed-loop)")
+        list[str] | None, typer.Option(help="run only these rungs (harness, vla, compile, closed-loop)")
     ] = None,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""

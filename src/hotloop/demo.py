@@ -100,9 +100,17 @@ def rung_closed_loop(config: DemoConfig) -> Rung:
     )
 
 
+def rung_compile(config: DemoConfig) -> Rung:
+    from hotloop.compile.demo_rung import run_rung
+
+    out = run_rung(config.out_dir, config.full, progress=config.progress)
+    return Rung(title=out["title"], summary=out["summary"], html=out["html"])
+
+
 RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
     "harness": rung_harness,
     "vla": rung_vla,
+    "compile": rung_compile,
     "closed-loop": rung_closed_loop,
 }
 
