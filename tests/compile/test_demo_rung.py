@@ -21,13 +21,13 @@ def test_compile_rung_writes_its_section(tmp_path: Path, monkeypatch: pytest.Mon
     import hotloop.compile.demo_rung as demo_rung
     from hotloop.demo import DemoConfig, run_demo
 
-    tiny = CompileRungPlan("pi05:tiny", ("eager", "onnxruntime"), ("fp32",), ("plain",), (4,), 3, 1, 2, 2)
+    tiny = CompileRungPlan("pi05:tiny", ("eager",), ("fp32",), ("plain",), (4,), 3, 1, 2, 2)
     monkeypatch.setattr(demo_rung, "rung_plan", lambda full: tiny)
     rungs = run_demo(DemoConfig(out_dir=tmp_path, progress=False, only=("compile",)), log=lambda s: None)
     assert [r.error for r in rungs] == [None]
     summary = json.loads((tmp_path / "compile.json").read_text())
     assert summary["target"] == "pi05:tiny"
-    assert {c["backend"] for c in summary["candidates"]} == {"eager", "onnxruntime"}
+    assert {c["backend"] for c in summary["candidates"]} == {"eager"}
     assert summary["compile"]["prompt_buckets"] == [4, 12]
     assert summary["bench"]["speedup_p50"] > 0 and set(summary["bench"]["roofline"]["stages"]) == {
         "vision",

@@ -41,7 +41,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +106,9 @@ class SubEngine:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     constants: dict[str, Tensor] = field(default_factory=dict)
+    # Conversions of this engine a backend may reuse for another precision (e.g. OpenVINO's converted
+    # model serves f32 and bf16 alike): converting a full-size graph takes tens of seconds, once is enough.
+    conversions: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def signature(self) -> Signature:

@@ -75,6 +75,15 @@ class EngineSets:
     def __init__(self, model: PiModel, shape: PiEngineShape) -> None:
         self.model, self.shape = model, shape
         self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
+        self._reference: dict[tuple[str, int], tuple[Tensor, ...]] = {}
+
+    def reference_outputs(self, sub: str, row: int, inputs: list[Tensor]) -> tuple[Tensor, ...]:
+        """The fp32 sub-engine's outputs for `inputs` (row `row` of the step table), computed once and
+        shared by every candidate of that sub-engine (the reference does not change between them)."""
+        if (sub, row) not in self._reference:
+            out = self.get(torch.float32)[sub].module(*inputs)
+            self._reference[sub, row] = out if isinstance(out, tuple) else (out,)
+        return self._reference[sub, row]
 
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
@@ -135,8 +144,7 @@ def check_candidate(
         for k in rows:
             if cand.sub_engine == "denoise_step":
                 inputs[ref.input_names.index("time_cond")] = table[k]
-            want = ref.module(*inputs)
-            want = want if isinstance(want, tuple) else (want,)
+            want = sets.reference_outputs(cand.sub_engine, k, inputs)
             got_inputs = list(inputs)
             if cand.sub_engine.startswith("denoise"):  # the recipe's own time table, same steps
                 name = "time_cond" if cand.sub_engine == "denoise_step" else "time_table"

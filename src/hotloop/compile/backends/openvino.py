@@ -130,8 +130,11 @@ class OpenVinoBackend:
         import openvino as ov
 
         with op_errors(self.name, graph.name):
+            cache = getattr(graph, "conversions", None)  # pi sub-engines: converted once, any precision
             if graph.module is None:
                 model = _core().read_model(str(graph.path))  # type: ignore[attr-defined]
+            elif cache is not None and "openvino" in cache:
+                model = cache["openvino"].clone()
             else:
                 with warnings.catch_warnings(), torch.no_grad():
                     warnings.simplefilter("ignore")
@@ -143,6 +146,8 @@ class OpenVinoBackend:
                         for port, x in zip(model.inputs, graph.example_inputs, strict=True)
                     }
                 )
+                if cache is not None:
+                    cache["openvino"] = model.clone()
         return OpenVinoRunner(graph, precision, model, options)
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
