@@ -58,8 +58,15 @@ def test_bench_compare(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    compare = json.loads(out.read_text())["compare"]
-    assert compare["target"] == "toy:mlp" and compare["ratio_p50"] > 0
+    data = json.loads(out.read_text())
+    compare = data["compare"]
+    assert compare["target"] == "toy:mlp"
+    # Both targets ran every timed iteration (interleaved), and the comparison's raw samples are saved.
+    assert len(data["samples_ms"]) == 4 and len(compare["samples_ms"]) == 4
+    # The ratios are the two runs' own quantiles divided, not some other figure.
+    assert compare["ratio_p50"] == compare["latency_ms"]["p50"] / data["latency_ms"]["p50"]
+    assert compare["ratio_p99"] == compare["latency_ms"]["p99"] / data["latency_ms"]["p99"]
+    assert compare["latency_ms"]["max"] == max(compare["samples_ms"])
 
 
 def test_unknown_target_exits_2_with_known_list():

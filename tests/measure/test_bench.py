@@ -29,7 +29,7 @@ def test_warmup_and_iterations_are_counted():
     result = run_bench(_case(calls=calls), BenchConfig(warmup=3, iterations=7, progress=False))
     assert len(calls) == 10
     assert result.iterations == 7 and len(result.samples_ms) == 7
-    assert list(result.stages) == ["first", "second/inner", "second", "total"]
+    assert list(result.stages) == ["first", "second", "second/inner", "total"]  # parent first
 
 
 def test_schema(tmp_path):

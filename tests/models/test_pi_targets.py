@@ -44,10 +44,36 @@ def test_bench_is_seeded_and_family_specific() -> None:
     assert build_bench("pi05:tiny", TargetOptions()).info["family"] == "pi05"
 
 
+def _compute_dtypes(case) -> dict[str, set]:
+    """The dtypes every convolution, linear layer, matmul and attention call really received."""
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    watched = {F.conv2d, F.linear, torch.matmul, torch.Tensor.__matmul__, F.scaled_dot_product_attention}
+    seen: dict[str, set] = {}
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in watched:
+                dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor)}
+                seen.setdefault(getattr(func, "__name__", str(func)), set()).update(dtypes)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        out = case.run(StageTimer())
+    assert torch.isfinite(out).all()
+    return seen
+
+
 def test_bench_bfloat16_runs_in_bfloat16() -> None:
+    # The label is not enough: the heavy operations themselves must run in the requested dtype.
     case = build_pi05_bench("tiny", TargetOptions(dtype="bfloat16", num_steps=2))
     assert case.info["dtype"] == "bfloat16"
-    assert torch.isfinite(case.run(StageTimer())).all()
+    seen = _compute_dtypes(case)
+    assert {"conv2d", "linear", "scaled_dot_product_attention"} <= set(seen)
+    assert set().union(*seen.values()) == {torch.bfloat16}, seen
+    fp32 = _compute_dtypes(build_pi05_bench("tiny", TargetOptions(dtype="float32", num_steps=2)))
+    assert set().union(*fp32.values()) == {torch.float32}, fp32
 
 
 def test_bad_options_and_names() -> None:

@@ -27,7 +27,7 @@ def test_record_rejects_a_bad_fraction_before_writing(tmp_path):
     r = CliRunner().invoke(
         _app(), ["record", "--task", "conveyor-pick", "-o", str(out), "--recovery-starts", "1.5"]
     )
-    assert r.exit_code == 2 and "recovery_starts" in r.output and "1.5" in r.output
+    assert r.exit_code == 2 and "--recovery-starts" in r.output and "1.5" in r.output
     assert not out.exists()
 
 

@@ -15,6 +15,8 @@ from hotloop.cli_errors import user_errors
 
 
 def _parse_sweep(text: str) -> list[float]:
+    import math
+
     from hotloop.errors import ConfigError
 
     try:
@@ -23,9 +25,37 @@ def _parse_sweep(text: str) -> list[float]:
         raise ConfigError(
             f"--sweep-latency {text!r}: write milliseconds separated by commas, e.g. 0,50,100,200"
         ) from None
-    if not values or any(v < 0 for v in values):
-        raise ConfigError(f"--sweep-latency {text!r}: need one or more non-negative milliseconds")
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise ConfigError(f"--sweep-latency {text!r}: need one or more finite, non-negative milliseconds")
     return values
+
+
+def _check_strategy_options(
+    names: list[str], execute_steps: int | None, trigger_remaining: int | None
+) -> None:
+    """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
+    when setting it changes the strategy (its description); the check uses a horizon on which every
+    built-in default (H/2) differs from the value. A strategy that refuses the value says so now."""
+    from hotloop.errors import ConfigError
+    from hotloop.sim.strategies import StrategyConfig, make_strategy
+
+    given = {"--execute-steps": execute_steps, "--trigger-remaining": trigger_remaining}
+    horizon = 4 * (1 + max(v for v in (execute_steps, trigger_remaining, 0) if v is not None)) + 1
+    for flag, value in given.items():
+        if value is None:
+            continue
+        field = flag.removeprefix("--").replace("-", "_")
+        users = [
+            name
+            for name in names
+            if make_strategy(name, StrategyConfig(horizon, **{field: value})).describe()
+            != make_strategy(name, StrategyConfig(horizon)).describe()
+        ]
+        if not users:
+            hint = "--strategy chunk" if flag == "--execute-steps" else "--strategy async"
+            raise ConfigError(
+                f"{flag} {value} does nothing with --strategy {','.join(names)}; use {hint} or drop {flag}"
+            )
 
 
 def record_cmd(
@@ -42,29 +72,45 @@ def record_cmd(
     recovery_starts: Annotated[
         float, typer.Option(help="fraction of episodes started in a recovery state (box past the gripper)")
     ] = 0.0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
+    import math
+
     from hotloop.errors import ConfigError
+    from hotloop.io import check_output_dir
+    from hotloop.progress import Progress
     from hotloop.sim.recorder import record
     from hotloop.sim.tasks import default_tasks
 
     default_tasks().get(task)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
-    from tqdm import tqdm
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (got {seed})")
+    if not (math.isfinite(action_noise) and action_noise >= 0):
+        raise ConfigError(f"--action-noise is a std in metres, finite and >= 0 (got {action_noise})")
+    if not 0.0 <= recovery_starts <= 1.0:
+        raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    check_output_dir(out, "-o", must_be_empty=True)
+    wins = 0
 
-    bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
-    result = record(
-        task,
-        episodes,
-        out,
-        difficulty=difficulty,
-        seed=seed,
-        action_noise=action_noise,
-        recovery_starts=recovery_starts,
-        progress=lambda i, ok: bar.update(1),
-    )
-    bar.close()
+    def tick(i: int, ok: bool) -> None:
+        nonlocal wins
+        wins += int(ok)
+        bar.update(1, f"expert success {wins}/{i + 1}")
+
+    with Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar:
+        result = record(
+            task,
+            episodes,
+            out,
+            difficulty=difficulty,
+            seed=seed,
+            action_noise=action_noise,
+            recovery_starts=recovery_starts,
+            progress=tick,
+        )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
         f"expert success {result['successes']}/{result['episodes']}"
@@ -81,8 +127,9 @@ def eval_cmd(
         list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
-        str, typer.Option(help="measured, fixed:MS, or a bench JSON (replay:PATH)")
-    ] = "measured",
+        str | None,
+        typer.Option(help="measured (the default), fixed:MS, or a bench JSON (replay:PATH)"),
+    ] = None,
     sweep_latency: Annotated[
         str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
     ] = None,
@@ -102,8 +149,15 @@ def eval_cmd(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
-    """Closed-loop evaluation: simulated time advances while the policy thinks."""
-    from hotloop.io import atomic_write_json
+    """Closed-loop evaluation: simulated time advances while the policy thinks.
+
+    The table goes to stdout, progress and errors to stderr. Exit code 0 when every episode ran (whatever
+    its outcome), 1 when any episode crashed (counted apart from failures), 2 for bad input, 130 when
+    interrupted (the finished episodes are written first).
+    """
+    from hotloop.errors import ConfigError
+    from hotloop.interrupts import first_interrupt_only
+    from hotloop.io import atomic_write_json, check_output_file
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.strategies import default_strategies
@@ -111,59 +165,82 @@ def eval_cmd(
     from hotloop.targets import default_targets
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(f"--strategy {','.join(strategy)!r} names no strategy; use sync, chunk or async")
     registry = default_strategies()
     for name in names:
         registry.get(name)
     default_tasks().get(task)
     default_targets().get(target)
-    latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
+    if sweep_latency is not None and latency is not None:
+        raise ConfigError(
+            f"--latency {latency} and --sweep-latency {sweep_latency} both given; the sweep sets the "
+            "latency of each point: drop one"
+        )
+    latencies = (
+        [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency or "measured"]
+    )
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
-    if episodes < 1:
-        from hotloop.errors import ConfigError
-
-        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    _check_strategy_options(names, execute_steps, trigger_remaining)
+    requests = [
+        EvalRequest(
+            target=target,
+            task=task,
+            difficulty=difficulty,
+            strategy=name,
+            latency=spec,
+            episodes=episodes,
+            seed=seed,
+            workers=workers,
+            execute_steps=execute_steps,
+            trigger_remaining=trigger_remaining,
+            num_steps=steps,
+        )
+        for name in names
+        for spec in latencies
+    ]  # built first: their checks run before any episode
+    check_output_file(json_path, "--json")
+    check_output_file(plot, "--plot")
     runs: list[dict[str, Any]] = []
     interrupted = False
 
-    single = len(names) == 1 and len(latencies) == 1 and not sweep_latency  # the file's shape: by request
+    single = len(requests) == 1 and not sweep_latency  # the file's shape: by request
 
     def write() -> None:
         if json_path is not None and runs:
             atomic_write_json(json_path, runs[0] if single else {"runs": runs})
 
-    for name in names:
-        for spec in latencies:
-            request = EvalRequest(
-                target=target,
-                task=task,
-                difficulty=difficulty,
-                strategy=name,
-                latency=spec,
-                episodes=episodes,
-                seed=seed,
-                workers=workers,
-                execute_steps=execute_steps,
-                trigger_remaining=trigger_remaining,
-                num_steps=steps,
-            )
+    # The first Ctrl-C stops the point in progress; later presses cannot cut short the save below.
+    with first_interrupt_only():
+        for request in requests:
             result = run_eval(request, progress=not quiet)
             runs.append(result)
             write()  # after every point: Ctrl-C later keeps what finished
             if result["interrupted"]:
                 interrupted = True
                 break
-        if interrupted:
-            break
-    print_table(runs)
-    if plot is not None and runs:
-        plot_sweep(runs, plot)
-        typer.echo(f"wrote {plot}")
-    if json_path is not None:
-        typer.echo(f"wrote {json_path}")
+        print_table(runs)
+        if plot is not None and runs:
+            plot_sweep(runs, plot)
+            typer.echo(f"wrote {plot}")
+        if json_path is not None and runs:
+            typer.echo(f"wrote {json_path}")
     if interrupted:
         typer.echo("interrupted: wrote the episodes that finished", err=True)
         raise typer.Exit(130)
+    crashed = [(r, s) for r in runs for s in r["error_seeds"]]
+    if crashed:
+        first_run, first_seed = crashed[0]
+        reason = next(e["error"] for e in first_run["per_episode"] if e["seed"] == first_seed)
+        reason = reason.strip().splitlines()[-1] if reason.strip() else "no message"
+        seeds = ", ".join(str(s) for _, s in crashed[:10]) + (", ..." if len(crashed) > 10 else "")
+        typer.echo(
+            f"error: {len(crashed)} episode(s) crashed (seeds {seeds}); they are errors, not policy "
+            f"failures, and left out of the success rate. First: {reason}",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def train_demo_cmd(
