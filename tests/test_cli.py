@@ -101,6 +101,7 @@ def test_doctor_reports_every_backend(tmp_path):
     out = tmp_path / "doctor.json"
     res = runner.invoke(app, ["doctor", "--json", str(out)])
     assert res.exit_code == 0, res.output
+    assert f"wrote {out}" in res.stdout  # says where the checks went
     checks = {c["name"]: c for c in json.loads(out.read_text())}
     assert set(checks) >= {
         "eager",
@@ -139,3 +140,58 @@ def test_entry_point_exit_code():
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: unknown target 'nope:x'")
+
+
+def test_version():
+    import hotloop
+
+    proc = subprocess.run([sys.executable, "-m", "hotloop", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"hotloop {hotloop.__version__}"
+
+
+def test_malformed_numbers_are_one_line_naming_flag_and_value(capsys):
+    import pytest
+
+    from hotloop.cli import main
+
+    for argv, needle in (
+        (["eval", "demo:conveyor", "--episodes", "abc"], "'--episodes' got 'abc'"),
+        (["bench", "toy:mlp", "--iters", "1.5"], "'--iters' got '1.5'"),
+        (["record", "--task", "reach", "--seed", "x"], "'--seed' got 'x'"),
+        (["bench", "toy:mlp", "--bogus"], "No such option: --bogus"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert e.value.code == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error: ") and needle in lines[0] and "--help" in lines[0], err
+
+
+def test_main_returns_the_command_exit_code(capsys):
+    import pytest
+
+    from hotloop.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["targets"])
+    assert e.value.code == 0 and "toy:mlp" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "nope:x"])
+    assert e.value.code == 2
+
+
+def test_bench_output_paths_are_checked_before_timing(tmp_path):
+    for args, needle in (
+        (["--json", str(tmp_path)], "--json"),
+        (["--plot", "/proc/hotloop.png"], "--plot /proc/hotloop.png: cannot write in /proc"),
+    ):
+        res = runner.invoke(app, ["bench", "toy:mlp", "--iters", "100000", "--quiet", *args])
+        assert res.exit_code == 2 and needle in res.output and "control rate" not in res.output, res.output
+
+
+def test_bench_progress_off_a_terminal_is_plain_lines():
+    res = runner.invoke(app, ["bench", "toy:mlp", "--warmup", "2", "--iters", "8"])
+    assert res.exit_code == 0, res.output
+    assert "\r" not in res.output
+    assert "bench toy:mlp: 10/10 it (100%)" in res.stderr and "control rate" in res.stdout

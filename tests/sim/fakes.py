@@ -88,6 +88,42 @@ class InterruptingPolicy(CountingPolicy):
             raise KeyboardInterrupt
 
 
+class RaisingPolicy(CountingPolicy):
+    """Raises a plain Python error in every second episode (in-process runs: episodes 2, 4, ...), a
+    stand-in for a policy bug: those episodes are errors, the others run normally."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self.episodes += 1
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.episodes % 2 == 0:
+            raise RuntimeError("policy exploded\nwith a second line")
+        return super().infer(obs)
+
+
+def raising() -> RaisingPolicy:
+    return RaisingPolicy()
+
+
+def slow_to_stop() -> CountingPolicy:
+    """A policy whose worker takes 2 s to stop when terminated (a native library flushing, say): a
+    window in which a second Ctrl-C used to lose every finished episode."""
+    import signal
+    import time
+
+    def stop_slowly(signum: int, frame: Any) -> None:
+        time.sleep(2.0)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop_slowly)
+    return CountingPolicy()
+
+
 def counting() -> CountingPolicy:
     return CountingPolicy()
 

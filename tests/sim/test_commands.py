@@ -114,3 +114,121 @@ def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
     # The interrupt hit episode 3 of the first point: two episodes are kept, async never started.
     assert len(runs) == 1 and runs[0]["interrupted"] is True and runs[0]["strategy"]["name"] == "sync"
     assert [e["seed"] for e in runs[0]["per_episode"]] == [0, 1] and runs[0]["episodes"] == 2
+    assert runs[0]["seeds"] == [0, 1]  # only the seeds that ran, not the five asked for
+
+
+def _with_fake_policy(monkeypatch, factory):
+    from hotloop.sim import eval_run
+
+    real = eval_run.EvalRequest
+    monkeypatch.setattr(eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": factory}))
+
+
+def _one_error_line(r):
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    return lines[0]
+
+
+def test_crashed_episodes_are_errors_not_failures_and_exit_1(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:raising")  # episodes 2 and 4 (seeds 1 and 3) raise
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "4", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    run = json.loads(out.read_text())
+    assert run["errors"] == 2 and run["error_seeds"] == [1, 3]
+    assert run["completed"] == 2 and run["successes"] + run["failures"] == 2
+    assert run["success_rate"] == run["successes"] / 2  # crashes are left out of the rate
+    crashed = [e for e in run["per_episode"] if e["error"]]
+    assert [e["seed"] for e in crashed] == [1, 3]
+    assert all(not e["failed"] and "policy exploded" in e["error"] for e in crashed)
+    # The table (stdout) has an errors column; the one-line verdict (stderr) names the seeds.
+    assert "errors" in r.stdout and "closed-loop evaluation" not in r.stderr
+    assert "error: 2 episode(s) crashed (seeds 1, 3)" in r.stderr and "policy exploded" in r.stderr
+
+
+def test_a_clean_run_prints_its_table_on_stdout(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:counting")
+    args = ["eval", "demo:conveyor", "--episodes", "1", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "closed-loop evaluation" in r.stdout and r.stderr == ""
+    run = json.loads((tmp_path / "r.json").read_text())
+    # The default difficulty is reported as what ran, not null; seeds are those that ran.
+    assert run["difficulty"] == "medium" and run["seeds"] == [0] and run["errors"] == 0
+
+
+def test_impossible_eval_options_fail_before_any_episode(tmp_path):
+    out = tmp_path / "never.json"
+    base = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--json", str(out)]
+    for extra, needle in (
+        (["--seed", "-1"], "--seed must be >= 0 (got -1)"),
+        (["--workers", "-3"], "--workers must be >= 0 (got -3)"),
+        (["--episodes", "0"], "--episodes must be >= 1 (got 0)"),
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--strategy", ""], "names no strategy"),
+        (["--strategy", " , "], "names no strategy"),
+        (["--latency", "fixed:inf"], "finite"),
+        (["--latency", "fixed:nan"], "finite"),
+        (["--latency", "fixed:-5"], "finite and >= 0"),
+        (["--trigger-remaining", "2"], "--trigger-remaining 2 does nothing with --strategy sync"),
+        (["--strategy", "async", "--execute-steps", "3"], "--execute-steps 3 does nothing"),
+        (["--strategy", "chunk", "--trigger-remaining", "3"], "--trigger-remaining 3 does nothing"),
+        (["--latency", "fixed:50", "--sweep-latency", "0,100"], "--latency fixed:50 and --sweep-latency"),
+        (["--sweep-latency", "0,inf"], "--sweep-latency"),
+        (["--json", str(tmp_path)], "is a directory"),
+        (["--plot", "/proc/hotloop-test.png"], "cannot write in /proc"),
+        (["--json", str(tmp_path / "file.txt" / "r.json")], "is a file, not a directory"),
+    ):
+        (tmp_path / "file.txt").write_text("x")
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        assert needle in _one_error_line(r), (extra, r.output)
+    assert not out.exists()
+
+
+def test_strategy_options_are_accepted_where_they_act(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:counting")
+    base = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "0", "--quiet"]
+    for extra in (
+        ["--strategy", "chunk", "--execute-steps", "1"],
+        ["--strategy", "async", "--trigger-remaining", "5"],
+        ["--strategy", "sync,async", "--trigger-remaining", "0"],  # async reads it
+    ):
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 0, (extra, r.output)
+
+
+def test_record_output_directory_is_checked_before_recording(tmp_path):
+    regular = tmp_path / "a-file"
+    regular.write_text("mine")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    base = ["record", "--task", "reach", "--episodes", "1", "--quiet"]
+    for extra, needle in (
+        (["-o", str(regular)], "is a file, not a directory"),
+        (["-o", str(busy)], "is not empty (holds notes.txt)"),
+        (["-o", "/proc/hotloop-test-ds"], "cannot write in /proc"),
+        (["-o", str(tmp_path / "new"), "--seed", "-1"], "--seed must be >= 0"),
+        (["-o", str(tmp_path / "new"), "--action-noise", "nan"], "--action-noise"),
+    ):
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        assert needle in _one_error_line(r), (extra, r.output)
+    assert regular.read_text() == "mine" and sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "new").exists()
+
+
+def test_record_progress_is_plain_lines_off_a_terminal(tmp_path):
+    r = CliRunner().invoke(
+        _app(), ["record", "--task", "reach", "--episodes", "2", "-o", str(tmp_path / "ds")]
+    )
+    assert r.exit_code == 0, r.output
+    assert "\r" not in r.output
+    assert "record reach: 2/2 ep (100%)" in r.stderr and "wrote 2 episodes" in r.stdout
+    quiet = CliRunner().invoke(
+        _app(), ["record", "--task", "reach", "--episodes", "1", "-o", str(tmp_path / "q"), "--quiet"]
+    )
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
