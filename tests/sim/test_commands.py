@@ -232,3 +232,11 @@ def test_record_progress_is_plain_lines_off_a_terminal(tmp_path):
         _app(), ["record", "--task", "reach", "--episodes", "1", "-o", str(tmp_path / "q"), "--quiet"]
     )
     assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+
+
+def test_a_worker_that_cannot_start_reports_the_message_not_the_exception_class():
+    args = ["eval", "demo:conveyor", "--difficulty", "insane", "--episodes", "1", "--workers", "1"]
+    r = CliRunner().invoke(_app(), [*args, "--quiet"])
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r)
+    assert "difficulty 'insane' is not known" in line and "Error" not in line, line

@@ -259,8 +259,10 @@ def train_demo_cmd(
     """Train the pi0.5-nano demo policy (demo:conveyor) on conveyor-pick expert episodes, on CPU."""
     import dataclasses
 
+    from hotloop.io import check_output_dir
     from hotloop.sim.train_demo import TrainDemoConfig, ship_assets, train_demo
 
+    check_output_dir(out, "-o")
     cfg = TrainDemoConfig(seed=seed)
     updates: dict[str, Any] = {}
     if steps is not None:
