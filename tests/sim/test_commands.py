@@ -240,3 +240,13 @@ def test_a_worker_that_cannot_start_reports_the_message_not_the_exception_class(
     assert r.exit_code == 2, r.output
     line = _one_error_line(r)
     assert "difficulty 'insane' is not known" in line and "Error" not in line, line
+
+
+def test_eval_progress_is_plain_lines_off_a_terminal(monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:raising")
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "2", "--workers", "0"]
+    r = CliRunner().invoke(_app(), [*args, "--latency", "fixed:0", "--strategy", "sync,chunk"])
+    assert r.exit_code == 1 and "\r" not in r.output
+    assert "sync fixed:0: 2/2 ep (100%), success 0/1, 1 crashed" in r.stderr, r.stderr
+    # With several points the verdict names each crashed episode's point, not just its seed.
+    assert "2 episode(s) crashed (sync fixed:0 seed 1, chunk fixed:0 seed 1)" in r.stderr, r.stderr

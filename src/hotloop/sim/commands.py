@@ -234,9 +234,15 @@ def eval_cmd(
         first_run, first_seed = crashed[0]
         reason = next(e["error"] for e in first_run["per_episode"] if e["seed"] == first_seed)
         reason = reason.strip().splitlines()[-1] if reason.strip() else "no message"
-        seeds = ", ".join(str(s) for _, s in crashed[:10]) + (", ..." if len(crashed) > 10 else "")
+        if len(runs) == 1:
+            where = "seeds " + ", ".join(str(s) for _, s in crashed[:10])
+        else:  # name the point too: the same seed runs once per point
+            where = ", ".join(
+                f"{r['strategy']['name']} {r['latency']['spec']} seed {s}" for r, s in crashed[:10]
+            )
+        where += ", ..." if len(crashed) > 10 else ""
         typer.echo(
-            f"error: {len(crashed)} episode(s) crashed (seeds {seeds}); they are errors, not policy "
+            f"error: {len(crashed)} episode(s) crashed ({where}); they are errors, not policy "
             f"failures, and left out of the success rate. First: {reason}",
             err=True,
         )

@@ -102,7 +102,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         nonlocal wins, crashes
         wins += int(record["success"])
         crashes += int(bool(record.get("error")))
-        bar.update(1, f"success {wins}/{bar.n}" + (f", {crashes} crashed" if crashes else ""))
+        bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))
 
     t0 = time.perf_counter()
     with bar:
