@@ -65,8 +65,11 @@ def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
 
     from hotloop.sim.tasks import default_tasks
 
-    entry = default_tasks().get(task)
-    if not getattr(entry, "difficulties", ()):
+    registry = default_tasks()
+    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
+        return None
+    entry = registry.get(task)
+    if not entry.difficulties:
         return None
     module, attr = entry.config.split(":")
     return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
