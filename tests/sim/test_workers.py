@@ -1,7 +1,7 @@
 from hotloop.sim.workers import EpisodeJob, run_episodes
 
 
-def test_a_crashing_worker_is_a_failed_episode_and_the_run_continues():
+def test_a_crashing_worker_is_an_error_episode_and_the_run_continues():
     job = EpisodeJob(
         target="demo:conveyor",
         task="reach",
@@ -18,6 +18,7 @@ def test_a_crashing_worker_is_a_failed_episode_and_the_run_continues():
     assert crashed, "the fake policy should have killed at least one worker"
     for r in crashed:
         assert not r["success"] and f"seed {r['seed']}" in r["error"]
+        assert not r["failed"]  # a crash says nothing about the policy: an error, not a failure
 
 
 def test_repeated_ctrl_c_while_workers_stop_keeps_the_finished_episodes():
