@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -42,5 +42,30 @@ def first_interrupt_only() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, _FirstOnly())
     try:
         yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def stop_at_next_boundary(what: str) -> Iterator[Callable[[], bool]]:
+    """Ctrl-C asks the work to stop at its next boundary (the end of the `what` in progress) instead of
+    raising: the loop polls the returned function and writes what finished. For work made of short
+    units (an expert episode takes seconds) that keeps everything but the unit in progress."""
+    presses = [0]
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        presses[0] += 1
+        print(
+            f"interrupt: stopping after the {what} in progress, then writing the finished ones",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: presses[0] > 0
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -250,3 +250,32 @@ def test_eval_progress_is_plain_lines_off_a_terminal(monkeypatch):
     assert "sync fixed:0: 2/2 ep (100%), success 0/1, 1 crashed" in r.stderr, r.stderr
     # With several points the verdict names each crashed episode's point, not just its seed.
     assert "2 episode(s) crashed (sync fixed:0 seed 1, chunk fixed:0 seed 1)" in r.stderr, r.stderr
+
+
+def test_ctrl_c_during_record_writes_the_finished_episodes(tmp_path):
+    # A real `hotloop record` process, interrupted the way a terminal does it (SIGINT to the process
+    # group, twice): it stops after the episode in progress and writes a readable dataset of the rest.
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hotloop
+    from hotloop.sim.dataset import Dataset
+
+    out = tmp_path / "ds"
+    src = str(Path(hotloop.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "hotloop", "record", "--task", "reach", "--episodes", "400", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first progress line: a tenth of the episodes are done
+    assert "record reach: 40/400 ep" in first, first
+    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, rest
+    assert "interrupted: wrote the" in rest and "Traceback" not in rest, rest
+    dataset = Dataset(out)
+    assert 40 <= dataset.info["total_episodes"] < 400

@@ -78,6 +78,7 @@ def record_cmd(
     import math
 
     from hotloop.errors import ConfigError
+    from hotloop.interrupts import stop_at_next_boundary
     from hotloop.io import check_output_dir
     from hotloop.progress import Progress
     from hotloop.sim.recorder import record
@@ -100,7 +101,12 @@ def record_cmd(
         wins += int(ok)
         bar.update(1, f"expert success {wins}/{i + 1}")
 
-    with Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar:
+    # Ctrl-C stops after the episode in progress and writes the finished ones (a dataset is written whole
+    # at the end: an exception there would lose every episode).
+    with (
+        stop_at_next_boundary("episode") as stop,
+        Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar,
+    ):
         result = record(
             task,
             episodes,
@@ -110,11 +116,15 @@ def record_cmd(
             action_noise=action_noise,
             recovery_starts=recovery_starts,
             progress=tick,
+            stop=stop,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
         f"expert success {result['successes']}/{result['episodes']}"
     )
+    if result["stopped"]:
+        typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
+        raise typer.Exit(130)
 
 
 def eval_cmd(
