@@ -77,6 +77,7 @@ def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.progress import Progress
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.strategies import StrategyConfig, make_strategy
@@ -95,8 +96,6 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         policy_factory=request.policy_factory,
         threads=threads,
     )
-    from hotloop.progress import Progress
-
     seeds = [request.seed + i for i in range(request.episodes)]
     bar = Progress(len(seeds), f"{request.strategy} {latency.spec}", "ep", enabled=progress)
     wins = crashes = 0
@@ -141,7 +140,7 @@ def _latency_ms(run: dict[str, Any]) -> float | None:
     return sum(means) / len(means) if means else None
 
 
-def print_table(runs: list[dict[str, Any]], console: Any = None) -> None:
+def print_table(runs: list[dict[str, Any]]) -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
     from rich.console import Console
@@ -174,9 +173,7 @@ def print_table(runs: list[dict[str, Any]], console: Any = None) -> None:
             "-" if r["chunk_discontinuity"] is None else f"{1000 * r['chunk_discontinuity']:.1f}",
             f"{r['wall_s']:.0f}",
         )
-    if console is None:
-        console = Console(width=max(120, Console().width))
-    console.print(table)
+    Console(width=max(120, Console().width)).print(table)
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:

@@ -3,8 +3,8 @@
 Each worker builds its environment and policy once, then runs the episode seeds it is handed one at a
 time over a pipe. The parent waits on every pipe and every process sentinel at once, so a worker that
 dies (a segfault in a native library, an out-of-memory kill) is noticed at once: its episode is recorded
-as a failure with its seed and the error, and a fresh worker takes over the remaining seeds. A Python
-exception inside an episode is a failed episode too (the worker survives). Ctrl-C stops the workers and
+as an error (not a policy failure) with its seed and the error, and a fresh worker takes over the
+remaining seeds. A Python exception inside an episode is an error episode too (the worker survives). Ctrl-C stops the workers and
 returns what finished, flagged `interrupted`; further Ctrl-C presses while the workers stop are noted,
 not raised (`hotloop.interrupts`), so the finished episodes always come back.
 
