@@ -146,6 +146,8 @@ def test_replay_files_that_are_not_json_files(tmp_path):
     folder.mkdir()
     with pytest.raises(ConfigError, match="is a directory"):
         parse_latency(f"replay:{folder}")
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        parse_latency("replay:/dev/null")
     with pytest.raises(ConfigError, match="does not exist"):
         parse_latency(f"replay:{tmp_path / 'missing.json'}")
     for spec in ("replay:", "replay:  "):

@@ -118,6 +118,10 @@ def load_bench_latency(path: str | Path) -> LatencyModel:
         raise ConfigError(
             f"latency file {name} is a directory; pass the JSON file `hotloop bench --json` wrote"
         )
+    if path.exists() and not path.is_file():
+        raise ConfigError(
+            f"latency file {name} is not a regular file; pass the JSON file `hotloop bench --json` wrote"
+        )
     if not path.is_file():
         raise ConfigError(
             f"latency file {name} does not exist; write one with `hotloop bench TARGET --json {path}`"
