@@ -5,6 +5,9 @@ writing the episodes that finished) must not be cut short by an impatient second
 used to lose every finished episode. Inside `first_interrupt_only()` later presses are counted and
 reported on stderr, not raised. Nested uses share the outer count, so an inner block that has handled
 the first press does not make the next one raise again in the outer block's save.
+
+Work made of short units (recording expert episodes) uses `stop_at_next_boundary()` instead: Ctrl-C
+never raises there, the loop stops after the unit in progress and writes the rest.
 """
 
 from __future__ import annotations
