@@ -124,6 +124,13 @@ def slow_to_stop() -> CountingPolicy:
     return CountingPolicy()
 
 
+def refusing() -> CountingPolicy:
+    """A policy that refuses its configuration when built (in a worker: the parent reports it)."""
+    from hotloop.errors import ConfigError
+
+    raise ConfigError("this policy needs --steps 10 or more")
+
+
 def counting() -> CountingPolicy:
     return CountingPolicy()
 

@@ -177,6 +177,7 @@ def test_impossible_eval_options_fail_before_any_episode(tmp_path):
         (["--strategy", "chunk", "--trigger-remaining", "3"], "--trigger-remaining 3 does nothing"),
         (["--latency", "fixed:50", "--sweep-latency", "0,100"], "--latency fixed:50 and --sweep-latency"),
         (["--sweep-latency", "0,inf"], "--sweep-latency"),
+        (["--difficulty", "hard"], "task 'reach' has no difficulty levels"),
         (["--json", str(tmp_path)], "is a directory"),
         (["--plot", "/proc/hotloop-test.png"], "cannot write in /proc"),
         (["--json", str(tmp_path / "file.txt" / "r.json")], "is a file, not a directory"),
@@ -213,6 +214,10 @@ def test_record_output_directory_is_checked_before_recording(tmp_path):
         (["-o", "/proc/hotloop-test-ds"], "cannot write in /proc"),
         (["-o", str(tmp_path / "new"), "--seed", "-1"], "--seed must be >= 0"),
         (["-o", str(tmp_path / "new"), "--action-noise", "nan"], "--action-noise"),
+        (
+            ["-o", str(tmp_path / "new"), "--task", "conveyor-pick", "--difficulty", "x"],
+            "use easy, medium, hard",
+        ),
     ):
         r = CliRunner().invoke(_app(), [*base, *extra])
         assert r.exit_code == 2, (extra, r.output)
@@ -234,12 +239,13 @@ def test_record_progress_is_plain_lines_off_a_terminal(tmp_path):
     assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
 
 
-def test_a_worker_that_cannot_start_reports_the_message_not_the_exception_class():
-    args = ["eval", "demo:conveyor", "--difficulty", "insane", "--episodes", "1", "--workers", "1"]
+def test_a_worker_that_cannot_start_reports_the_message_not_the_exception_class(monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:refusing")  # raises a ConfigError in the worker process
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "1"]
     r = CliRunner().invoke(_app(), [*args, "--quiet"])
     assert r.exit_code == 2, r.output
     line = _one_error_line(r)
-    assert "difficulty 'insane' is not known" in line and "Error" not in line, line
+    assert "this policy needs --steps" in line and "Error" not in line, line
 
 
 def test_eval_progress_is_plain_lines_off_a_terminal(monkeypatch):

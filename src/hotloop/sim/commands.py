@@ -30,6 +30,21 @@ def _parse_sweep(text: str) -> list[float]:
     return values
 
 
+def _check_difficulty(task: str, difficulty: str | None) -> None:
+    """`--difficulty` checked against the task's levels now, not in a worker after start-up."""
+    from hotloop.errors import ConfigError
+    from hotloop.sim.tasks import default_tasks
+
+    registry = default_tasks()
+    if difficulty is None or task not in registry:  # other tasks check their own options when made
+        return
+    levels = registry.get(task).difficulties
+    if not levels:
+        raise ConfigError(f"task {task!r} has no difficulty levels; drop --difficulty")
+    if difficulty not in levels:
+        raise ConfigError(f"--difficulty {difficulty!r} is not a level of {task}; use {', '.join(levels)}")
+
+
 def _check_strategy_options(
     names: list[str], execute_steps: int | None, trigger_remaining: int | None
 ) -> None:
@@ -93,6 +108,7 @@ def record_cmd(
         raise ConfigError(f"--action-noise is a std in metres, finite and >= 0 (got {action_noise})")
     if not 0.0 <= recovery_starts <= 1.0:
         raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    _check_difficulty(task, difficulty)
     check_output_dir(out, "-o", must_be_empty=True)
     wins = 0
 
@@ -193,6 +209,7 @@ def eval_cmd(
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
     _check_strategy_options(names, execute_steps, trigger_remaining)
+    _check_difficulty(task, difficulty)
     requests = [
         EvalRequest(
             target=target,
