@@ -79,3 +79,15 @@ def test_output_paths_are_checked_before_the_work(tmp_path):
         locked.mkdir(mode=0o500)
         with pytest.raises(ConfigError, match="cannot write in"):
             check_output_file(locked / "r.json", "--json")
+
+
+def test_json_never_holds_nan_or_infinity(tmp_path):
+    import math
+
+    path = atomic_write_json(
+        tmp_path / "r.json",
+        {"a": math.nan, "b": [1.0, math.inf, np.float32("-inf")], "c": np.array([np.nan, 2.0])},
+    )
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [1.0, None, None], "c": [None, 2.0]}

@@ -1,4 +1,4 @@
-"""The one command-line app: `hotloop bench | doctor | demo | targets | record | eval | train-demo`."""
+"""The one command-line app: `hotloop bench | doctor | demo | targets | record | eval | train-demo | serve`."""
 
 from __future__ import annotations
 
@@ -96,6 +96,7 @@ def bench(
         seed=seed,
     )
     _check_device(device)
+    _warn_oversubscription(threads)
     check_output_file(json_path, "--json")
     check_output_file(plot, "--plot")
     with machine_settings(config):  # before building: threads a library starts keep their affinity
@@ -110,6 +111,18 @@ def bench(
         console.print(f"wrote {write_json(result, json_path)}")
     if plot is not None:
         console.print(f"wrote {plot_latency(result, plot)}")
+
+
+def _warn_oversubscription(threads: int | None) -> None:
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    if threads is not None and threads > cpus:
+        typer.echo(
+            f"warning: --threads {threads} is more than the {cpus} CPUs this process may use; the threads "
+            f"will take turns and the timings will suffer (use --threads {cpus} or fewer)",
+            err=True,
+        )
 
 
 def _check_device(device: str) -> None:
@@ -192,6 +205,15 @@ def _add_sim_commands() -> None:
 
 
 _add_sim_commands()
+
+
+def _add_serve_commands() -> None:
+    from hotloop.serve.commands import add_commands
+
+    add_commands(app)
+
+
+_add_serve_commands()
 
 
 def _usage_line(exc: Exception) -> str:

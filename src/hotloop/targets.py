@@ -16,6 +16,23 @@ from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer
 from hotloop.registry import Registry
 
+# Upper limits on the size options: far above any real robot policy, low enough that a typo (an extra
+# zero or three) is refused at once instead of hanging the machine or exhausting its memory.
+OPTION_LIMITS: dict[str, int] = {
+    "views": 16,
+    "num_steps": 1000,
+    "horizon": 1000,
+    "action_dim": 1024,
+    "batch": 1024,
+}
+MAX_SEED = 2**32 - 1
+_FLAGS = {"num_steps": "--steps", "batch": "--batch", "dtype": "--dtype", "device": "--device"}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a TargetOptions field (num_steps -> --steps)."""
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
 
 @dataclass(frozen=True)
 class TargetOptions:
@@ -31,23 +48,54 @@ class TargetOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name, limit in OPTION_LIMITS.items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1 (got {value})")
-        if self.batch < 1:
-            raise ConfigError(f"batch must be >= 1 (got {self.batch})")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise ConfigError(f"{flag(name)} must be an integer from 1 to {limit} (got {value!r})")
         if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
+            raise ConfigError(f"--dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {self.seed!r})")
 
     def reject_unsupported(self, target: str, supported: set[str]) -> None:
-        """Raise if an option outside `supported` was set (no silent ignoring)."""
+        """Raise if an option outside `supported` was set (no silent ignoring).
+
+        `dtype`, `batch` and `device` have defaults (float32, 1, cpu): a target that does not list them
+        runs only at those defaults, and any other value is refused rather than ignored.
+        """
         for name in ("views", "num_steps", "horizon", "action_dim"):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
-                    f"target {target!r} does not take --{name.replace('_', '-')}; it takes: "
-                    f"{', '.join(sorted(supported)) or 'no options'}"
+                    f"target {target!r} does not take {flag(name)}; it takes: "
+                    f"{', '.join(flag(n) for n in sorted(supported)) or 'no options'}"
                 )
+        defaults = {"dtype": "float32", "batch": 1, "device": "cpu"}
+        for name, default in defaults.items():
+            if name not in supported and getattr(self, name) != default:
+                raise ConfigError(
+                    f"target {target!r} runs with {flag(name)} {default} only (got {getattr(self, name)}); "
+                    f"drop {flag(name)}"
+                )
+
+
+def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
+    """Refuse a run whose estimated memory exceeds what is free on `device` (instead of swapping or OOM)."""
+    if device.startswith("cuda"):
+        import torch
+
+        free = float(torch.cuda.mem_get_info(torch.device(device))[0])
+    else:
+        import psutil
+
+        free = float(psutil.virtual_memory().available)
+    if need_bytes > free:
+        gib = 1024.0**3
+        raise ConfigError(
+            f"{what} needs about {need_bytes / gib:.1f} GiB, more than the {free / gib:.1f} GiB free on "
+            f"{device}; lower --batch, --horizon or --views"
+        )
 
 
 @dataclass

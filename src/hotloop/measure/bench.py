@@ -21,6 +21,7 @@ from hotloop.measure.stats import LatencyStats
 from hotloop.targets import BenchCase
 
 TOTAL_STAGE = "total"
+MAX_THREADS = 1024  # torch starts them all at once; more is a typo, not a setting
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ class BenchConfig:
             raise ConfigError(f"iterations must be >= 1 (got {self.iterations}); use e.g. --iters 200")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1 (got {self.threads})")
+        if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
         if self.pin is not None:
             available = os.sched_getaffinity(0)
             missing = sorted(set(self.pin) - available)
@@ -49,25 +50,27 @@ class BenchConfig:
                 )
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """Parse a Linux CPU list such as "0-3,6" into (0, 1, 2, 3, 6)."""
-    cpus: set[int] = set()
+def parse_cpu_list(text: str, cpu_count: int | None = None) -> tuple[int, ...]:
+    """Parse a Linux CPU list such as "0-3,6" into (0, 1, 2, 3, 6); every CPU must exist on this machine
+    (ids below `cpu_count`, default `os.cpu_count()`).
+
+    The bound is checked before a range is expanded, so "0-1000000000" is refused at once.
+    """
+    ranges: list[tuple[int, int]] = []
     try:
         for part in text.split(","):
             part = part.strip()
-            if "-" in part:
-                lo, hi = (int(p) for p in part.split("-", 1))
-                if lo > hi or lo < 0:
-                    raise ValueError
-                cpus.update(range(lo, hi + 1))
-            else:
-                value = int(part)
-                if value < 0:
-                    raise ValueError
-                cpus.add(value)
+            lo, hi = (int(p) for p in part.split("-", 1)) if "-" in part else (int(part), int(part))
+            if lo > hi or lo < 0:
+                raise ValueError
+            ranges.append((lo, hi))
     except ValueError:
         raise ConfigError(f"cannot read CPU list {text!r}; write it like 0-3,6") from None
-    return tuple(sorted(cpus))
+    count = cpu_count or os.cpu_count() or 1
+    top = max(hi for _, hi in ranges)
+    if top >= count:
+        raise ConfigError(f"--pin {text!r}: CPU {top} does not exist; this machine has CPUs 0-{count - 1}")
+    return tuple(sorted({c for lo, hi in ranges for c in range(lo, hi + 1)}))
 
 
 def format_cpu_list(cpus: Any) -> str:

@@ -18,12 +18,13 @@ from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig, pi_configs
 from hotloop.models.pi0 import PiModel, init_weights
 from hotloop.models.pi_policy import PiPolicy
-from hotloop.sampling import PiObservation, make_noise, sample_actions
-from hotloop.targets import BenchCase, TargetOptions
+from hotloop.sampling import PiObservation, check_inputs, make_noise, sample_actions
+from hotloop.targets import BenchCase, TargetOptions, check_fits_memory
 
 MAX_VIEWS = 3  # the published checkpoints take a base camera and two wrist cameras
-_SUPPORTED = {"views", "num_steps", "horizon", "action_dim"}
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_SUPPORTED = {"views", "num_steps", "horizon", "action_dim", "dtype", "batch", "device"}
+# float16 is refused: the additive attention masks overflow to -inf and padded rows turn the output NaN.
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def _qualify(config_name: str, family: str | None) -> str:
@@ -43,6 +44,11 @@ def _qualify(config_name: str, family: str | None) -> str:
 def resolve_config(name: str, options: TargetOptions) -> PiConfig:
     """The named config with the options applied (views, steps, horizon); action_dim is checked here."""
     options.reject_unsupported(name, _SUPPORTED)
+    if options.dtype not in _DTYPES:
+        raise ConfigError(
+            f"--dtype {options.dtype} is not supported by {name}: pi0/pi0.5 produce NaN in float16 "
+            f"(the attention masks overflow); use {' or '.join(_DTYPES)}"
+        )
     if options.views is not None and options.views > MAX_VIEWS:
         raise ConfigError(
             f"--views {options.views} is more than the {MAX_VIEWS} camera views pi0/pi0.5 are built for "
@@ -61,6 +67,20 @@ def resolve_config(name: str, options: TargetOptions) -> PiConfig:
             "actions are zero-padded up to max_action_dim, not beyond"
         )
     return cfg
+
+
+def estimate_bytes(cfg: PiConfig, batch: int, dtype: torch.dtype) -> float:
+    """Weights plus the largest live activations of one inference (upper-bound style, for refusing runs
+    that cannot fit): vision attention, prefix attention and MLP, the KV cache, the suffix attention."""
+    with torch.device("meta"):
+        params = sum(p.numel() for p in PiModel(cfg).parameters())
+    elem = torch.finfo(dtype).bits // 8
+    p, s, t = cfg.prefix_len, cfg.suffix_len, cfg.vision.tokens_per_view
+    vision = batch * cfg.views * t * (cfg.vision.num_heads * t * 4 + 4 * cfg.vision.mlp_dim * elem)
+    prefix = batch * p * (cfg.vlm.num_heads * p * 4 + 4 * cfg.vlm.mlp_dim * elem)
+    kv = 2 * cfg.vlm.depth * batch * cfg.vlm.num_kv_heads * p * cfg.vlm.head_dim * elem
+    suffix = batch * s * (cfg.expert.num_heads * (p + s) * 4 + 4 * cfg.expert.mlp_dim * elem)
+    return float(params * elem + max(vision, prefix, suffix) + kv)
 
 
 def build_model(cfg: PiConfig, dtype: torch.dtype, device: str | torch.device, seed: int) -> PiModel:
@@ -116,6 +136,9 @@ def describe(cfg: PiConfig, model: PiModel, dtype: str) -> dict[str, Any]:
 def _bench(name: str, options: TargetOptions) -> BenchCase:
     cfg = resolve_config(name, options)
     dtype = _DTYPES[options.dtype]
+    check_fits_memory(
+        estimate_bytes(cfg, options.batch, dtype), f"{name} at --batch {options.batch}", options.device
+    )
     model = build_model(cfg, dtype, options.device, options.seed)
     obs = random_observation(cfg, options.batch, options.device, options.seed)
     noise = make_noise(
@@ -124,10 +147,14 @@ def _bench(name: str, options: TargetOptions) -> BenchCase:
     cache = model.allocate_cache(options.batch)
     action_dim = options.action_dim or cfg.max_action_dim
 
-    def run(timer: StageTimer) -> torch.Tensor:
-        return sample_actions(model, obs, noise=noise, timer=timer, cache=cache)[..., :action_dim]
+    check_inputs(model, obs, noise, cache=cache)  # once: the timed loop measures the model, not the checks
 
-    info = describe(cfg, model, options.dtype)
+    def run(timer: StageTimer) -> torch.Tensor:
+        return sample_actions(model, obs, noise=noise, timer=timer, cache=cache, validate=False)[
+            ..., :action_dim
+        ]
+
+    info = describe(cfg, model, str(model.dtype).removeprefix("torch."))
     info["action_dim"] = action_dim
     info["batch"] = options.batch
     return BenchCase(name=name, run=run, info=info, device=options.device)
@@ -135,6 +162,7 @@ def _bench(name: str, options: TargetOptions) -> BenchCase:
 
 def _policy(name: str, options: TargetOptions) -> PiPolicy:
     cfg = resolve_config(name, options)
+    check_fits_memory(estimate_bytes(cfg, 1, _DTYPES[options.dtype]), name, options.device)
     model = build_model(cfg, _DTYPES[options.dtype], options.device, options.seed)
     return PiPolicy(
         model,

@@ -90,24 +90,17 @@ def record_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
-    import math
-
     from hotloop.errors import ConfigError
     from hotloop.interrupts import stop_at_next_boundary
     from hotloop.io import check_output_dir
     from hotloop.progress import Progress
-    from hotloop.sim.recorder import record
+    from hotloop.sim.recorder import check_record_options, record
     from hotloop.sim.tasks import default_tasks
 
     default_tasks().get(task)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
-    if seed < 0:
-        raise ConfigError(f"--seed must be >= 0 (got {seed})")
-    if not (math.isfinite(action_noise) and action_noise >= 0):
-        raise ConfigError(f"--action-noise is a std in metres, finite and >= 0 (got {action_noise})")
-    if not 0.0 <= recovery_starts <= 1.0:
-        raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     _check_difficulty(task, difficulty)
     check_output_dir(out, "-o", must_be_empty=True)
     wins = 0
@@ -174,6 +167,12 @@ def eval_cmd(
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+        ),
+    ] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks.
 
@@ -208,6 +207,10 @@ def eval_cmd(
     )
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
+    if pipeline is not None:
+        from hotloop.sim.perception_pipeline import parse_pipeline
+
+        parse_pipeline(pipeline)
     _check_strategy_options(names, execute_steps, trigger_remaining)
     _check_difficulty(task, difficulty)
     requests = [
@@ -223,6 +226,7 @@ def eval_cmd(
             execute_steps=execute_steps,
             trigger_remaining=trigger_remaining,
             num_steps=steps,
+            pipeline=pipeline,
         )
         for name in names
         for spec in latencies
@@ -251,6 +255,11 @@ def eval_cmd(
         if plot is not None and runs:
             plot_sweep(runs, plot)
             typer.echo(f"wrote {plot}")
+        if pipeline is not None and runs:
+            from hotloop.sim.perception_pipeline import report_budgets
+
+            for path in report_budgets(runs, plot):
+                typer.echo(f"wrote {path}")
         if json_path is not None and runs:
             typer.echo(f"wrote {json_path}")
     if interrupted:

@@ -38,6 +38,7 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    pipeline: str | None = None
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
@@ -95,6 +96,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        pipeline=request.pipeline,
     )
     seeds = [request.seed + i for i in range(request.episodes)]
     bar = Progress(len(seeds), f"{request.strategy} {latency.spec}", "ep", enabled=progress)
@@ -116,6 +118,11 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         ).describe()
     except Exception:  # noqa: BLE001 - description only
         strategy_info = {"name": request.strategy}
+    extra: dict[str, Any] = {}
+    if request.pipeline:
+        from hotloop.sim.perception_pipeline import parse_pipeline, summarize_pipeline
+
+        extra["pipeline"] = summarize_pipeline(records, parse_pipeline(request.pipeline))
     return {
         "target": request.target,
         "task": request.task,
@@ -123,6 +130,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         "strategy": strategy_info,
         "latency": latency.describe(),
         **summarize(records),
+        **extra,
         "interrupted": interrupted,
         "wall_s": round(time.perf_counter() - t0, 2),
         "seeds": [r["seed"] for r in records],  # interrupted: only those that ran

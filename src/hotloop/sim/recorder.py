@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
 from hotloop.sim.tasks.gantry import ACTION_NAMES, STATE_NAMES
+from hotloop.targets import MAX_SEED
 
 
 def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] | None:
@@ -31,6 +33,16 @@ def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] |
     if abs(home[0] - box_x) < 0.08 and home[2] < 0.15:  # not inside the box
         home[2] = 0.15
     return {"home": home.tolist(), "box_x": float(box_x)}
+
+
+def check_record_options(*, seed: int, action_noise: float, recovery_starts: float) -> None:
+    """The numbers `record` takes, checked before anything runs (NaN would reach meta/info.json)."""
+    if not 0.0 <= recovery_starts <= 1.0:
+        raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    if not math.isfinite(action_noise) or action_noise < 0:
+        raise ConfigError(f"--action-noise is a std in metres, a finite number >= 0 (got {action_noise})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {seed!r})")
 
 
 def record(
@@ -56,10 +68,7 @@ def record(
     `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
     Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped"}.
     """
-    if not 0.0 <= recovery_starts <= 1.0:
-        raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
-    if action_noise < 0:
-        raise ConfigError(f"action_noise is a std in metres, >= 0 (got {action_noise})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     env = make_task(task, difficulty=difficulty, image_size=image_size)
     expert = make_expert(task, env)
     size = env.config.image_size

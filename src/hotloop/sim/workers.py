@@ -40,6 +40,7 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
 
 
 class EpisodeRunner:
@@ -53,13 +54,17 @@ class EpisodeRunner:
 
         strategies = default_strategies()
         strategies.get(job.strategy)  # unknown name: fail before building anything
-        self.latency = parse_latency(job.latency)
+        self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
         if job.threads is not None:
             import torch
 
             torch.set_num_threads(job.threads)
         self.env = make_task(job.task, difficulty=job.difficulty)
         self.policy = build_policy(job)
+        if job.pipeline:
+            from hotloop.sim.perception_pipeline import attach_pipeline
+
+            self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -73,7 +78,10 @@ class EpisodeRunner:
         from hotloop.sim.evaluator import failed_record
 
         try:
-            return self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+            record = self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+            if hasattr(self.policy, "take_episode"):
+                record["pipeline"] = self.policy.take_episode()
+            return record
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
