@@ -42,6 +42,8 @@ class EvalRequest:
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
+        from hotloop.targets import MAX_SEED
+
         for flag, value, low in (
             ("--episodes", self.episodes, 1),
             ("--seed", self.seed, 0),
@@ -52,9 +54,9 @@ class EvalRequest:
         ):
             if value is not None and value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
-        if self.seed + self.episodes > 2**32:
+        if self.seed + self.episodes - 1 > MAX_SEED:
             raise ConfigError(
-                f"--seed {self.seed} with --episodes {self.episodes} passes 2**32, the largest episode seed"
+                f"--seed {self.seed} with --episodes {self.episodes} passes {MAX_SEED}, the largest seed"
             )
 
 
