@@ -137,6 +137,14 @@ def test_demo_unknown_rung():
     assert res.exit_code == 2 and "unknown demo rung(s) nope" in res.output
 
 
+def test_demo_output_folder_is_checked_before_any_rung(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = runner.invoke(app, ["demo", "--out", str(blocker), "--rung", "harness", "--quiet"])
+    assert res.exit_code == 2 and "--out" in res.output and "is a file" in res.output, res.output
+    assert "done in" not in res.output and blocker.read_text() == "x"
+
+
 def test_entry_point_exit_code():
     proc = subprocess.run(
         [sys.executable, "-m", "hotloop", "bench", "nope:x"], capture_output=True, text=True

@@ -186,9 +186,7 @@ def demo(
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
     from hotloop.demo import DemoConfig, run_demo
-    from hotloop.io import check_output_dir
 
-    check_output_dir(out, "--out")
     config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()))
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
