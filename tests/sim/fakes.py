@@ -131,6 +131,25 @@ def refusing() -> CountingPolicy:
     raise ConfigError("this policy needs --steps 10 or more")
 
 
+class FolderTakingPolicy(CountingPolicy):
+    """Replaces the folder named in $HOTLOOP_TEST_TAKE_FOLDER by a file on its first episode: the
+    results folder disappearing mid-run (an unmounted disk, a cleaned-up directory)."""
+
+    def reset(self) -> None:
+        super().reset()
+        folder = os.environ.get("HOTLOOP_TEST_TAKE_FOLDER")
+        if folder and os.path.isdir(folder):
+            import shutil
+
+            shutil.rmtree(folder)
+            with open(folder, "w") as f:
+                f.write("not a folder any more")
+
+
+def folder_taking() -> FolderTakingPolicy:
+    return FolderTakingPolicy()
+
+
 def counting() -> CountingPolicy:
     return CountingPolicy()
 

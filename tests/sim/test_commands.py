@@ -286,3 +286,16 @@ def test_ctrl_c_during_record_writes_the_finished_episodes(tmp_path):
     assert "interrupted: wrote the" in rest and "Traceback" not in rest, rest
     dataset = Dataset(out)
     assert 40 <= dataset.info["total_episodes"] < 400
+
+
+def test_an_output_lost_during_the_run_does_not_stop_the_evaluation(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:folder_taking")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    monkeypatch.setenv("HOTLOOP_TEST_TAKE_FOLDER", str(folder))
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--strategy", "sync,chunk", "--json", str(folder / "r.json")])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.count("error: cannot write --json") == 1 and "Traceback" not in r.output
+    assert "sync" in r.stdout and "chunk" in r.stdout  # both points ran and are in the table
+    assert "wrote" not in r.stdout

@@ -238,9 +238,21 @@ def eval_cmd(
 
     single = len(requests) == 1 and not sweep_latency  # the file's shape: by request
 
+    write_failed: list[str] = []
+
     def write() -> None:
-        if json_path is not None and runs:
+        if json_path is None or not runs:
+            return
+        try:
             atomic_write_json(json_path, runs[0] if single else {"runs": runs})
+        except OSError as e:  # checked writable at the start, lost since: keep evaluating, show the table
+            if not write_failed:
+                typer.echo(
+                    f"error: cannot write --json {json_path} ({e.strerror or e}); the evaluation goes on "
+                    "and the table shows its results",
+                    err=True,
+                )
+            write_failed.append(str(e))
 
     # The first Ctrl-C stops the point in progress; later presses cannot cut short the save below.
     with first_interrupt_only():
@@ -260,11 +272,13 @@ def eval_cmd(
 
             for path in report_budgets(runs, plot):
                 typer.echo(f"wrote {path}")
-        if json_path is not None and runs:
+        if json_path is not None and runs and not write_failed:
             typer.echo(f"wrote {json_path}")
     if interrupted:
         typer.echo("interrupted: wrote the episodes that finished", err=True)
         raise typer.Exit(130)
+    if write_failed:
+        raise typer.Exit(1)
     crashed = [(r, s) for r in runs for s in r["error_seeds"]]
     if crashed:
         first_run, first_seed = crashed[0]
