@@ -81,8 +81,8 @@ def test_unknown_target_exits_2_with_known_list():
 def test_bad_values_are_one_line_errors(tmp_path):
     out = tmp_path / "never.json"
     for args, needle in (
-        (["--iters", "0"], "--iters 200"),
-        (["--warmup", "-1"], "warmup must be >= 0 (got -1)"),
+        (["--iters", "0"], "--iters must be >= 1 (got 0)"),
+        (["--warmup", "-1"], "--warmup must be >= 0 (got -1)"),
         (["--pin", "zero"], "cannot read CPU list 'zero'"),
         (["--pin", "4096"], "4096"),
         (["--device", "tpu"], "device 'tpu'"),

@@ -35,9 +35,9 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
-            raise ConfigError(f"iterations must be >= 1 (got {self.iterations}); use e.g. --iters 200")
+            raise ConfigError(f"--iters must be >= 1 (got {self.iterations}); use e.g. --iters 200")
         if self.warmup < 0:
-            raise ConfigError(f"warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
+            raise ConfigError(f"--warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
         if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
             raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
         if self.pin is not None:
