@@ -176,6 +176,8 @@ def test_impossible_eval_options_fail_before_any_episode(tmp_path):
         (["--trigger-remaining", "2"], "--trigger-remaining 2 does nothing with --strategy sync"),
         (["--strategy", "async", "--execute-steps", "3"], "--execute-steps 3 does nothing"),
         (["--strategy", "chunk", "--trigger-remaining", "3"], "--trigger-remaining 3 does nothing"),
+        (["--strategy", "async", "--guidance-weight", "2"], "--guidance-weight 2 does nothing"),
+        (["--strategy", "sync", "--execute-steps", "3"], "sync executes one action per inference"),
         (["--latency", "fixed:50", "--sweep-latency", "0,100"], "--latency fixed:50 and --sweep-latency"),
         (["--sweep-latency", "0,inf"], "--sweep-latency"),
         (["--difficulty", "hard"], "task 'reach' has no difficulty levels"),
@@ -197,6 +199,7 @@ def test_strategy_options_are_accepted_where_they_act(tmp_path, monkeypatch):
         ["--strategy", "chunk", "--execute-steps", "1"],
         ["--strategy", "async", "--trigger-remaining", "5"],
         ["--strategy", "sync,async", "--trigger-remaining", "0"],  # async reads it
+        ["--strategy", "async", "--trigger-remaining", "8"],  # the default for this horizon (16 // 2)
     ):
         r = CliRunner().invoke(_app(), [*base, *extra])
         assert r.exit_code == 0, (extra, r.output)
@@ -299,3 +302,16 @@ def test_an_output_lost_during_the_run_does_not_stop_the_evaluation(tmp_path, mo
     assert r.stderr.count("error: cannot write --json") == 1 and "Traceback" not in r.output
     assert "sync" in r.stdout and "chunk" in r.stdout  # both points ran and are in the table
     assert "wrote" not in r.stdout
+
+
+def test_realtime_options_are_checked_before_any_episode():
+    runner = CliRunner()
+    for args, words in (
+        (["--blend", "mean"], ["--blend", "ensemble"]),
+        (["--fallback", "brake"], ["--fallback", "hold"]),
+        (["--fallback", "engine"], ["--fallback engine", "second policy"]),
+        (["--deadline-ms", "0"], ["--deadline-ms"]),
+        (["--strategy", "rtc", "--guidance-weight", "-1"], ["--guidance-weight"]),
+    ):
+        r = runner.invoke(_app(), ["eval", "demo:conveyor", *args])
+        assert r.exit_code == 2 and all(w in r.output for w in words), (args, r.output)

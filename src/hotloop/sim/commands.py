@@ -46,31 +46,80 @@ def _check_difficulty(task: str, difficulty: str | None) -> None:
 
 
 def _check_strategy_options(
-    names: list[str], execute_steps: int | None, trigger_remaining: int | None
+    names: list[str],
+    execute_steps: int | None,
+    trigger_remaining: int | None,
+    guidance_weight: float | None = None,
 ) -> None:
     """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
-    when setting it changes the strategy (its description); the check uses a horizon on which every
-    built-in default (H/2) differs from the value. A strategy that refuses the value says so now."""
-    from hotloop.errors import ConfigError
-    from hotloop.sim.strategies import StrategyConfig, make_strategy
+    when two values of it give two different strategies (their descriptions differ), or when it checks
+    the value (refuses one of them); a value every chosen strategy refuses fails here, before any
+    episode."""
+    import dataclasses
 
-    given = {"--execute-steps": execute_steps, "--trigger-remaining": trigger_remaining}
-    horizon = 4 * (1 + max(v for v in (execute_steps, trigger_remaining, 0) if v is not None)) + 1
-    for flag, value in given.items():
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
+
+    options = (  # flag, StrategyConfig field, the value given, a second value to compare with
+        (
+            "--execute-steps",
+            "execute_steps",
+            execute_steps,
+            None if execute_steps is None else execute_steps + 1,
+        ),
+        (
+            "--trigger-remaining",
+            "trigger_remaining",
+            trigger_remaining,
+            None if trigger_remaining is None else trigger_remaining + 1,
+        ),
+        (
+            "--guidance-weight",
+            "max_guidance_weight",
+            guidance_weight,
+            None if guidance_weight is None else 2 * guidance_weight + 1,
+        ),
+    )
+    horizon = 2 + max(int(v) for v in (execute_steps, trigger_remaining, 0) if v is not None)
+    for flag, field, value, other in options:
         if value is None:
             continue
-        field = flag.removeprefix("--").replace("-", "_")
-        users = [
-            name
-            for name in names
-            if make_strategy(name, StrategyConfig(horizon, **{field: value})).describe()
-            != make_strategy(name, StrategyConfig(horizon)).describe()
-        ]
+        users = []
+        for name in names:
+            base = StrategyConfig(horizon)
+            first: dict[str, Any] = {field: value}
+            second: dict[str, Any] = {field: other}
+            given = make_strategy(name, dataclasses.replace(base, **first)).describe()
+            try:
+                changed = given != make_strategy(name, dataclasses.replace(base, **second)).describe()
+            except ConfigError:
+                changed = True  # it checks this option: it reads it
+            if changed:
+                users.append(name)
         if not users:
-            hint = "--strategy chunk" if flag == "--execute-steps" else "--strategy async"
+            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async or rtc"}.get(flag, "rtc")
             raise ConfigError(
-                f"{flag} {value} does nothing with --strategy {','.join(names)}; use {hint} or drop {flag}"
+                f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
+                f"drop it or add that strategy"
             )
+
+
+def _check_realtime_options(
+    blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
+) -> None:
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.blending import BlendConfig
+    from hotloop.realtime.strategies import StrategyConfig
+    from hotloop.realtime.watchdog import WatchdogConfig
+
+    BlendConfig(blend)
+    WatchdogConfig(fallback, deadline_ms)
+    if fallback == "engine":
+        raise ConfigError(
+            "--fallback engine needs a second policy; `hotloop eval` offers hold, continue or stop"
+        )
+    if guidance_weight is not None:
+        StrategyConfig(1, max_guidance_weight=guidance_weight)
 
 
 def record_cmd(
@@ -143,7 +192,7 @@ def eval_cmd(
     task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
-        list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
+        list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str | None,
@@ -160,6 +209,18 @@ def eval_cmd(
         int | None, typer.Option(help="async: start the next inference when this many actions remain")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    blend: Annotated[
+        str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
+    ] = "latest",
+    fallback: Annotated[
+        str, typer.Option(help="on a missed deadline or failed inference: hold, continue or stop")
+    ] = "hold",
+    deadline_ms: Annotated[
+        float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")
+    ] = None,
+    guidance_weight: Annotated[
+        float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write results (with per-episode records)")
     ] = None,
@@ -183,11 +244,11 @@ def eval_cmd(
     from hotloop.errors import ConfigError
     from hotloop.interrupts import first_interrupt_only
     from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import default_strategies
     from hotloop.sim.tasks import default_tasks
-    from hotloop.targets import default_targets
+    from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     if not names:
@@ -196,7 +257,7 @@ def eval_cmd(
     for name in names:
         registry.get(name)
     default_tasks().get(task)
-    default_targets().get(target)
+    find_target(target)
     if sweep_latency is not None and latency is not None:
         raise ConfigError(
             f"--latency {latency} and --sweep-latency {sweep_latency} both given; the sweep sets the "
@@ -207,11 +268,12 @@ def eval_cmd(
     )
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
+    _check_realtime_options(blend, fallback, deadline_ms, guidance_weight)
     if pipeline is not None:
         from hotloop.sim.perception_pipeline import parse_pipeline
 
         parse_pipeline(pipeline)
-    _check_strategy_options(names, execute_steps, trigger_remaining)
+    _check_strategy_options(names, execute_steps, trigger_remaining, guidance_weight)
     _check_difficulty(task, difficulty)
     requests = [
         EvalRequest(
@@ -226,6 +288,10 @@ def eval_cmd(
             execute_steps=execute_steps,
             trigger_remaining=trigger_remaining,
             num_steps=steps,
+            blend=blend,
+            fallback=fallback,
+            deadline_ms=deadline_ms,
+            guidance_weight=guidance_weight,
             pipeline=pipeline,
         )
         for name in names
