@@ -78,8 +78,8 @@ class TargetOptions:
         for name, default in defaults.items():
             if name not in supported and getattr(self, name) != default:
                 raise ConfigError(
-                    f"target {target!r} runs with {flag(name)} {default} only (got {getattr(self, name)}); "
-                    f"drop {flag(name)}"
+                    f"target {target!r} does not take {flag(name)} {getattr(self, name)}: its {name} is fixed "
+                    f"(a built-in target runs at {default}, an artifact as compiled); drop {flag(name)}"
                 )
 
 

@@ -76,7 +76,7 @@ def test_bench_artifact_against_its_reference(art: Path, tmp_path: Path) -> None
 def test_bench_artifact_refuses_shape_options(art: Path) -> None:
     res = runner.invoke(app, ["bench", str(art), "--steps", "3", "--iters", "1", "--quiet"])
     assert res.exit_code == 2, res.output
-    assert "does not take --num-steps" in res.output
+    assert "does not take --steps" in res.output
 
 
 def test_profile_artifact_per_sub_engine(art: Path, tmp_path: Path) -> None:
