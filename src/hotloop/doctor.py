@@ -180,7 +180,8 @@ def check_matmul_peaks(cache_dir: Path | None = None) -> Check:
     except OSError as exc:
         cached = f"not cached ({exc})"
     figures = ", ".join(
-        f"{name} {'n/a' if value is None else f'{value:.1f}'}" for name, value in peaks.gflops.items()
+        f"{name} n/a" if value is None else f"{name} {value:.1f} ({peaks.sources.get(name, '?')})"
+        for name, value in peaks.gflops.items()
     )
     fp32, bf16 = peaks.gflops.get("float32"), peaks.gflops.get("bfloat16")
     advice = ""
