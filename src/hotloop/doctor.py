@@ -187,6 +187,11 @@ def check_matmul_peaks(cache_dir: Path | None = None) -> Check:
     advice = ""
     if fp32 and bf16 and bf16 < fp32:
         advice = "bf16 matmuls are slower than fp32 here (no native bf16): plan fp32 on this CPU"
+    if peaks.load_avg is not None and peaks.load_avg >= 0.5:
+        advice = (
+            f"measured under load (load average {peaks.load_avg:.1f}): the peaks are low; rerun "
+            "hotloop doctor on a quiet machine. " + advice
+        ).strip()
     return Check("matmul peaks", True, f"GFLOP/s at {peaks.threads} threads: {figures}; {cached}", advice)
 
 

@@ -18,7 +18,6 @@ source is recorded with the figures.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -61,6 +60,7 @@ class MatmulPeaks:
     key: str
     sizes: dict[str, int]
     sources: dict[str, str] = field(default_factory=dict)
+    load_avg: float | None = None  # 1-minute load average when measured: other work lowers the peak
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +73,7 @@ class MatmulPeaks:
             key=str(data["key"]),
             sizes={k: int(v) for k, v in dict(data.get("sizes", {})).items()},
             sources={k: str(v) for k, v in dict(data.get("sources", {})).items()},
+            load_avg=None if data.get("load_avg") is None else float(data["load_avg"]),
         )
 
 
@@ -208,7 +209,14 @@ def measure_peaks(precisions: tuple[str, ...] = PRECISIONS, budget_s: float = 0.
             gflops[precision], sizes[precision], sources[precision] = measure_matmul_peak(precision, budget_s)
         except (RuntimeError, NotImplementedError, ImportError):  # e.g. no int8 kernel in this build
             gflops[precision] = None
-    return MatmulPeaks(gflops=gflops, threads=threads, key=peak_key(threads), sizes=sizes, sources=sources)
+    return MatmulPeaks(
+        gflops=gflops,
+        threads=threads,
+        key=peak_key(threads),
+        sizes=sizes,
+        sources=sources,
+        load_avg=os.getloadavg()[0],
+    )
 
 
 def default_cache_dir() -> Path:
@@ -228,17 +236,15 @@ def save_peaks(cache_dir: Path, peaks: MatmulPeaks) -> Path:
 
 
 def cached_peaks(cache_dir: Path | None = None, measure: bool = True) -> MatmulPeaks | None:
-    """This machine's peaks at the current thread count: from the cache, else measured and cached."""
+    """This machine's peaks at the current thread count: from the cache `hotloop doctor` writes, else
+    measured now (not cached: only doctor, run deliberately on a quiet machine, writes the cache, so a
+    bench on a busy machine never leaves a low peak behind)."""
     import torch
 
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    key = peak_key(torch.get_num_threads())
-    peaks = load_peaks(cache_dir, key)
+    peaks = load_peaks(cache_dir, peak_key(torch.get_num_threads()))
     if peaks is None and measure:
         peaks = measure_peaks()
-        # An unwritable cache costs a re-measurement next time, nothing else.
-        with contextlib.suppress(OSError):
-            save_peaks(cache_dir, peaks)
     return peaks
 
 
