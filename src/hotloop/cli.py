@@ -42,6 +42,9 @@ def bench(
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
+    dtype: Annotated[
+        str, typer.Option(help="float32 or bfloat16 (pi targets); float16 too for toy:mlp")
+    ] = "float32",
     prompt_tokens: Annotated[
         int | None, typer.Option(help="real prompt tokens among the prompt slots (VLA targets)")
     ] = None,
@@ -49,7 +52,6 @@ def bench(
         str | None,
         typer.Option(help="run the prefix in prompt-length buckets, e.g. 32,64,128 (VLA targets)"),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
@@ -66,7 +68,7 @@ def bench(
 
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     config = BenchConfig(
         warmup=warmup,
@@ -77,9 +79,8 @@ def bench(
         progress=not quiet,
         roofline_cache=roofline_cache,
     )
-    registry = default_targets()
-    entry = registry.get(target)
-    other_entry = registry.get(compare) if compare is not None else None
+    entry = find_target(target)
+    other_entry = find_target(compare) if compare is not None else None
     options = TargetOptions(
         views=views,
         num_steps=steps,
@@ -220,6 +221,15 @@ def _add_serve_commands() -> None:
 
 
 _add_serve_commands()
+
+
+def _add_compile_commands() -> None:
+    from hotloop.compile.commands import add_commands
+
+    add_commands(app)
+
+
+_add_compile_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # a server process that imports torch
 def test_serve_toy_to_the_openpi_client(openpi_python):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC)}

@@ -52,6 +52,10 @@ def serve(
     # The websocket library logs every health check and handshake at INFO; the server logs one line per
     # connection itself.
     logging.getLogger("hotloop.serve.websockets").setLevel(logging.WARNING)
+    if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("hotloop.serve").warning(
+            "serving on %s without --api-key-file: anyone who reaches this port can drive the policy", host
+        )
     served = load_served_policy(target, TargetOptions(num_steps=steps, device=device, seed=seed))
     server = PolicyServer(served, config)
     try:

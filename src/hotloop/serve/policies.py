@@ -55,6 +55,10 @@ def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
         return {
             "images/top": ArraySpec((size, size, 3), "uint8"),
             "state": ArraySpec((STATE_DIM,), "float32"),
+            # The simulator's observation carries these too; the policy ignores them, so a client may
+            # forward the environment's observation unchanged.
+            "prompt": ArraySpec((), "str", optional=True),
+            "timestamp": ArraySpec((), "float64", optional=True),
         }
     if isinstance(policy, PiPolicy):
         cfg = policy.config
