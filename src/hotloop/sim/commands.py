@@ -29,7 +29,16 @@ def _parse_sweep(text: str) -> list[float]:
 
 
 def record_cmd(
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")],
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ],
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
@@ -46,9 +55,11 @@ def record_cmd(
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
     from hotloop.sim.recorder import record
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
 
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     from tqdm import tqdm
@@ -63,6 +74,7 @@ def record_cmd(
         action_noise=action_noise,
         recovery_starts=recovery_starts,
         progress=lambda i, ok: bar.update(1),
+        task_kwargs=task_kwargs,
     )
     bar.close()
     typer.echo(
@@ -75,7 +87,16 @@ def eval_cmd(
     target: Annotated[
         str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
     ],
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ] = "conveyor-pick",
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
         list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
@@ -107,14 +128,16 @@ def eval_cmd(
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.strategies import default_strategies
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
     from hotloop.targets import default_targets
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     registry = default_strategies()
     for name in names:
         registry.get(name)
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     default_targets().get(target)
     latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
     for spec in latencies:
@@ -137,6 +160,7 @@ def eval_cmd(
             request = EvalRequest(
                 target=target,
                 task=task,
+                task_kwargs=task_kwargs,
                 difficulty=difficulty,
                 strategy=name,
                 latency=spec,

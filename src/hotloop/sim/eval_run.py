@@ -35,6 +35,7 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    task_kwargs: str | None = None  # JSON object for gym:/plugin tasks (--task-kwargs)
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        task_kwargs=request.task_kwargs,
     )
     seeds = [request.seed + i for i in range(request.episodes)]
     bar = None

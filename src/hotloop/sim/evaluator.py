@@ -72,6 +72,7 @@ def run_episode(
     period = env.config.ticks_per_control
     max_ticks = round(env.config.time_limit_s / dt)
     action_dim = env.action_space.shape[0]
+    sample = min(SAMPLE_TICKS, period)  # gym: tasks act every tick: sample every tick there
 
     strategy: Strategy | None = None
     active: ActiveChunk | None = None
@@ -79,7 +80,8 @@ def run_episode(
     planned_next: np.ndarray | None = None  # what the replaced plan would have done next
     chunks = 0
     success = failed = False
-    ee: list[np.ndarray] = [env.ee_pos()]
+    first = env.ee_pos()  # None: the task tracks no position (some gym: envs), so no jerk
+    ee: list[np.ndarray] | None = None if first is None else [first]
     latencies: list[float] = []
     measured: list[float] = []
     jumps: list[float] = []
@@ -145,8 +147,9 @@ def run_episode(
             break
         segments.append((now, end, chunks - 1 if index >= 0 else -1, index))
         while env.tick < end:
-            success, failed = env.advance(action, min(SAMPLE_TICKS, end - env.tick))
-            ee.append(env.ee_pos())
+            success, failed = env.advance(action, min(sample, end - env.tick))
+            if ee is not None:
+                ee.append(env.ee_pos())
             if success or failed:
                 break
         if success or failed or env.tick >= max_ticks:
@@ -165,7 +168,7 @@ def run_episode(
             "max": float(np.max(latencies)) if latencies else 0.0,
         },
         "infer_wall_ms": {"mean": float(np.mean(measured)) if measured else 0.0},
-        "jerk": rms_jerk(np.asarray(ee), SAMPLE_TICKS * dt),
+        "jerk": None if ee is None else rms_jerk(np.asarray(ee), sample * dt),
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
         "info": env.info(),

@@ -12,7 +12,6 @@ from hotloop.errors import ConfigError
 from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
-from hotloop.sim.tasks.gantry import ACTION_NAMES, STATE_NAMES
 
 
 def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] | None:
@@ -44,6 +43,7 @@ def record(
     action_noise: float = 0.0,
     recovery_starts: float = 0.0,
     progress: Callable[[int, bool], None] | None = None,
+    task_kwargs: str | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
@@ -52,23 +52,30 @@ def record(
     small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
     in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
+    `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
     Returns {"episodes", "successes", "success_rate", "frames"}.
     """
     if not 0.0 <= recovery_starts <= 1.0:
         raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
     if action_noise < 0:
         raise ConfigError(f"action_noise is a std in metres, >= 0 (got {action_noise})")
-    env = make_task(task, difficulty=difficulty, image_size=image_size)
+    env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs)
     expert = make_expert(task, env)
-    size = env.config.image_size
+    spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
+    shapes = {(i.height, i.width) for i in spec.images}
+    if len(shapes) > 1:
+        raise ConfigError(
+            f"task {task!r} renders views of different sizes {sorted(shapes)}; record needs one size"
+        )
+    height, width = shapes.pop() if shapes else (0, 0)
     writer = DatasetWriter(
         out,
         fps=env.config.control_hz,
-        robot_type="hotloop-gantry",
-        state_names=STATE_NAMES,
-        action_names=ACTION_NAMES,
-        image_keys=["top"],
-        image_shape=(size, size, 3),
+        robot_type=spec.robot_type,
+        state_names=list(spec.state_names),
+        action_names=list(spec.action_names),
+        image_keys=[i.key for i in spec.images],
+        image_shape=(height, width, 3),
     )
     successes = frames = 0
     try:
@@ -86,7 +93,8 @@ def record(
                 frames += 1
                 executed = action.copy()
                 if action_noise > 0:
-                    executed[:3] += noise_rng.normal(0.0, action_noise, 3)
+                    xyz = min(3, len(executed))  # the position part of the target
+                    executed[:xyz] += noise_rng.normal(0.0, action_noise, 3)[:xyz]
                 success, failed = env.advance(executed, env.config.ticks_per_control)
                 if success or failed:
                     break
@@ -106,6 +114,7 @@ def record(
             extra_info={
                 "recorder": {
                     "task": task,
+                    "task_kwargs": task_kwargs,
                     "difficulty": difficulty,
                     "seed": seed,
                     "action_noise": action_noise,

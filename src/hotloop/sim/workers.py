@@ -39,6 +39,7 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    task_kwargs: str | None = None  # JSON object of keyword arguments for the task (gym:ENV_ID, plugins)
 
 
 class EpisodeRunner:
@@ -57,8 +58,8 @@ class EpisodeRunner:
             import torch
 
             torch.set_num_threads(job.threads)
-        self.env = make_task(job.task, difficulty=job.difficulty)
-        self.policy = build_policy(job)
+        self.env = make_task(job.task, difficulty=job.difficulty, task_kwargs=job.task_kwargs)
+        self.policy = build_policy(job, self.env)
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -79,19 +80,25 @@ class EpisodeRunner:
             return failed_record(seed, f"{type(e).__name__}: {e}")
 
 
-def build_policy(job: EpisodeJob) -> Any:
+def build_policy(job: EpisodeJob, env: Any) -> Any:
+    """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
+    from hotloop.sim.adapter import adapt
     from hotloop.targets import TargetOptions, default_targets
 
     if job.policy_factory:
         import importlib
 
         module, attr = job.policy_factory.split(":")
-        return getattr(importlib.import_module(module), attr)()
-    return (
-        default_targets()
-        .get(job.target)
-        .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
-    )
+        policy = getattr(importlib.import_module(module), attr)()
+    else:
+        policy = (
+            default_targets()
+            .get(job.target)
+            .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
+        )
+    if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
+        policy.bind_task(env)
+    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
 
 
 def _worker(conn: Connection, job: EpisodeJob) -> None:
