@@ -74,6 +74,19 @@ def _make_env(env_id: str, kwargs: dict[str, Any], profile: GymProfile) -> Any:
         raise ConfigError(f"--task-kwargs for gym:{env_id} were not accepted: {e}") from None
 
 
+def _max_episode_steps(env: Any) -> int | None:
+    """The time limit: the spec's, or that of a TimeLimit wrapper on an unregistered env."""
+    import gymnasium as gym
+
+    if env.spec is not None and env.spec.max_episode_steps:
+        return int(env.spec.max_episode_steps)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
+
+
 class GymTask:
     """A gymnasium env behind the evaluator's task interface (see module docstring)."""
 
@@ -84,10 +97,11 @@ class GymTask:
         self.profile = profile
         size = image_size or profile.image_size
         dt = self.profile.step_dt(self.env)
-        steps = self.env.spec.max_episode_steps if self.env.spec is not None else None
+        steps = _max_episode_steps(self.env)
         if not steps:
             raise ConfigError(
-                f"{task_name} has no time limit; pass --task-kwargs '{{\"max_episode_steps\": N}}'"
+                f"{task_name} has no time limit; pass --task-kwargs '{{\"max_episode_steps\": N}}' "
+                "(a plugin: wrap its env in gymnasium.wrappers.TimeLimit)"
             )
         self.config = GymTaskConfig(dt, steps * dt, size)
         self.prompt = self.profile.prompt
