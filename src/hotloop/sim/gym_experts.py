@@ -113,7 +113,7 @@ def _contact_candidates(spacing: float = 5.0) -> list[tuple[np.ndarray, np.ndarr
     return out
 
 
-T_CONTACTS = _contact_candidates()
+T_POINTS, T_NORMALS = (np.array(v) for v in zip(*_contact_candidates(), strict=True))
 T_INERTIA = 3000.0  # the T's moment of inertia in gym_pusht (mass 1, px^2), for the push model
 ANGLE_WEIGHT = 50.0**2  # px^2 per rad^2: an angle error counts like a position error at 50 px
 
@@ -139,16 +139,20 @@ class PushTExpert(_GymExpert):
     def reset(self) -> None:
         self.contact = None
 
-    def _score(self, i: int, rot: np.ndarray, d_pos: np.ndarray, d_theta: float) -> tuple[float, float]:
-        p, n = T_CONTACTS[i]
-        r = rot @ (p - T_COM)
-        push = -(rot @ n)
-        c = float(r[0] * push[1] - r[1] * push[0])
+    @staticmethod
+    def _scores(rot: np.ndarray, d_pos: np.ndarray, d_theta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(residual pose error, push depth) for every contact candidate at once."""
+        r = (T_POINTS - T_COM) @ rot.T  # lever arms in the world frame
+        push = -(T_NORMALS @ rot.T)
+        c = r[:, 0] * push[:, 1] - r[:, 1] * push[:, 0]
         per_delta = 1.0 / (1.0 + c * c / T_INERTIA)  # impulse per px of contact travel (mass 1)
-        a, b = push * per_delta, c * per_delta / T_INERTIA
-        delta = float((a @ d_pos + ANGLE_WEIGHT * b * d_theta) / (a @ a + ANGLE_WEIGHT * b * b))
-        delta = float(np.clip(delta, 0.0, 12.0))
-        residual = float(np.sum((d_pos - a * delta) ** 2) + ANGLE_WEIGHT * (d_theta - b * delta) ** 2)
+        a = push * per_delta[:, None]
+        b = c * per_delta / T_INERTIA
+        delta = (a @ d_pos + ANGLE_WEIGHT * b * d_theta) / (np.sum(a * a, axis=1) + ANGLE_WEIGHT * b * b)
+        delta = np.clip(delta, 0.0, 12.0)
+        residual = (
+            np.sum((d_pos - a * delta[:, None]) ** 2, axis=1) + ANGLE_WEIGHT * (d_theta - b * delta) ** 2
+        )
         return residual, delta
 
     def act(self, obs: dict[str, Any] | None = None) -> np.ndarray:
@@ -161,15 +165,15 @@ class PushTExpert(_GymExpert):
         d_pos = GOAL[:2] + _rot(GOAL[2]) @ T_COM - com
         d_theta = _wrap(GOAL[2] - theta)
         now = float(d_pos @ d_pos + ANGLE_WEIGHT * d_theta**2)
-        scores = [self._score(i, rot, d_pos, d_theta) for i in range(len(T_CONTACTS))]
-        best = int(np.argmin([sc[0] for sc in scores]))
-        keep = self.contact is not None and scores[self.contact][0] < now - 0.2 * (now - scores[best][0])
+        residuals, depths = self._scores(rot, d_pos, d_theta)
+        best = int(np.argmin(residuals))
+        keep = self.contact is not None and residuals[self.contact] < now - 0.2 * (now - residuals[best])
         self.contact = self.contact if keep else best
         assert self.contact is not None
-        residual, delta = scores[self.contact]
+        residual, delta = float(residuals[self.contact]), float(depths[self.contact])
         if residual >= now - 1e-6:
             return agent.astype(np.float32)  # no push helps: stay
-        p, n = T_CONTACTS[self.contact]
+        p, n = T_POINTS[self.contact], T_NORMALS[self.contact]
         normal = rot @ n
         contact = pos + rot @ p + normal * (AGENT_RADIUS + 1.0)  # the agent's centre when touching
         rel = agent - contact
