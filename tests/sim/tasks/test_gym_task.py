@@ -111,3 +111,8 @@ def test_pusht_uses_its_own_renderer_and_absolute_targets():
         assert not env.info()["is_success"] and "coverage" in env.info()
     finally:
         env.close()
+
+
+def test_an_unknown_env_id_is_refused_before_anything_is_built():
+    with pytest.raises(ConfigError, match="--task gym:FetchRaech-v4.*FetchReach"):
+        check_task("gym:FetchRaech-v4")

@@ -82,6 +82,9 @@ def check_task(name: str) -> None:
     if name.startswith(GYM_PREFIX):
         if not name[len(GYM_PREFIX) :].strip():
             raise ConfigError("--task gym: needs an environment id, e.g. gym:FetchReach-v4")
+        from hotloop.sim.tasks.gym_task import env_spec
+
+        env_spec(name[len(GYM_PREFIX) :])  # an unknown id fails here, before any worker starts
         return
     registry = default_tasks()
     if name in registry or name in plugin_tasks():

@@ -58,16 +58,23 @@ def parse_task_kwargs(text: str | None) -> dict[str, Any]:
     return value
 
 
+def env_spec(env_id: str, profile: GymProfile | None = None) -> Any:
+    """The registered EnvSpec of `env_id` (after the profile's package registered its envs), or the
+    one-line ConfigError; cheap enough to check a --task before any worker starts."""
+    import gymnasium as gym
+
+    (profile or profile_for(env_id)).register()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ConfigError(f"--task gym:{env_id}: {e}") from None
+
+
 def _make_env(env_id: str, kwargs: dict[str, Any], profile: GymProfile) -> Any:
     """gym.make with the profile's registration and spec fix-ups; kwargs already merged."""
     import gymnasium as gym
 
-    profile.register()
-    try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
-        raise ConfigError(f"--task gym:{env_id}: {e}") from None
-    spec = profile.patch_spec(spec)
+    spec = profile.patch_spec(env_spec(env_id, profile))
     try:
         return gym.make(spec, **kwargs)
     except TypeError as e:
