@@ -82,6 +82,13 @@ def test_an_installed_plugin_is_a_task(point_plugin):
         env.close()
 
 
+def test_keyword_arguments_the_plugin_does_not_take_are_one_line_errors(point_plugin):
+    from hotloop.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--task-kwargs for plugin task 'point' were not accepted"):
+        make_task(point_plugin, task_kwargs='{"speed": 2}')
+
+
 def test_a_plugin_task_runs_under_eval(point_plugin):
     job = EpisodeJob(
         target="toy:mlp", task=point_plugin, difficulty=None, strategy="chunk", latency="fixed:0"

@@ -117,7 +117,10 @@ def make_task(
 
         return GymTask.make(name[len(GYM_PREFIX) :], kwargs, image_size=image_size)
     if not builtin and name in plugin_tasks():
-        env = plugin_tasks()[name].load()(**kwargs)
+        try:
+            env = plugin_tasks()[name].load()(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"--task-kwargs for plugin task {name!r} were not accepted: {e}") from None
         if hasattr(env, "advance") and hasattr(env, "task_spec"):
             return env
         from hotloop.sim.tasks.gym_task import GymTask
