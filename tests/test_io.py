@@ -18,3 +18,15 @@ def test_failed_write_keeps_previous_file(tmp_path):
         atomic_write_json(path, {"bad": object()})
     assert json.loads(path.read_text()) == {"ok": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_json_never_holds_nan_or_infinity(tmp_path):
+    import math
+
+    path = atomic_write_json(
+        tmp_path / "r.json",
+        {"a": math.nan, "b": [1.0, math.inf, np.float32("-inf")], "c": np.array([np.nan, 2.0])},
+    )
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [1.0, None, None], "c": [None, 2.0]}

@@ -18,3 +18,7 @@ class UnknownNameError(HotloopError, KeyError):
 
 class CheckpointError(HotloopError):
     """A checkpoint is missing, corrupt or does not match the model it is loaded into."""
+
+
+class DatasetError(ConfigError):
+    """A dataset on disk is missing a file, damaged or not in the layout the reader expects."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -31,7 +32,24 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    """Write `obj` as standard JSON: NaN and infinities (which JSON cannot hold) are written as null."""
+    try:
+        text = json.dumps(obj, indent=2, allow_nan=False, default=_jsonable)
+    except ValueError:  # a non-finite float somewhere: keep the file valid (and the work) rather than fail
+        text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=_jsonable)
+    return atomic_write_text(path, text + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return _finite(obj.tolist())
+    return obj
 
 
 def _jsonable(obj: Any) -> Any:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.pi0 import PiModel, PrefixCache
 
@@ -48,6 +49,106 @@ def make_noise(model: PiModel, batch: int, generator: torch.Generator | None = N
     return torch.randn(batch, cfg.chunk_size, cfg.max_action_dim, generator=gen, device=device)
 
 
+def check_inputs(
+    model: PiModel,
+    obs: PiObservation,
+    noise: Tensor | None = None,
+    num_steps: int | None = None,
+    cache: PrefixCache | None = None,
+) -> None:
+    """Raise ConfigError naming the first input that does not fit `model`'s fixed shapes.
+
+    Cheap on purpose (it sits on the hot path): shapes and dtypes are metadata; the only data read is one
+    min/max of the images and of the token ids, gathered in a single device sync.
+    """
+    cfg = model.cfg
+    if num_steps is not None and (
+        isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
+    ):
+        raise ConfigError(f"num_steps must be a positive integer (got {num_steps!r}); the peers use 10")
+    if not isinstance(obs, PiObservation):
+        raise ConfigError(f"obs must be a PiObservation (got {type(obs).__name__})")
+    images, tokens = obs.images, obs.lang_tokens
+    size = cfg.vision.image_size
+    want = f"(B, {cfg.views}, 3, {size}, {size})"
+    if not isinstance(images, Tensor) or images.ndim != 5:
+        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ConfigError(f"obs.images must be a tensor {want}; got {got}")
+    b = images.shape[0]
+    if tuple(images.shape[1:]) != (cfg.views, 3, size, size):
+        raise ConfigError(
+            f"obs.images has shape {tuple(images.shape)}; the model takes {want}: resize to {size} px and "
+            f"pad absent views (image_masks False) to exactly {cfg.views}"
+        )
+    if not images.is_floating_point():
+        raise ConfigError(
+            f"obs.images is {str(images.dtype).removeprefix('torch.')}; the model takes floats in [-1, 1] "
+            "(map 0-255 pixels with x / 127.5 - 1)"
+        )
+    _check(obs.image_masks, "obs.image_masks", (b, cfg.views), torch.bool)
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2:
+        raise ConfigError(f"obs.lang_tokens must be a tensor (B, {cfg.max_token_len}) of token ids")
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
+        raise ConfigError(
+            f"obs.lang_tokens is {str(tokens.dtype).removeprefix('torch.')}; token ids are integers (int64)"
+        )
+    if tokens.shape[1] > cfg.max_token_len:
+        raise ConfigError(
+            f"obs.lang_tokens has {tokens.shape[1]} tokens; the model takes at most max_token_len "
+            f"{cfg.max_token_len}: shorten the prompt"
+        )
+    if tuple(tokens.shape) != (b, cfg.max_token_len):
+        raise ConfigError(
+            f"obs.lang_tokens has shape {tuple(tokens.shape)}; expected {(b, cfg.max_token_len)}: pad shorter "
+            "prompts to max_token_len with lang_masks False"
+        )
+    _check(obs.lang_masks, "obs.lang_masks", (b, cfg.max_token_len), torch.bool)
+    if not cfg.pi05 or obs.state is not None:
+        if obs.state is None:
+            raise ConfigError(f"pi0 needs obs.state (B, {cfg.max_state_dim}): normalised, zero-padded")
+        _check(obs.state, "obs.state", (b, cfg.max_state_dim), None, "zero-pad the normalised state")
+    if noise is not None:
+        _check(noise, "noise", (b, cfg.chunk_size, cfg.max_action_dim), None)
+    if cache is not None and tuple(cache.pad_mask.shape) != (b, cfg.prefix_len):
+        raise ConfigError(
+            f"cache was allocated for batch {cache.pad_mask.shape[0]}, prefix {cache.pad_mask.shape[1]}; the "
+            f"inputs need batch {b}, prefix {cfg.prefix_len}: model.allocate_cache({b})"
+        )
+    device = model.action_in_proj.weight.device
+    if images.device != device or tokens.device != device:
+        raise ConfigError(
+            f"obs is on {images.device}, the model on {device}: move the inputs with .to({device})"
+        )
+    lo, hi, tmin, tmax = _ranges(images, tokens)
+    if not (lo >= -1.001 and hi <= 1.001):  # also catches NaN
+        hint = " (0-255 pixels? map them with x / 127.5 - 1)" if hi > 1.5 else ""
+        raise ConfigError(f"obs.images must lie in [-1, 1]; found values in [{lo:g}, {hi:g}]{hint}")
+    if tmin < 0 or tmax >= cfg.vocab_size:
+        raise ConfigError(
+            f"obs.lang_tokens holds ids in [{int(tmin)}, {int(tmax)}]; the vocabulary is [0, {cfg.vocab_size})"
+        )
+
+
+def _ranges(images: Tensor, tokens: Tensor) -> list[float]:
+    """[image min, image max, token min, token max] with one host sync (ids < 2**24 are exact in float32)."""
+    img = torch.aminmax(images.detach().float())
+    tok = torch.aminmax(tokens.detach())
+    return torch.stack((img.min, img.max, tok.min.float(), tok.max.float())).tolist()  # type: ignore[no-any-return]
+
+
+def _check(x: object, name: str, shape: tuple[int, ...], dtype: torch.dtype | None, fix: str = "") -> None:
+    if not isinstance(x, Tensor):
+        raise ConfigError(f"{name} must be a tensor of shape {shape} (got {type(x).__name__})")
+    if tuple(x.shape) != shape:
+        raise ConfigError(
+            f"{name} has shape {tuple(x.shape)}; expected {shape}" + (f": {fix}" if fix else "")
+        )
+    if dtype is not None and x.dtype != dtype:
+        raise ConfigError(f"{name} must be {str(dtype).removeprefix('torch.')} (got {x.dtype})")
+    if dtype is None and not x.is_floating_point():
+        raise ConfigError(f"{name} must be a float tensor (got {str(x.dtype).removeprefix('torch.')})")
+
+
 @torch.no_grad()
 def sample_actions(
     model: PiModel,
@@ -57,13 +158,18 @@ def sample_actions(
     generator: torch.Generator | None = None,
     timer: StageTimer | None = None,
     cache: PrefixCache | None = None,
+    validate: bool = True,
 ) -> Tensor:
     """Integrate the flow from noise (t = 1) to an action chunk (t = 0); returns float32 (B, chunk, A).
 
     `noise` defaults to `make_noise(model, B, generator)`; `num_steps` to the config's. A preallocated
     `cache` (from `model.allocate_cache`) is filled in place, so repeated calls reuse its memory.
-    Stages "vision", "prefix" and "denoise" are marked on `timer`.
+    Stages "vision", "prefix" and "denoise" are marked on `timer`. The inputs are checked first
+    (`check_inputs`, one min/max); `validate=False` skips that for callers that built them already (a
+    compiled engine, a bench loop whose inputs were checked once).
     """
+    if validate:
+        check_inputs(model, obs, noise, num_steps, cache)
     timer = timer if timer is not None else null_timer()
     steps = num_steps if num_steps is not None else model.cfg.num_steps
     if noise is None:

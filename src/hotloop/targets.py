@@ -16,6 +16,24 @@ from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer
 from hotloop.registry import Registry
 
+# Upper limits on the size options: far above any real robot policy, low enough that a typo (an extra
+# zero or three) is refused at once instead of hanging the machine or exhausting its memory.
+OPTION_LIMITS: dict[str, int] = {
+    "views": 16,
+    "num_steps": 1000,
+    "horizon": 1000,
+    "action_dim": 1024,
+    "batch": 1024,
+    "prompt_tokens": 100_000,
+}
+MAX_SEED = 2**32 - 1
+_FLAGS = {"num_steps": "--steps", "batch": "--batch", "dtype": "--dtype", "device": "--device"}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a TargetOptions field (num_steps -> --steps)."""
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
 
 @dataclass(frozen=True)
 class TargetOptions:
@@ -25,29 +43,62 @@ class TargetOptions:
     num_steps: int | None = None
     horizon: int | None = None
     action_dim: int | None = None
+    prompt_tokens: int | None = None  # real tokens among the prompt slots (VLA targets)
+    buckets: tuple[int, ...] | None = None  # prompt-length buckets for the prefix (VLA targets)
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name, limit in OPTION_LIMITS.items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1 (got {value})")
-        if self.batch < 1:
-            raise ConfigError(f"batch must be >= 1 (got {self.batch})")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise ConfigError(f"{flag(name)} must be an integer from 1 to {limit} (got {value!r})")
         if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
+            raise ConfigError(f"--dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {self.seed!r})")
 
     def reject_unsupported(self, target: str, supported: set[str]) -> None:
-        """Raise if an option outside `supported` was set (no silent ignoring)."""
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        """Raise if an option outside `supported` was set (no silent ignoring).
+
+        `dtype`, `batch` and `device` have defaults (float32, 1, cpu): a target that does not list them
+        runs only at those defaults, and any other value is refused rather than ignored.
+        """
+        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens", "buckets"):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
-                    f"target {target!r} does not take --{name.replace('_', '-')}; it takes: "
-                    f"{', '.join(sorted(supported)) or 'no options'}"
+                    f"target {target!r} does not take {flag(name)}; it takes: "
+                    f"{', '.join(flag(n) for n in sorted(supported)) or 'no options'}"
                 )
+        defaults = {"dtype": "float32", "batch": 1, "device": "cpu"}
+        for name, default in defaults.items():
+            if name not in supported and getattr(self, name) != default:
+                raise ConfigError(
+                    f"target {target!r} does not take {flag(name)} {getattr(self, name)}: its {name} is fixed "
+                    f"(a built-in target runs at {default}, an artifact as compiled); drop {flag(name)}"
+                )
+
+
+def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
+    """Refuse a run whose estimated memory exceeds what is free on `device` (instead of swapping or OOM)."""
+    if device.startswith("cuda"):
+        import torch
+
+        free = float(torch.cuda.mem_get_info(torch.device(device))[0])
+    else:
+        import psutil
+
+        free = float(psutil.virtual_memory().available)
+    if need_bytes > free:
+        gib = 1024.0**3
+        raise ConfigError(
+            f"{what} needs about {need_bytes / gib:.1f} GiB, more than the {free / gib:.1f} GiB free on "
+            f"{device}; lower --batch, --horizon or --views"
+        )
 
 
 @dataclass
@@ -65,16 +116,20 @@ class TargetEntry:
     description: str
     bench: str  # "module:function", called as function(config_name, options) -> BenchCase
     policy: str | None = None  # "module:function", called the same way -> Policy
+    full_name: bool = False  # pass the whole name (an artifact path), not the part after "family:"
+
+    def _arg(self, name: str) -> str:
+        return name if self.full_name else name.split(":", 1)[1]
 
     def build_bench(self, name: str, options: TargetOptions) -> BenchCase:
-        return _resolve(self.bench)(name.split(":", 1)[1], options)
+        return _resolve(self.bench)(self._arg(name), options)
 
     def build_policy(self, name: str, options: TargetOptions) -> Any:
         if self.policy is None:
             raise ConfigError(
                 f"target {name!r} is a benchmark only and cannot drive a robot; pick a policy target"
             )
-        return _resolve(self.policy)(name.split(":", 1)[1], options)
+        return _resolve(self.policy)(self._arg(name), options)
 
 
 def _resolve(path: str) -> Callable[..., Any]:
@@ -141,6 +196,23 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
         ),
     ),
 )
+
+
+ARTIFACT_ENTRY = TargetEntry(
+    "a compiled artifact (hotloop compile)",
+    "hotloop.runtime.targets:build_bench",
+    "hotloop.runtime.targets:build_policy",
+    full_name=True,
+)
+
+
+def find_target(name: str) -> TargetEntry:
+    """A registered target, or a folder holding a compiled artifact (its manifest.json)."""
+    from pathlib import Path
+
+    if (Path(name) / "manifest.json").is_file():
+        return ARTIFACT_ENTRY
+    return default_targets().get(name)
 
 
 def default_targets() -> Registry[TargetEntry]:

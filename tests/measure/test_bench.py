@@ -106,7 +106,8 @@ def test_gc_is_held_off_only_while_timing():
     [
         ({"iterations": 0}, "iterations must be >= 1 \\(got 0\\)"),
         ({"warmup": -1}, "warmup must be >= 0 \\(got -1\\)"),
-        ({"threads": 0}, "threads must be >= 1"),
+        ({"threads": 0}, "--threads must be from 1 to 1024 \\(got 0\\)"),
+        ({"threads": 100_000}, "--threads must be from 1 to 1024 \\(got 100000\\)"),
         ({"pin": (9999,)}, "9999"),
     ],
 )
@@ -116,10 +117,19 @@ def test_bad_config(kwargs, match):
 
 
 def test_cpu_list_parsing():
-    assert parse_cpu_list("0-3,6") == (0, 1, 2, 3, 6)
-    assert parse_cpu_list("1") == (1,)
+    assert parse_cpu_list("0-3,6", cpu_count=8) == (0, 1, 2, 3, 6)
+    assert parse_cpu_list("1", cpu_count=2) == (1,)
     for bad in ("", "a", "3-1", "-1", "0-x"):
         with pytest.raises(ConfigError, match="cannot read CPU list"):
+            parse_cpu_list(bad, cpu_count=8)
+
+
+def test_cpu_list_names_only_existing_cpus_and_never_expands_a_huge_range():
+    count = os.cpu_count() or 1
+    for bad in (f"0-{count}", str(count), "0-1000000000000"):
+        with pytest.raises(
+            ConfigError, match=rf"--pin '{bad}': CPU \d+ does not exist; this machine has CPUs 0-"
+        ):
             parse_cpu_list(bad)
 
 

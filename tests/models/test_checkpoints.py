@@ -133,7 +133,12 @@ def test_openpi_layout_and_legacy_spellings(saved: tuple[Path, PiModel], tmp_pat
     (out / "assets" / "robot").mkdir(parents=True)
     (out / "assets" / "robot" / "norm_stats.json").write_text(
         json.dumps(
-            {"norm_stats": {"state": {"mean": [0.0], "std": [2.0]}, "actions": {"mean": [1.0], "std": [1.0]}}}
+            {
+                "norm_stats": {
+                    "state": {"mean": [0.0], "std": [2.0], "q01": [-1.0], "q99": [1.0]},
+                    "actions": {"mean": [1.0], "std": [1.0], "q01": [0.0], "q99": [2.0]},
+                }
+            }
         )
     )
     arch = json.loads((folder / "config.json").read_text())["hotloop_arch"]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
@@ -21,6 +22,7 @@ from hotloop.measure.stats import LatencyStats
 from hotloop.targets import BenchCase
 
 TOTAL_STAGE = "total"
+MAX_THREADS = 1024  # torch starts them all at once; more is a typo, not a setting
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,18 @@ class BenchConfig:
     pin: tuple[int, ...] | None = None  # CPU affinity for this process
     gc_enabled: bool = False  # garbage collection is held off in the timed region unless asked
     progress: bool = True
+    # Roofline: a target that states its analytic work (info["work"]) gets per-stage shares of this
+    # machine's matmul peaks, read from this cache (None: ~/.cache/hotloop/roofline) or measured once.
+    roofline: bool = True
+    roofline_cache: Path | None = None
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ConfigError(f"iterations must be >= 1 (got {self.iterations}); use e.g. --iters 200")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1 (got {self.threads})")
+        if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
         if self.pin is not None:
             available = os.sched_getaffinity(0)
             missing = sorted(set(self.pin) - available)
@@ -49,25 +55,27 @@ class BenchConfig:
                 )
 
 
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """Parse a Linux CPU list such as "0-3,6" into (0, 1, 2, 3, 6)."""
-    cpus: set[int] = set()
+def parse_cpu_list(text: str, cpu_count: int | None = None) -> tuple[int, ...]:
+    """Parse a Linux CPU list such as "0-3,6" into (0, 1, 2, 3, 6); every CPU must exist on this machine
+    (ids below `cpu_count`, default `os.cpu_count()`).
+
+    The bound is checked before a range is expanded, so "0-1000000000" is refused at once.
+    """
+    ranges: list[tuple[int, int]] = []
     try:
         for part in text.split(","):
             part = part.strip()
-            if "-" in part:
-                lo, hi = (int(p) for p in part.split("-", 1))
-                if lo > hi or lo < 0:
-                    raise ValueError
-                cpus.update(range(lo, hi + 1))
-            else:
-                value = int(part)
-                if value < 0:
-                    raise ValueError
-                cpus.add(value)
+            lo, hi = (int(p) for p in part.split("-", 1)) if "-" in part else (int(part), int(part))
+            if lo > hi or lo < 0:
+                raise ValueError
+            ranges.append((lo, hi))
     except ValueError:
         raise ConfigError(f"cannot read CPU list {text!r}; write it like 0-3,6") from None
-    return tuple(sorted(cpus))
+    count = cpu_count or os.cpu_count() or 1
+    top = max(hi for _, hi in ranges)
+    if top >= count:
+        raise ConfigError(f"--pin {text!r}: CPU {top} does not exist; this machine has CPUs 0-{count - 1}")
+    return tuple(sorted({c for lo, hi in ranges for c in range(lo, hi + 1)}))
 
 
 def format_cpu_list(cpus: Any) -> str:
@@ -104,6 +112,7 @@ class BenchResult:
     compare: CompareResult | None = None
     info: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    roofline: dict[str, Any] | None = None  # {"peaks": MatmulPeaks dict | None, "stages": {...}}
 
     @property
     def jitter_warning(self) -> bool:
@@ -123,6 +132,7 @@ class BenchResult:
             "samples_ms": self.samples_ms,
             "info": self.info,
             "config": self.config,
+            "roofline": self.roofline,
         }
         if self.device_stages:
             # GPU time per stage from device events; the gap to host time is launch and sync cost (R1.4).
@@ -250,6 +260,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             samples_ms=records[1].total,
         )
     return BenchResult(
+        roofline=_roofline(case, stages, config),
         target=case.name,
         iterations=config.iterations,
         warmup=config.warmup,
@@ -268,6 +279,21 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             "gc_enabled": config.gc_enabled,
         },
     )
+
+
+def _roofline(case: BenchCase, stages: dict[str, LatencyStats], config: BenchConfig) -> dict[str, Any] | None:
+    work = case.info.get("work")
+    if not config.roofline or not work or case.device != "cpu":
+        return None  # peaks are measured for the CPU; a GPU roofline needs its own peaks
+    from hotloop.measure.roofline import StageWork, cached_peaks, roofline
+
+    peaks = cached_peaks(config.roofline_cache)
+    rows = roofline(
+        {name: StageWork(**w) for name, w in work.items()},
+        {name: s.p50 for name, s in stages.items()},
+        peaks,
+    )
+    return {"peaks": peaks.to_dict() if peaks is not None else None, "stages": rows}
 
 
 def _progress(enabled: bool) -> Any:

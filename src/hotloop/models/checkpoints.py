@@ -29,7 +29,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from hotloop.errors import CheckpointError
+from hotloop.errors import CheckpointError, ConfigError
+from hotloop.models.checkpoint_meta import Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
 from hotloop.models.pi0 import PiModel
 from hotloop.models.pi_policy import NormStats, Stats
@@ -132,32 +133,62 @@ def _count(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
     return max(idx) + 1 if idx else 0
 
 
-def config_from_checkpoint(folder: Path, shapes: dict[str, tuple[int, ...]], report: LoadReport) -> PiConfig:
-    """Sizes from config.json (variant names, policy fields) checked against the tensor shapes.
+def config_from_checkpoint(
+    folder: Path,
+    shapes: dict[str, tuple[int, ...]],
+    report: LoadReport,
+    *,
+    chunk_size: int | None = None,
+    max_token_len: int | None = None,
+    views: int | None = None,
+) -> PiConfig:
+    """Sizes from the tensor shapes; config.json's fields are checked against them, never trusted blindly.
 
-    Where they disagree the tensors win and a note says so. Head counts are not visible in shapes: they
-    come from `hotloop_arch` (our own saves), `tiny_arch.json` (fixtures) or the variant tables.
+    What the tensors show (widths, depths, MLP sizes, vocabulary, action/state dims, image size) comes from
+    them; a config.json or tiny_arch.json that contradicts them is an error or a note. Head counts are
+    not visible in shapes: they come from `hotloop_arch` (our own saves), `tiny_arch.json` (fixtures) or
+    the variant tables. The chunk size changes the outputs and is not in the tensors either: it must come
+    from an argument or config.json (`chunk_size` / openpi's `action_horizon`), never from a guess. Views
+    and prompt length only bound the inputs (absent views and prompt padding are masked out), so a missing
+    value falls back to the peers' default and a note says so.
     """
-    meta: dict[str, Any] = {}
-    if (folder / "config.json").is_file():
-        try:
-            meta = json.loads((folder / "config.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{folder / 'config.json'} is not valid JSON: {exc}") from exc
-    pi05 = meta.get("type") == "pi05" or "time_mlp_in.weight" in shapes
-    if "type" in meta and meta["type"] not in ("pi0", "pi05"):
-        raise CheckpointError(f"{folder / 'config.json'} has type {meta['type']!r}; expected 'pi0' or 'pi05'")
-    arch: dict[str, Any] = meta.get("hotloop_arch") or {}
-    if not arch and (folder / "tiny_arch.json").is_file():
-        arch = json.loads((folder / "tiny_arch.json").read_text())
+    config_path = folder / "config.json"
+    has_config = config_path.is_file()
+    meta = Fields(read_json_object(config_path) if has_config else {}, config_path)
+    if not has_config:
+        report.notes.append("no config.json: sizes taken from the tensor shapes")
+    pi05 = "time_mlp_in.weight" in shapes
+    kind = meta.string("type", ("pi0", "pi05"))
+    if kind is not None and (kind == "pi05") != pi05:
+        found = "pi05 (time_mlp_in)" if pi05 else "pi0 (state_proj, no time_mlp_in)"
+        raise CheckpointError(
+            f"{config_path}: field 'type' is {kind!r} but the tensors are a {found} model; fix the field"
+        )
+    arch = meta.obj("hotloop_arch", nullable=True)
+    if arch is None and (folder / "tiny_arch.json").is_file():
+        arch = Fields(read_json_object(folder / "tiny_arch.json"), folder / "tiny_arch.json")
         report.notes.append("head counts taken from tiny_arch.json")
+    arch = arch or Fields({}, config_path, "hotloop_arch.")
+    guessed: list[str] = []
+
+    def check_stated(part: Fields, field: str, found: int) -> None:
+        stated = part.integer(field)
+        if stated is not None and stated != found:
+            raise CheckpointError(
+                f"{part.file}: field {part.name(field)!r} is {stated} but the tensors hold {found}: "
+                "the file does not describe these weights; fix or delete it"
+            )
 
     def gemma(kind: str, variant_key: str, prefix: str, width_key: str) -> GemmaConfig:
-        base = GEMMA_VARIANTS.get(
-            meta.get(variant_key, ""), GEMMA_VARIANTS["gemma_2b" if kind == "vlm" else "gemma_300m"]
-        )
-        a = arch.get(kind, {})
-        head_dim = int(a.get("head_dim", base.head_dim))
+        default = GEMMA_VARIANTS["gemma_2b" if kind == "vlm" else "gemma_300m"]
+        variant = meta.string(variant_key)
+        base = GEMMA_VARIANTS.get(variant or "", default)
+        a = arch.obj(kind) or Fields({}, arch.file, f"{arch.prefix}{kind}.")
+        head_dim = a.integer("head_dim")
+        if head_dim is None:
+            head_dim = base.head_dim
+            if variant not in GEMMA_VARIANTS:
+                guessed.append(f"{kind} head_dim {head_dim}")
         q, kv = (
             shapes[prefix + "0.self_attn.q_proj.weight"][0],
             shapes[prefix + "0.self_attn.k_proj.weight"][0],
@@ -174,27 +205,35 @@ def config_from_checkpoint(folder: Path, shapes: dict[str, tuple[int, ...]], rep
             num_kv_heads=kv // head_dim,
             head_dim=head_dim,
         )
-        if meta.get(variant_key) in GEMMA_VARIANTS and derived != base:
+        for field_name in ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads"):
+            check_stated(a, field_name, getattr(derived, field_name))
+        if variant in GEMMA_VARIANTS and derived != base:
             report.notes.append(
-                f"{variant_key}={meta[variant_key]!r} names {_dims(base)}, but the tensors hold {_dims(derived)}: "
+                f"{variant_key}={variant!r} names {_dims(base)}, but the tensors hold {_dims(derived)}: "
                 "using the tensor sizes"
             )
+        elif variant is not None and variant not in GEMMA_VARIANTS:
+            report.notes.append(f"{variant_key}={variant!r} is not a known variant: using the tensor sizes")
         return derived
 
     vm = _VM
     patch = shapes[vm + "embeddings.patch_embedding.weight"]
     tokens = shapes[vm + "embeddings.position_embedding.weight"][0]
     vwidth = patch[0]
-    va = arch.get("vision", {})
-    vheads = int(va.get("num_attention_heads", 16 if vwidth == 1152 else max(1, vwidth // 64)))
-    vision = VisionConfig(
-        image_size=math.isqrt(tokens) * patch[2],
-        patch_size=patch[2],
-        width=vwidth,
-        depth=_count(shapes, vm + "encoder.layers."),
-        mlp_dim=shapes[vm + "encoder.layers.0.mlp.fc1.weight"][0],
-        num_heads=vheads,
-    )
+    va = arch.obj("vision") or Fields({}, arch.file, f"{arch.prefix}vision.")
+    vheads = va.integer("num_attention_heads")
+    if vheads is None:
+        vheads = 16 if vwidth == 1152 else max(1, vwidth // 64)
+        guessed.append(f"vision heads {vheads}")
+    vision_fields = {
+        "hidden_size": vwidth,
+        "num_hidden_layers": _count(shapes, vm + "encoder.layers."),
+        "intermediate_size": shapes[vm + "encoder.layers.0.mlp.fc1.weight"][0],
+        "patch_size": patch[2],
+        "image_size": math.isqrt(tokens) * patch[2],
+    }
+    for field_name, size in vision_fields.items():
+        check_stated(va, field_name, size)
     vlm = gemma(
         "vlm",
         "paligemma_variant",
@@ -210,28 +249,92 @@ def config_from_checkpoint(folder: Path, shapes: dict[str, tuple[int, ...]], rep
     embed = shapes.get(_EMBED) or shapes.get(_LM_HEAD)
     if embed is None:
         raise CheckpointError("checkpoint has neither the token embedding nor paligemma.lm_head.weight")
+    check_stated(arch, "vocab_size", embed[0])
     action_dim = shapes["action_in_proj.weight"][1]
-    n_views = sum(1 for f in meta.get("input_features", {}).values() if f.get("type") == "VISUAL")
-    n_views += int(meta.get("empty_cameras", 0))
-    cfg = PiConfig(
-        vision=vision,
-        vlm=vlm,
-        expert=expert,
-        pi05=pi05,
-        vocab_size=embed[0],
-        views=int(arch.get("views", n_views or 1)),
-        max_token_len=int(meta.get("tokenizer_max_length", meta.get("max_token_len", 200 if pi05 else 48))),
-        chunk_size=int(meta.get("chunk_size", meta.get("action_horizon", 50))),
-        max_action_dim=action_dim,
-        max_state_dim=shapes["state_proj.weight"][1] if not pi05 else int(meta.get("max_state_dim", 32)),
-        num_steps=int(meta.get("num_inference_steps", 10)),
-        min_period=float(meta.get("min_period", 4e-3)),
-        max_period=float(meta.get("max_period", 4.0)),
-    )
-    res = meta.get("image_resolution")
-    if res and list(res) != [vision.image_size, vision.image_size]:
+    stated_action_dim = meta.integer("max_action_dim")
+    if stated_action_dim is not None and stated_action_dim != action_dim:
         report.notes.append(
-            f"config image_resolution {res} differs from the vision tower's {vision.image_size}"
+            f"config max_action_dim {stated_action_dim} differs from the tensors' {action_dim}: using {action_dim}"
+        )
+    stated_state_dim = meta.integer("max_state_dim")
+    if pi05:
+        state_dim = stated_state_dim or 32  # pi0.5 reads the state from the prompt: no tensor holds it
+        if stated_state_dim is None:
+            guessed.append("max_state_dim 32")
+    else:
+        state_dim = shapes["state_proj.weight"][1]
+        if stated_state_dim is not None and stated_state_dim != state_dim:
+            report.notes.append(
+                f"config max_state_dim {stated_state_dim} differs from the tensors' {state_dim}: using {state_dim}"
+            )
+
+    features = meta.obj("input_features") or Fields({}, config_path, "input_features.")
+    n_views = 0
+    for name in features.data:
+        feature = features.obj(name)
+        if feature is not None and feature.string("type") == "VISUAL":
+            n_views += 1
+    n_views += meta.integer("empty_cameras", minimum=0) or 0
+    stated_views = arch.integer("views") or n_views or None
+    if views is None:
+        views = stated_views or 1
+        if stated_views is None:
+            guessed.append("views 1")
+    stated_tokens = meta.integer("tokenizer_max_length") or meta.integer("max_token_len")
+    if max_token_len is None:
+        max_token_len = stated_tokens or (200 if pi05 else 48)
+        if stated_tokens is None:
+            guessed.append(f"max_token_len {max_token_len} (openpi's default)")
+    stated_chunk = meta.integer("chunk_size") or meta.integer("action_horizon")
+    if chunk_size is None:
+        if stated_chunk is None:
+            where = (
+                f"{config_path} has no field 'chunk_size'" if has_config else f"{folder} has no config.json"
+            )
+            raise CheckpointError(
+                f"{where}, and the chunk size (actions per inference) is not stored in the tensors; "
+                'pass chunk_size= to load_checkpoint or add "chunk_size" to config.json'
+            )
+        chunk_size = stated_chunk
+    steps = meta.integer("num_inference_steps")
+    if steps is None:
+        guessed.append("num_steps 10")
+    if guessed:
+        report.notes.append(
+            "not stated in the checkpoint, so the defaults were used: "
+            + ", ".join(guessed)
+            + " (views= and max_token_len= of load_checkpoint set those two)"
+        )
+    try:
+        cfg = PiConfig(
+            vision=VisionConfig(
+                image_size=vision_fields["image_size"],
+                patch_size=vision_fields["patch_size"],
+                width=vwidth,
+                depth=vision_fields["num_hidden_layers"],
+                mlp_dim=vision_fields["intermediate_size"],
+                num_heads=vheads,
+            ),
+            vlm=vlm,
+            expert=expert,
+            pi05=pi05,
+            vocab_size=embed[0],
+            views=views,
+            max_token_len=max_token_len,
+            chunk_size=chunk_size,
+            max_action_dim=action_dim,
+            max_state_dim=state_dim,
+            num_steps=steps or 10,
+            min_period=meta.number("min_period") or 4e-3,
+            max_period=meta.number("max_period") or 4.0,
+        )
+    except ConfigError as exc:
+        raise CheckpointError(f"{folder} does not describe a valid pi0/pi0.5 model: {exc}") from None
+    res = meta.numbers("image_resolution", length=2)
+    if res is not None and res != [cfg.vision.image_size, cfg.vision.image_size]:
+        report.notes.append(
+            f"config image_resolution {[int(r) for r in res]} differs from the vision tower's "
+            f"{cfg.vision.image_size}: using {cfg.vision.image_size}"
         )
     return cfg
 
@@ -302,11 +405,61 @@ def load_weights(
     return report
 
 
+# Dtypes a checkpoint loads into. float16 is refused: the additive attention masks overflow to -inf in
+# float16 and fully masked (padding) rows then turn the whole output into NaN.
+LOAD_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A supported torch dtype from a dtype or its name ("bfloat16", "torch.bfloat16")."""
+    name = str(dtype).removeprefix("torch.") if isinstance(dtype, (str, torch.dtype)) else None
+    if name in LOAD_DTYPES:
+        return LOAD_DTYPES[name]
+    why = " (pi0/pi0.5 produce NaN in float16)" if name in ("float16", "half") else ""
+    raise ConfigError(
+        f"dtype {dtype!r} is not supported{why}; use one of: {', '.join(LOAD_DTYPES)} "
+        "(a torch.dtype or its name)"
+    )
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device {device!r} is not a device; use 'cpu' or 'cuda' (or 'cuda:N')") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is visible here; use 'cpu'")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {device!r} is not supported; use 'cpu' or 'cuda'")
+    return dev
+
+
 def load_checkpoint(
-    path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
+    path: str | Path,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+    *,
+    chunk_size: int | None = None,
+    max_token_len: int | None = None,
+    views: int | None = None,
 ) -> PiCheckpoint:
-    """Build the model a checkpoint directory describes and load it (LeRobot or openpi layout)."""
+    """Build the model a checkpoint directory describes and load it (LeRobot or openpi layout).
+
+    `chunk_size`, `max_token_len` and `views` are not stored in the tensors: they override config.json,
+    and a checkpoint without a chunk size (openpi's bare `model.safetensors`) needs `chunk_size`.
+    Everything decided without the checkpoint saying so is listed in `report.notes` (and logged).
+    """
+    torch_dtype = resolve_dtype(dtype)
+    torch_device = resolve_device(device)
+    for name, value in (("chunk_size", chunk_size), ("max_token_len", max_token_len), ("views", views)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name} must be a positive integer (got {value!r})")
     folder = Path(path)
+    if folder.is_file():
+        raise CheckpointError(
+            f"{folder} is a file; pass the checkpoint directory that holds it ({folder.parent}), "
+            "with config.json and model.safetensors"
+        )
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint directory {folder} does not exist")
     report = LoadReport(path=str(folder))
@@ -314,25 +467,61 @@ def load_checkpoint(
     shapes = _shapes(handle)
     report.layout = "lerobot" if any(k.startswith("model.") for k in handle.keys()) else "openpi"  # noqa: SIM118
     try:
-        config = config_from_checkpoint(folder, shapes, report)
-    except KeyError as exc:
+        config = config_from_checkpoint(
+            folder, shapes, report, chunk_size=chunk_size, max_token_len=max_token_len, views=views
+        )
+    except (KeyError, IndexError) as exc:
+        missing = exc.args[0] if isinstance(exc, KeyError) else "a layer 0 tensor of the expected rank"
         raise CheckpointError(
-            f"{folder / 'model.safetensors'} lacks tensor {exc.args[0]!r}: not a pi0/pi05 checkpoint"
+            f"{folder / 'model.safetensors'} lacks tensor {missing!r}: not a pi0/pi05 checkpoint"
         ) from exc
     with torch.device("meta"):
-        model = PiModel(config).to(dtype)
-    load_weights(model, folder, dtype, report)
-    model = model.to(device).eval()
+        model = PiModel(config).to(torch_dtype)
+    load_weights(model, folder, torch_dtype, report)
+    model = model.to(torch_device).eval()
     for note in report.notes:
         log.warning("%s: %s", folder, note)
     return PiCheckpoint(model, config, report, load_norm_stats(folder, config.pi05), load_tokenizer(folder))
 
 
-def _stats_from(d: dict[str, Any]) -> Stats:
-    def arr(name: str) -> np.ndarray | None:
-        return None if d.get(name) is None else np.asarray(d[name], dtype=np.float32)
+_MODES: dict[str, Literal["mean_std", "quantiles", "identity"]] = {
+    "MEAN_STD": "mean_std",
+    "QUANTILES": "quantiles",
+    "IDENTITY": "identity",
+}
+_NEEDS = {"mean_std": ("mean", "std"), "quantiles": ("q01", "q99"), "identity": ()}
 
-    return Stats(mean=arr("mean"), std=arr("std"), q01=arr("q01"), q99=arr("q99"))
+
+def _mode(fields: Fields, key: str, default: Literal["mean_std", "quantiles", "identity"]) -> Any:
+    value = fields.string(key)
+    if value is None:
+        return default
+    if value.upper() not in _MODES:
+        raise CheckpointError(
+            f"{fields.file}: field {fields.name(key)!r} is {value!r}; use one of "
+            f"{', '.join(m.lower() for m in _MODES)}"
+        )
+    return _MODES[value.upper()]
+
+
+def _stats_from(fields: Fields | None, mode: str, what: str) -> Stats | None:
+    """Stats from a JSON object; the pair `mode` needs must be there and all lists the same length."""
+    if fields is None:
+        return None
+    arrays = {k: fields.numbers(k) for k in ("mean", "std", "q01", "q99")}
+    lengths = {len(v) for v in arrays.values() if v is not None}
+    if len(lengths) > 1:
+        raise CheckpointError(
+            f"{fields.file}: the {what} statistics have lists of different lengths "
+            f"({', '.join(f'{k} {len(v)}' for k, v in arrays.items() if v is not None)})"
+        )
+    lacking = [k for k in _NEEDS[mode] if arrays[k] is None]
+    if lacking:
+        raise CheckpointError(
+            f"{fields.file}: normalisation mode {mode!r} needs {' and '.join(map(fields.name, lacking))} "
+            f"for {what}; add them or change the mode"
+        )
+    return Stats(**{k: None if v is None else np.asarray(v, dtype=np.float32) for k, v in arrays.items()})
 
 
 def load_norm_stats(folder: Path, pi05: bool) -> NormStats | None:
@@ -345,36 +534,38 @@ def load_norm_stats(folder: Path, pi05: bool) -> NormStats | None:
     """
     mode: Literal["mean_std", "quantiles", "identity"] = "quantiles" if pi05 else "mean_std"
     config = folder / "config.json"
-    mapping = json.loads(config.read_text()).get("normalization_mapping", {}) if config.is_file() else {}
-    mode = _MODES.get(str(mapping.get("STATE", "")).upper(), mode)
+    if config.is_file():
+        mapping = Fields(read_json_object(config), config).obj("normalization_mapping")
+        if mapping is not None:
+            mode = _mode(mapping, "STATE", mode)
     for file in sorted(folder.rglob("norm_stats.json")):
-        data = json.loads(file.read_text()).get("norm_stats", {})
-        mode = _MODES.get(str(data.get("mode", "")).upper(), mode)
-        state, actions = data.get("state"), data.get("actions")
+        data = Fields(read_json_object(file), file).obj("norm_stats")
+        if data is None:
+            raise CheckpointError(f"{file} has no 'norm_stats' object; expected {{\"norm_stats\": {{...}}}}")
+        mode = _mode(data, "mode", mode)
         return NormStats(
-            state=_stats_from(state) if state else None,
-            actions=_stats_from(actions) if actions else None,
+            state=_stats_from(data.obj("state", nullable=True), mode, "state"),
+            actions=_stats_from(data.obj("actions", nullable=True), mode, "actions"),
             mode=mode,
         )
     flat: dict[str, Any] = {}
     for file in sorted(folder.glob("*normalizer_processor*.safetensors")):
-        with safe_open(str(file), framework="np") as f:
-            flat.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118
+        try:
+            with safe_open(str(file), framework="np") as f:
+                flat.update({k: np.asarray(f.get_tensor(k)).reshape(-1).tolist() for k in f.keys()})  # noqa: SIM118
+        except Exception as exc:  # safetensors raises SafetensorError / OSError on damaged files
+            raise CheckpointError(
+                f"{file} is not a readable safetensors file (corrupt or truncated?): {exc}"
+            ) from None
     if not flat:
         return None
-    return NormStats(state=_pick(flat, "observation.state."), actions=_pick(flat, "action."), mode=mode)
+    source = Fields(flat, folder / "*normalizer_processor*.safetensors")
 
+    def pick(prefix: str, what: str) -> Stats | None:
+        sub = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
+        return _stats_from(Fields(sub, source.file, prefix), mode, what) if sub else None
 
-_MODES: dict[str, Literal["mean_std", "quantiles", "identity"]] = {
-    "MEAN_STD": "mean_std",
-    "QUANTILES": "quantiles",
-    "IDENTITY": "identity",
-}
-
-
-def _pick(flat: dict[str, Any], prefix: str) -> Stats | None:
-    sub = {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
-    return _stats_from(sub) if sub else None
+    return NormStats(state=pick("observation.state.", "state"), actions=pick("action.", "actions"), mode=mode)
 
 
 def load_tokenizer(folder: Path) -> Any:
@@ -385,7 +576,10 @@ def load_tokenizer(folder: Path) -> Any:
         import sentencepiece
     except ImportError as exc:
         raise CheckpointError(f"{models[0]} needs sentencepiece: pip install 'hotloop[tokenizer]'") from exc
-    return sentencepiece.SentencePieceProcessor(model_file=str(models[0]))
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(models[0]))
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(f"{models[0]} is not a sentencepiece model (corrupt?): {exc}") from None
 
 
 def save_lerobot_checkpoint(
@@ -398,6 +592,12 @@ def save_lerobot_checkpoint(
     sizes (head counts are not visible in tensor shapes).
     """
     out = Path(folder)
+    if norm_stats is not None:  # checked before anything is written: JSON cannot hold NaN or infinity
+        for which in ("state", "actions"):
+            stats = getattr(norm_stats, which)
+            for name, value in asdict(stats).items() if stats is not None else ():
+                if value is not None and not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+                    raise ConfigError(f"norm_stats.{which}.{name} holds NaN or infinity; fix the statistics")
     out.mkdir(parents=True, exist_ok=True)
     tensors = {to_lerobot_key(n): p.detach().contiguous().cpu() for n, p in model.state_dict().items()}
     tensors["model." + _LM_HEAD] = tensors["model." + _EMBED].clone()

@@ -7,6 +7,7 @@ actions cropped to the robot's dimension and unnormalised.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -108,6 +109,9 @@ class PiPolicy:
         num_steps: int | None = None,
         seed: int = 0,
     ) -> None:
+        for name, value in (("action_dim", action_dim), ("horizon", horizon), ("num_steps", num_steps)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"PiPolicy {name} must be a positive integer (got {value!r})")
         self.model = model.eval()
         self.config = config
         self.tokenizer = tokenizer
@@ -164,15 +168,32 @@ class PiPolicy:
         arr = np.asarray(images)
         if arr.ndim == 3:
             arr = arr[None]
-        if arr.ndim != 4 or arr.shape[-1] != 3:
-            raise ConfigError(f"obs['images'] must be (views, H, W, 3); got shape {arr.shape}")
-        x = torch.from_numpy(
-            arr.astype(np.float32) / 255.0 if arr.dtype == np.uint8 else arr.astype(np.float32)
-        )
-        x = resize_with_pad(x.permute(0, 3, 1, 2), self.config.vision.image_size) * 2.0 - 1.0
-        v = x.shape[0]
+        if arr.ndim != 4 or arr.shape[-1] != 3 or 0 in arr.shape:
+            raise ConfigError(f"obs['images'] must be (views, H, W, 3) RGB; got shape {arr.shape}")
+        v = arr.shape[0]
         if v > self.config.views:
-            raise ConfigError(f"obs has {v} camera views; the model takes at most {self.config.views}")
+            raise ConfigError(
+                f"obs['images'] has {v} camera views; the model takes at most {self.config.views}"
+            )
+        if arr.dtype == np.uint8:
+            x = torch.from_numpy(arr.astype(np.float32) / 255.0)
+        elif arr.dtype.kind == "f":
+            lo, hi = float(arr.min()), float(arr.max())
+            if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
+                hint = (
+                    " (0-255 pixels? pass them as uint8)"
+                    if hi > 1.0
+                    else " ([-1, 1]? map with (x + 1) / 2)"
+                    if lo >= -1.0
+                    else ""
+                )
+                raise ConfigError(
+                    f"obs['images'] floats must lie in [0, 1]; found values in [{lo:g}, {hi:g}]{hint}"
+                )
+            x = torch.from_numpy(arr.astype(np.float32))
+        else:
+            raise ConfigError(f"obs['images'] must be uint8 pixels or floats in [0, 1] (got {arr.dtype})")
+        x = resize_with_pad(x.permute(0, 3, 1, 2), self.config.vision.image_size) * 2.0 - 1.0
         # Absent views are filled with -1 (black) and masked out, as LeRobot does.
         full = torch.full((self.config.views, *x.shape[1:]), -1.0)
         full[:v] = x
@@ -181,34 +202,65 @@ class PiPolicy:
 
     def _prompt_ids(self, obs: dict[str, Any]) -> list[int]:
         if "prompt_tokens" in obs:
-            return [int(i) for i in np.asarray(obs["prompt_tokens"]).reshape(-1)]
-        if "prompt" in obs:
+            ids = np.asarray(obs["prompt_tokens"])
+            if ids.size and ids.dtype.kind not in "iu":
+                raise ConfigError(f"obs['prompt_tokens'] must be integer token ids (got {ids.dtype})")
+            ids = ids.reshape(-1)
+        elif "prompt" in obs:
             if self.tokenizer is None:
                 raise ConfigError(
                     "obs has a text 'prompt' but this policy has no tokenizer; pass 'prompt_tokens'"
                 )
-            return list(self.tokenizer.encode(str(obs["prompt"])))
-        return self.default_prompt_tokens
+            ids = np.asarray(self.tokenizer.encode(str(obs["prompt"])), dtype=np.int64)
+        else:
+            ids = np.asarray(self.default_prompt_tokens, dtype=np.int64)
+        # pi0.5's last 256 ids stand for the state bins (see state_prompt_tokens); task ids stay below.
+        top = self.config.vocab_size - (256 if self.config.pi05 else 0)
+        if ids.size and (ids.min() < 0 or ids.max() >= top):
+            raise ConfigError(
+                f"prompt token ids must lie in [0, {top}) for this model; found [{ids.min()}, {ids.max()}]"
+            )
+        return [int(i) for i in ids]
+
+    def _state(self, obs: dict[str, Any]) -> np.ndarray:
+        raw = obs.get("state", np.zeros(0))
+        try:
+            state = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"obs['state'] must be a vector of numbers (got {type(raw).__name__})"
+            ) from None
+        if state.ndim != 1:
+            raise ConfigError(f"obs['state'] must be a 1-D vector; got shape {state.shape}")
+        if state.shape[0] > self.config.max_state_dim:
+            raise ConfigError(
+                f"obs['state'] has {state.shape[0]} entries; the model takes at most {self.config.max_state_dim}"
+            )
+        if not np.isfinite(state).all():
+            raise ConfigError("obs['state'] holds NaN or infinite values")
+        return state
 
     def observation(self, obs: dict[str, Any]) -> PiObservation:
-        """Raw observation -> model-space inputs (batch 1)."""
+        """Raw observation -> model-space inputs (batch 1); a bad input is named in a ConfigError."""
         cfg = self.config
+        if not isinstance(obs, Mapping) or "images" not in obs:
+            raise ConfigError("obs must be a dict with 'images' (views, H, W, 3), 'state' and a prompt")
         images, image_masks = self._images(obs["images"])
-        state = self.norm_stats.normalize(
-            np.asarray(obs.get("state", np.zeros(0)), dtype=np.float32), "state"
-        )
-        if state.shape[-1] > cfg.max_state_dim:
-            raise ConfigError(
-                f"state has {state.shape[-1]} entries; the model takes at most {cfg.max_state_dim}"
-            )
+        state = self.norm_stats.normalize(self._state(obs), "state")
         ids = self._prompt_ids(obs)
+        used = len(ids) + (state.shape[-1] if cfg.pi05 else 0)
+        if used > cfg.max_token_len:
+            what = f"{len(ids)} prompt ids + {state.shape[-1]} state bins" if cfg.pi05 else f"{len(ids)} ids"
+            raise ConfigError(
+                f"the prompt needs {used} tokens ({what}); the model takes at most {cfg.max_token_len}: "
+                "shorten the prompt"
+            )
         if cfg.pi05:
             tokens, mask = state_prompt_tokens(ids, np.clip(state, -1.0, 1.0), cfg)
         else:
             tokens = np.zeros(cfg.max_token_len, dtype=np.int64)
             mask = np.zeros(cfg.max_token_len, dtype=bool)
-            n = min(len(ids), cfg.max_token_len)
-            tokens[:n], mask[:n] = ids[:n], True
+            tokens[: len(ids)], mask[: len(ids)] = ids, True
         padded = np.zeros(cfg.max_state_dim, dtype=np.float32)
         padded[: state.shape[-1]] = state
         return PiObservation(
@@ -219,10 +271,69 @@ class PiPolicy:
             state=torch.from_numpy(padded)[None].to(self.device),
         )
 
-    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """Sample a chunk; with RTC guidance keys in `obs` (`hotloop.realtime.rtc`), inpaint it onto
+        the previous chunk's unexecuted actions and answer `rtc_guided: True`."""
+        from hotloop.realtime.rtc import GUIDED_KEY, guidance_inputs
+
         model_obs = self.observation(obs)
-        chunk = sample_actions(
-            self.model, model_obs, num_steps=self.num_steps, generator=self._generator, cache=self._cache
-        )
+        guidance = guidance_inputs(obs)
+        if guidance is None:
+            # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
+            chunk = sample_actions(
+                self.model,
+                model_obs,
+                num_steps=self.num_steps,
+                generator=self._generator,
+                cache=self._cache,
+                validate=False,
+            )
+        else:
+            chunk = self.guided_sample(model_obs, guidance, lambda a: a, generator=self._generator)
         actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy()
-        return {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
+        out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
+        if guidance is not None:
+            out[GUIDED_KEY] = True
+        return out
+
+    def guided_sample(
+        self,
+        model_obs: PiObservation,
+        guidance: tuple[np.ndarray, int, float],
+        to_policy_actions: Any,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        timer: Any = None,
+    ) -> torch.Tensor:
+        """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
+        `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
+        unless an adapter predicts relative actions)."""
+        from hotloop.realtime.rtc import guided_sample_actions, model_space_guidance
+
+        prev, delay, beta = guidance
+        if prev.shape[1] != self.action_dim:
+            raise ConfigError(
+                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
+            )
+        target, weights = model_space_guidance(
+            prev,
+            delay,
+            self.horizon,
+            self.config.chunk_size,
+            self.config.max_action_dim,
+            lambda a: self.norm_stats.normalize(
+                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
+            ),
+        )
+        return guided_sample_actions(
+            self.model,
+            model_obs,
+            target.to(self.device),
+            weights.to(self.device),
+            beta,
+            noise=noise,
+            num_steps=self.num_steps,
+            generator=generator,
+            timer=timer,
+            cache=self._cache,
+        )

@@ -11,7 +11,7 @@ from torch import nn
 
 from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer, null_timer
-from hotloop.targets import BenchCase, TargetOptions
+from hotloop.targets import BenchCase, TargetOptions, check_fits_memory
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,10 +49,14 @@ class ToyMLPPolicy(nn.Module):
 def _build(config_name: str, options: TargetOptions) -> tuple[ToyMLPPolicy, ToyConfig]:
     if config_name != "mlp":
         raise ConfigError(f"unknown toy config {config_name!r}; known: mlp")
-    options.reject_unsupported(f"toy:{config_name}", {"horizon", "action_dim"})
+    options.reject_unsupported(f"toy:{config_name}", {"horizon", "action_dim", "dtype", "batch", "device"})
     config = ToyConfig(
         horizon=options.horizon or ToyConfig.horizon, action_dim=options.action_dim or ToyConfig.action_dim
     )
+    h, out = config.hidden, config.horizon * config.action_dim
+    params = config.state_dim * h + (config.depth - 1) * h * h + h * out
+    elem = torch.finfo(_DTYPES[options.dtype]).bits // 8
+    check_fits_memory((params + options.batch * (h + out)) * elem, f"toy:{config_name}", options.device)
     torch.manual_seed(options.seed)
     model = ToyMLPPolicy(config).to(device=options.device, dtype=_DTYPES[options.dtype]).eval()
     return model, config

@@ -28,6 +28,24 @@ def _parse_sweep(text: str) -> list[float]:
     return values
 
 
+def _check_realtime_options(
+    blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
+) -> None:
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.blending import BlendConfig
+    from hotloop.realtime.strategies import StrategyConfig
+    from hotloop.realtime.watchdog import WatchdogConfig
+
+    BlendConfig(blend)
+    WatchdogConfig(fallback, deadline_ms)
+    if fallback == "engine":
+        raise ConfigError(
+            "--fallback engine needs a second policy; `hotloop eval` offers hold, continue or stop"
+        )
+    if guidance_weight is not None:
+        StrategyConfig(1, max_guidance_weight=guidance_weight)
+
+
 def record_cmd(
     task: Annotated[
         str,
@@ -54,7 +72,7 @@ def record_cmd(
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
-    from hotloop.sim.recorder import record
+    from hotloop.sim.recorder import check_record_options, record
     from hotloop.sim.tasks import check_task
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
 
@@ -62,6 +80,7 @@ def record_cmd(
     parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     from tqdm import tqdm
 
     bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
@@ -99,7 +118,7 @@ def eval_cmd(
     ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
-        list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
+        list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str, typer.Option(help="measured, fixed:MS, or a bench JSON (replay:PATH)")
@@ -115,6 +134,18 @@ def eval_cmd(
         int | None, typer.Option(help="async: start the next inference when this many actions remain")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    blend: Annotated[
+        str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
+    ] = "latest",
+    fallback: Annotated[
+        str, typer.Option(help="on a missed deadline or failed inference: hold, continue or stop")
+    ] = "hold",
+    deadline_ms: Annotated[
+        float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")
+    ] = None,
+    guidance_weight: Annotated[
+        float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write results (with per-episode records)")
     ] = None,
@@ -122,15 +153,21 @@ def eval_cmd(
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+        ),
+    ] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks."""
     from hotloop.io import atomic_write_json
+    from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import default_strategies
     from hotloop.sim.tasks import check_task
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
-    from hotloop.targets import default_targets
+    from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     registry = default_strategies()
@@ -138,10 +175,15 @@ def eval_cmd(
         registry.get(name)
     check_task(task)
     parse_task_kwargs(task_kwargs)
-    default_targets().get(target)
+    find_target(target)
     latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
+    _check_realtime_options(blend, fallback, deadline_ms, guidance_weight)
+    if pipeline is not None:
+        from hotloop.sim.perception_pipeline import parse_pipeline
+
+        parse_pipeline(pipeline)
     if episodes < 1:
         from hotloop.errors import ConfigError
 
@@ -170,6 +212,11 @@ def eval_cmd(
                 execute_steps=execute_steps,
                 trigger_remaining=trigger_remaining,
                 num_steps=steps,
+                blend=blend,
+                fallback=fallback,
+                deadline_ms=deadline_ms,
+                guidance_weight=guidance_weight,
+                pipeline=pipeline,
             )
             result = run_eval(request, progress=not quiet)
             runs.append(result)
@@ -183,6 +230,11 @@ def eval_cmd(
     if plot is not None and runs:
         plot_sweep(runs, plot)
         typer.echo(f"wrote {plot}")
+    if pipeline is not None and runs:
+        from hotloop.sim.perception_pipeline import report_budgets
+
+        for path in report_budgets(runs, plot):
+            typer.echo(f"wrote {path}")
     if json_path is not None:
         typer.echo(f"wrote {json_path}")
     if interrupted:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hotloop.errors import ConfigError
+from hotloop.errors import ConfigError, DatasetError
 from hotloop.io import atomic_write_json
 
 CODEBASE_VERSION = "v3.0"
@@ -231,77 +232,162 @@ class Episode:
 
 
 class Dataset:
-    """Reads a LeRobot v3-layout dataset with image (not video) features."""
+    """Reads a LeRobot v3-layout dataset with image (not video) features.
+
+    Every file is checked as it is read: a garbage `info.json`, a missing or truncated parquet, a
+    non-numeric fps or a missing column becomes one `DatasetError` naming the file and the fix.
+    """
 
     def __init__(self, root: str | Path) -> None:
-        import pyarrow.parquet as pq
-
         self.root = Path(root)
         info_path = self.root / "meta" / "info.json"
-        if not info_path.exists():
-            raise ConfigError(
+        if not info_path.is_file():
+            raise DatasetError(
                 f"{self.root} is not a dataset: {info_path} is missing (record one with `hotloop record`)"
             )
-        self.info: dict[str, Any] = json.loads(info_path.read_text())
-        version = str(self.info.get("codebase_version", ""))
-        if not version.startswith("v3"):
-            raise ConfigError(
+        self.info: dict[str, Any] = _read_json_object(info_path)
+        version = self.info.get("codebase_version", "")
+        if not isinstance(version, str) or not version.startswith("v3"):
+            raise DatasetError(
                 f"{info_path}: codebase_version {version!r} is not v3.x; convert it with LeRobot first"
             )
-        self.features: dict[str, Any] = self.info["features"]
+        features = self.info.get("features")
+        if not isinstance(features, dict) or not all(isinstance(f, dict) for f in features.values()):
+            raise DatasetError(f"{info_path}: 'features' must be an object of feature objects")
+        self.features: dict[str, Any] = features
         videos = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         if videos:
-            raise ConfigError(
+            raise DatasetError(
                 f"{self.root}: features {videos} are video-encoded; this reader needs image features "
                 "(re-record, or decode the videos to PNG frames first)"
             )
+        missing = [k for k in ("observation.state", "action") if k not in self.features]
+        if missing:
+            raise DatasetError(f"{info_path}: 'features' lacks {', '.join(missing)}; not a robot dataset")
         self.image_keys = [
             k.removeprefix("observation.images.")
             for k in self.features
             if k.startswith("observation.images.")
         ]
-        self.fps = float(self.info["fps"])
+        fps = self.info.get("fps")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
+            raise DatasetError(f"{info_path}: 'fps' must be a positive number (got {fps!r})")
+        self.fps = float(fps)
+        data_path = self.info.get("data_path")
+        try:
+            data_path.format(chunk_index=0, file_index=0)  # type: ignore[union-attr]
+        except (AttributeError, KeyError, IndexError, ValueError):
+            raise DatasetError(
+                f"{info_path}: 'data_path' must be a pattern like {DATA_PATH!r} (got {data_path!r})"
+            ) from None
         ep_files = sorted((self.root / "meta" / "episodes").rglob("*.parquet"))
+        if not ep_files:
+            raise DatasetError(
+                f"{self.root}: no episode files under meta/episodes/; the dataset is incomplete"
+            )
         self.episodes: list[dict[str, Any]] = []
         for f in ep_files:
-            self.episodes.extend(pq.read_table(f).to_pylist())
+            rows = _read_parquet(f).to_pylist()
+            for row in rows:
+                lacking = [k for k in _EPISODE_COLUMNS if not isinstance(row.get(k), int)]
+                if lacking:
+                    raise DatasetError(f"{f}: episode rows need integer {', '.join(lacking)}")
+            self.episodes.extend(rows)
         self.episodes.sort(key=lambda e: e["episode_index"])
-        tasks = pq.read_table(self.root / "meta" / "tasks.parquet").to_pylist()
-        self.tasks = {int(t["task_index"]): str(t["task"]) for t in tasks}
+        tasks = _read_parquet(self.root / "meta" / "tasks.parquet").to_pylist()
+        try:
+            self.tasks = {int(t["task_index"]): str(t["task"]) for t in tasks}
+        except (KeyError, TypeError, ValueError):
+            raise DatasetError(
+                f"{self.root / 'meta' / 'tasks.parquet'}: needs columns task_index (int) and task (text)"
+            ) from None
         stats_path = self.root / "meta" / "stats.json"
-        self.stats: dict[str, Any] = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+        self.stats: dict[str, Any] = _read_json_object(stats_path) if stats_path.exists() else {}
         self._tables: dict[tuple[int, int], Any] = {}
 
     def __len__(self) -> int:
         return len(self.episodes)
 
     def _table(self, chunk: int, file: int) -> Any:
-        import pyarrow.parquet as pq
-
         key = (chunk, file)
         if key not in self._tables:
-            self._tables[key] = pq.read_table(
-                self.root / self.info["data_path"].format(chunk_index=chunk, file_index=file)
-            )
+            path = self.root / self.info["data_path"].format(chunk_index=chunk, file_index=file)
+            table = _read_parquet(path)
+            lacking = [c for c in _FRAME_COLUMNS if c not in table.column_names]
+            lacking += [
+                f"observation.images.{k}"
+                for k in self.image_keys
+                if f"observation.images.{k}" not in table.column_names
+            ]
+            if lacking:
+                raise DatasetError(f"{path}: missing columns {', '.join(lacking)}")
+            self._tables[key] = table
         return self._tables[key]
 
     def episode(self, i: int, images: bool = True) -> Episode:
         meta = self.episodes[i]
         table = self._table(int(meta["data/chunk_index"]), int(meta["data/file_index"]))
         rows = table.filter(_equal(table, "episode_index", int(meta["episode_index"])))
-        state = np.asarray(rows.column("observation.state").to_pylist(), dtype=np.float32)
-        action = np.asarray(rows.column("action").to_pylist(), dtype=np.float32)
+        where = f"{self.root}: episode {meta['episode_index']}"
+        if rows.num_rows == 0:
+            raise DatasetError(f"{where} has no frames in its data file; the dataset is incomplete")
+        try:
+            state = np.asarray(rows.column("observation.state").to_pylist(), dtype=np.float32)
+            action = np.asarray(rows.column("action").to_pylist(), dtype=np.float32)
+        except (TypeError, ValueError):
+            raise DatasetError(
+                f"{where}: observation.state and action must be number lists of one length"
+            ) from None
+        if state.ndim != 2 or action.ndim != 2:
+            raise DatasetError(f"{where}: observation.state and action must be number lists of one length")
         imgs: dict[str, np.ndarray] = {}
         if images:
             for key in self.image_keys:
                 cells = rows.column(f"observation.images.{key}").to_pylist()
-                imgs[key] = np.stack([_unpng(c["bytes"]) for c in cells])
+                try:
+                    imgs[key] = np.stack([_unpng(c["bytes"]) for c in cells])
+                except Exception as exc:  # PIL raises many types on damaged image bytes
+                    raise DatasetError(
+                        f"{where}: image {key!r} cannot be decoded ({type(exc).__name__})"
+                    ) from None
         task_index = int(rows.column("task_index")[0].as_py())
         return Episode(int(meta["episode_index"]), self.tasks.get(task_index, ""), state, action, imgs, meta)
 
     def __iter__(self) -> Any:
         for i in range(len(self)):
             yield self.episode(i)
+
+
+_EPISODE_COLUMNS = ("episode_index", "data/chunk_index", "data/file_index")
+_FRAME_COLUMNS = ("observation.state", "action", "episode_index", "task_index")
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path} is not a text file (binary or damaged); re-record the dataset") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetError(
+            f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}); re-record the dataset"
+        ) from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path} must hold a JSON object {{...}}, not {type(data).__name__}")
+    return data
+
+
+def _read_parquet(path: Path) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise DatasetError(f"{path} is missing; the dataset is incomplete (re-record it)")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path} is not a readable parquet file (truncated or damaged?): {exc}") from None
 
 
 def _equal(table: Any, column: str, value: int) -> Any:

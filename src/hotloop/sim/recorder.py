@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hotloop.errors import ConfigError
 from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
+from hotloop.targets import MAX_SEED
 
 
 def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] | None:
@@ -30,6 +32,16 @@ def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] |
     if abs(home[0] - box_x) < 0.08 and home[2] < 0.15:  # not inside the box
         home[2] = 0.15
     return {"home": home.tolist(), "box_x": float(box_x)}
+
+
+def check_record_options(*, seed: int, action_noise: float, recovery_starts: float) -> None:
+    """The numbers `record` takes, checked before anything runs (NaN would reach meta/info.json)."""
+    if not 0.0 <= recovery_starts <= 1.0:
+        raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
+    if not math.isfinite(action_noise) or action_noise < 0:
+        raise ConfigError(f"--action-noise is a std in metres, a finite number >= 0 (got {action_noise})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {seed!r})")
 
 
 def record(
@@ -55,10 +67,7 @@ def record(
     `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
     Returns {"episodes", "successes", "success_rate", "frames"}.
     """
-    if not 0.0 <= recovery_starts <= 1.0:
-        raise ConfigError(f"recovery_starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
-    if action_noise < 0:
-        raise ConfigError(f"action_noise is a std in metres, >= 0 (got {action_noise})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs)
     expert = make_expert(task, env)
     spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)

@@ -8,7 +8,6 @@ demo.json (the adapter's settings and the training summary) and loss.png.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.io import atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -271,8 +271,8 @@ def train_demo(
             "threads": cfg.threads,
         },
     }
-    (out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "loss.json").write_text(json.dumps([round(x, 5) for x in losses]) + "\n")
+    atomic_write_json(out / "demo.json", summary)  # a NaN loss is written as null: the file stays JSON
+    atomic_write_json(out / "loss.json", [round(x, 5) for x in losses])
     return summary
 
 

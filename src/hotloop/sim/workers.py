@@ -40,32 +40,57 @@ class EpisodeJob:
     threads: int | None = None  # torch threads per worker
     seed: int = 0
     task_kwargs: str | None = None  # JSON object of keyword arguments for the task (gym:ENV_ID, plugins)
+    blend: str = "latest"
+    fallback: str = "hold"
+    deadline_ms: float | None = None
+    guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
+
+    def scheduler_config(self) -> Any:
+        from hotloop.realtime.blending import BlendConfig
+        from hotloop.realtime.scheduler import SchedulerConfig
+        from hotloop.realtime.watchdog import WatchdogConfig
+
+        return SchedulerConfig(BlendConfig(self.blend), WatchdogConfig(self.fallback, self.deadline_ms))
+
+    def strategy_config(self, horizon: int) -> Any:
+        from hotloop.realtime.strategies import StrategyConfig
+
+        extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
+        return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
+
+    pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
 
 
 class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
+        from hotloop.realtime.strategies import default_strategies, make_strategy
         from hotloop.sim.evaluator import run_episode
         from hotloop.sim.latency import parse_latency
-        from hotloop.sim.strategies import StrategyConfig, default_strategies, make_strategy
         from hotloop.sim.tasks import make_task
 
         strategies = default_strategies()
         strategies.get(job.strategy)  # unknown name: fail before building anything
-        self.latency = parse_latency(job.latency)
+        job.strategy_config(1)  # bad settings fail here too
+        self.scheduler_config = job.scheduler_config()
+        self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
         if job.threads is not None:
             import torch
 
             torch.set_num_threads(job.threads)
         self.env = make_task(job.task, difficulty=job.difficulty, task_kwargs=job.task_kwargs)
-        self.policy = build_policy(job, self.env)
+        self.policy = build_policy(
+            job, self.env
+        )  # adapted to the task; a pipeline feeds it task observations
+        if job.pipeline:
+            from hotloop.sim.perception_pipeline import attach_pipeline
+
+            self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
-            return make_strategy(
-                job.strategy, StrategyConfig(horizon, job.execute_steps, job.trigger_remaining)
-            )
+            return make_strategy(job.strategy, job.strategy_config(horizon))
 
         self.strategy_for = strategy_for
 
@@ -73,7 +98,12 @@ class EpisodeRunner:
         from hotloop.sim.evaluator import failed_record
 
         try:
-            return self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+            record = self._run(
+                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+            )
+            if hasattr(self.policy, "take_episode"):
+                record["pipeline"] = self.policy.take_episode()
+            return record
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
@@ -83,7 +113,7 @@ class EpisodeRunner:
 def build_policy(job: EpisodeJob, env: Any) -> Any:
     """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
     from hotloop.sim.adapter import adapt
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
         import importlib
@@ -91,10 +121,8 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
         module, attr = job.policy_factory.split(":")
         policy = getattr(importlib.import_module(module), attr)()
     else:
-        policy = (
-            default_targets()
-            .get(job.target)
-            .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
+        policy = find_target(job.target).build_policy(
+            job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
         )
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)

@@ -235,7 +235,8 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         return np.concatenate([self.ee_pos(), [self.grip_opening()], pos, vel]).astype(np.float32)
 
     def observe(self, render: bool = True) -> dict[str, Any]:
-        obs: dict[str, Any] = {"state": self.state(), "prompt": self.prompt}
+        # `timestamp`: simulated seconds at which this observation was taken (trackers need it).
+        obs: dict[str, Any] = {"state": self.state(), "prompt": self.prompt, "timestamp": self.time_s}
         if render:
             obs["images"] = {"top": self.render()}
         return obs

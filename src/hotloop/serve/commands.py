@@ -1,0 +1,73 @@
+"""`hotloop serve TARGET --port P`: serve a policy to openpi-compatible robot clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hotloop.cli_errors import user_errors
+from hotloop.errors import ConfigError
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command()(user_errors(serve))
+
+
+def serve(
+    target: Annotated[str, typer.Argument(help="a policy target, e.g. demo:conveyor or toy:mlp")],
+    port: Annotated[int, typer.Option(help="TCP port for websocket, /healthz and /metrics")] = 8000,
+    host: Annotated[
+        str, typer.Option(help="address to listen on; 0.0.0.0 to accept robots on the network")
+    ] = "127.0.0.1",
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(help="file holding a token clients must send (openpi-client's api_key)"),
+    ] = None,
+    max_message_mb: Annotated[float, typer.Option(help="largest observation accepted, in MiB")] = 16.0,
+    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
+) -> None:
+    """Serve TARGET over websocket + msgpack, wire-compatible with openpi-client; Ctrl-C stops it."""
+    import asyncio
+    import logging
+
+    from hotloop.cli import _check_device
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.serve.server import PolicyServer, ServeConfig
+    from hotloop.targets import TargetOptions
+
+    _check_device(device)
+    if max_message_mb <= 0:
+        raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
+    config = ServeConfig(
+        host=host,
+        port=port,
+        api_key=_read_key(api_key_file) if api_key_file is not None else None,
+        max_message_bytes=int(max_message_mb * 2**20),
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The websocket library logs every health check and handshake at INFO; the server logs one line per
+    # connection itself.
+    logging.getLogger("hotloop.serve.websockets").setLevel(logging.WARNING)
+    if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("hotloop.serve").warning(
+            "serving on %s without --api-key-file: anyone who reaches this port can drive the policy", host
+        )
+    served = load_served_policy(target, TargetOptions(num_steps=steps, device=device, seed=seed))
+    server = PolicyServer(served, config)
+    try:
+        asyncio.run(server.run())
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
+
+
+def _read_key(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"--api-key-file {path}: cannot read it ({exc.strerror}); give a readable file"
+        ) from None

@@ -1,0 +1,346 @@
+"""An openpi-compatible policy server: websocket + msgpack-numpy, `/healthz` and `/metrics` on the same port.
+
+Protocol (openpi's `WebsocketPolicyServer`, which robot code written for openpi already speaks): on connect
+the server sends its metadata map (here with `observation_spec` and `action_spec`, key -> {shape, dtype});
+then each observation map gets an action map holding `actions` and `server_timing` (milliseconds), or, when
+the observation is rejected, a text frame `error: ...` — openpi-client raises it as a RuntimeError and the
+connection stays open for the next observation.
+
+Under load the newest observation wins: each connection has one pending slot; an observation that arrives
+while an older one still waits for the model replaces it, the older one gets no reply and is counted in
+`hotloop_dropped_observations_total`. Every reply carries `request_id` (the connection's message count) so
+a client that streams observations can tell which one it answers. One model serves every connection, one
+inference at a time, on a worker thread, so the event loop keeps receiving, answering `/healthz` and
+rejecting bad input while the model runs.
+
+Nothing a client sends can end the server or log a traceback: bad input is a one-line error reply, a
+vanished client is a one-line info log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from hotloop.client import codec
+from hotloop.errors import ConfigError
+from hotloop.measure.live_metrics import LiveMetrics
+from hotloop.policy import Policy
+from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, spec_to_wire
+
+log = logging.getLogger("hotloop.serve")
+
+# The websocket layer itself refuses messages this many times over the limit (closing with code 1009):
+# up to there an oversized observation is read, answered with an error and the connection stays open;
+# beyond it reading it would cost memory a misbehaving client should not be able to claim.
+TRANSPORT_LIMIT_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: the OS picks a free port (tests, benchmarks)
+    api_key: str | None = None  # clients send header `Authorization: Api-Key <key>` (openpi-client's api_key)
+    max_message_bytes: int = 16 * 2**20
+    open_timeout_s: float = 10.0  # a TCP client that never completes the websocket handshake is closed
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port {self.port} is out of range; pick a port in 1-65535")
+        if self.max_message_bytes < 1024:
+            raise ConfigError(
+                f"--max-message-mb gives {self.max_message_bytes} bytes; allow at least 1 KiB per observation"
+            )
+        if self.api_key is not None and not self.api_key.strip():
+            raise ConfigError("--api-key-file holds an empty key; put the token in it or drop the flag")
+        if self.open_timeout_s <= 0:
+            raise ConfigError(f"open timeout must be > 0 s (got {self.open_timeout_s})")
+
+
+@dataclass(frozen=True)
+class ServedPolicy:
+    """A policy with the spec its observations are checked against and the spec of its replies."""
+
+    name: str
+    policy: Policy
+    observation_spec: Mapping[str, ArraySpec]
+    action_spec: Mapping[str, ArraySpec] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    request_id: int
+    obs: dict[str, Any]
+    received: float  # perf_counter when the last byte arrived
+    decode_s: float
+
+
+class _LatestSlot:
+    """One pending observation per connection; a newer one replaces it (newest wins)."""
+
+    def __init__(self) -> None:
+        self._item: _Pending | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, item: _Pending) -> bool:
+        """Store `item`; True when it superseded one that never reached the model."""
+        replaced = self._item is not None
+        self._item = item
+        self._ready.set()
+        return replaced
+
+    async def take(self) -> _Pending:
+        await self._ready.wait()
+        self._ready.clear()
+        item, self._item = self._item, None
+        assert item is not None
+        return item
+
+
+class PolicyServer:
+    """Serve one policy to any number of clients; `run()` in an event loop, or `ServerThread` for a thread."""
+
+    def __init__(self, served: ServedPolicy, config: ServeConfig, metrics: LiveMetrics | None = None) -> None:
+        self.served = served
+        self.config = config
+        self.metrics = metrics or LiveMetrics()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-infer")
+        self._metadata = codec.packb(
+            {
+                "server": "hotloop",
+                "policy": served.name,
+                "observation_spec": spec_to_wire(served.observation_spec),
+                "action_spec": spec_to_wire(served.action_spec),
+                "max_message_bytes": config.max_message_bytes,
+            }
+        )
+        self._ws_server: Any = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        from websockets.asyncio.server import serve
+
+        try:
+            self._ws_server = await serve(
+                self._handle,
+                self.config.host,
+                self.config.port,
+                compression=None,  # images do not compress; deflate would cost milliseconds
+                max_size=self.config.max_message_bytes * TRANSPORT_LIMIT_FACTOR,
+                process_request=self._process_request,
+                open_timeout=self.config.open_timeout_s,
+                logger=logging.getLogger("hotloop.serve.websockets"),
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror}); "
+                "pick another --port or --host, or stop the process holding it"
+            ) from None
+        self.port = int(self._ws_server.sockets[0].getsockname()[1])
+        log.info("serving %s on ws://%s:%d", self.served.name, self.config.host, self.port)
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            await self._ws_server.serve_forever()
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._ws_server is not None:
+            self._ws_server.close()
+
+    async def wait_closed(self) -> None:
+        if self._ws_server is not None:
+            await self._ws_server.wait_closed()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- HTTP on the same port -------------------------------------------------------------------------
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        if path == "/metrics":
+            body, content_type = self.metrics.exposition()
+            response = connection.respond(http.HTTPStatus.OK, body.decode())
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = content_type
+            return response
+        if self.config.api_key is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Api-Key {self.config.api_key}".encode()):
+                self.metrics.request("unauthorized")
+                log.info("refused a connection: missing or wrong API key")
+                return connection.respond(
+                    http.HTTPStatus.UNAUTHORIZED,
+                    "error: missing or wrong API key; connect with api_key=<the server's key> "
+                    "(header 'Authorization: Api-Key <key>')\n",
+                )
+        return None
+
+    # -- one websocket connection ----------------------------------------------------------------------
+    async def _handle(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        peer = _peer(ws)
+        log.info("connection %s opened", peer)
+        self.metrics.connections.inc()
+        slot = _LatestSlot()
+        worker = asyncio.create_task(self._infer_loop(ws, slot))
+        try:
+            await ws.send(self._metadata)
+            request_id = 0
+            async for message in ws:
+                await self._accept(ws, message, request_id, slot)
+                request_id += 1
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # a bug here must not kill the server nor print a traceback
+            log.warning("connection %s ended by %s: %s", peer, type(exc).__name__, exc)
+        finally:
+            worker.cancel()
+            self.metrics.connections.dec()
+            log.info("connection %s closed (%s)", peer, _close_reason(ws))
+
+    async def _accept(self, ws: Any, message: bytes | str, request_id: int, slot: _LatestSlot) -> None:
+        received = time.perf_counter()
+        try:
+            if isinstance(message, str):
+                raise ObservationError("send the observation as msgpack bytes, not a text frame")
+            if len(message) > self.config.max_message_bytes:
+                raise ObservationError(
+                    f"message of {len(message)} bytes exceeds the server's limit of "
+                    f"{self.config.max_message_bytes} (--max-message-mb); send smaller images or raise it"
+                )
+            obs = codec.unpackb(message)
+            checked = check_observation(obs, self.served.observation_spec)
+        except (ObservationError, codec.WireError) as exc:
+            self.metrics.request("rejected")
+            await ws.send(f"error: request {request_id}: {exc}")
+            return
+        except Exception as exc:  # input no check foresaw: still this request's error, not the connection's
+            self.metrics.request("rejected")
+            log.warning("request %d unreadable: %s: %s", request_id, type(exc).__name__, exc)
+            await ws.send(
+                f"error: request {request_id}: the observation could not be read ({type(exc).__name__})"
+            )
+            return
+        decode_s = time.perf_counter() - received
+        self.metrics.observe_stage("decode", decode_s)
+        if slot.put(_Pending(request_id, checked, received, decode_s)):
+            self.metrics.dropped_observation()
+
+    async def _infer_loop(self, ws: Any, slot: _LatestSlot) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        packer = codec.Packer()
+        prev_total_ms: float | None = None
+        try:
+            while True:
+                item = await slot.take()
+                start = time.perf_counter()
+                try:
+                    payload = await self._answer(item, packer, prev_total_ms)
+                except Exception as exc:  # the policy's failure is this request's error, not the server's
+                    packer = codec.Packer()  # never reuse a buffer a failed encode may have left dirty
+                    self.metrics.request("policy_error")
+                    log.warning("request %d failed: %s: %s", item.request_id, type(exc).__name__, exc)
+                    await ws.send(
+                        f"error: request {item.request_id}: the policy failed: {type(exc).__name__}: {exc}"
+                    )
+                    continue
+                encoded = time.perf_counter()
+                await ws.send(payload)
+                sent = time.perf_counter()
+                self.metrics.observe_stage("queue", start - item.received - item.decode_s)
+                self.metrics.observe_stage("send", sent - encoded)
+                self.metrics.observe_stage("server_total", sent - item.received)
+                self.metrics.request("ok")
+                prev_total_ms = (sent - item.received) * 1e3
+        except ConnectionClosed:
+            pass
+
+    async def _answer(self, item: _Pending, packer: codec.Packer, prev_total_ms: float | None) -> bytes:
+        """Run the policy on the worker thread and encode its reply with openpi's `server_timing`."""
+        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        action = await loop.run_in_executor(self._executor, self.served.policy.infer, item.obs)
+        done = time.perf_counter()
+        if not isinstance(action, Mapping) or "actions" not in action:
+            raise TypeError(
+                f"infer returned {type(action).__name__} without 'actions'; return a dict with 'actions'"
+            )
+        timing = {
+            "infer_ms": (done - start) * 1e3,
+            "decode_ms": item.decode_s * 1e3,
+            "queue_ms": (start - item.received - item.decode_s) * 1e3,
+        }
+        if prev_total_ms is not None:
+            timing["prev_total_ms"] = prev_total_ms
+        payload = packer.pack({**action, "server_timing": timing, "request_id": item.request_id})
+        self.metrics.observe_stage("infer", done - start)
+        self.metrics.observe_stage("encode", time.perf_counter() - done)
+        return payload
+
+
+def _peer(ws: Any) -> str:
+    address = getattr(ws, "remote_address", None)
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else "?"
+
+
+def _close_reason(ws: Any) -> str:
+    code = getattr(ws, "close_code", None)
+    return f"code {code}" if code is not None else "no close frame"
+
+
+class ServerThread:
+    """Run a `PolicyServer` on its own event loop in a daemon thread (tests, benchmarks, embedding)."""
+
+    def __init__(self, server: PolicyServer, start_timeout_s: float = 30.0) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="hotloop-serve", daemon=True)
+        self._start_timeout_s = start_timeout_s
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_until_complete(self.server.wait_closed())
+        self._loop.close()
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        if not self._started.wait(self._start_timeout_s):
+            raise RuntimeError(f"the server did not start within {self._start_timeout_s} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self.server.close)
+        self._thread.join(timeout=10.0)
+
+    @property
+    def port(self) -> int:
+        assert self.server.port is not None
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.server.config.host}:{self.port}"

@@ -1,0 +1,176 @@
+"""The dataset reader turns every damaged file into one DatasetError naming it (defect 12 of issue 11)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hotloop.errors import DatasetError, HotloopError
+from hotloop.sim.dataset import DATA_PATH, Dataset, DatasetWriter
+
+DATA = DATA_PATH.format(chunk_index=0, file_index=0)
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+
+
+def write_small_dataset(root: Path, episodes: int = 2, frames: int = 3) -> Path:
+    """A real dataset written by DatasetWriter from synthetic frames (no simulator needed)."""
+    writer = DatasetWriter(
+        root,
+        fps=10,
+        robot_type="test",
+        state_names=["a", "b"],
+        action_names=["x"],
+        image_keys=["top"],
+        image_shape=(4, 4, 3),
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(episodes):
+        for _ in range(frames):
+            image = rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)
+            writer.add_frame({"state": rng.normal(size=2), "images": {"top": image}}, rng.normal(size=1))
+        writer.end_episode("push", success=True, seed=0)
+    return writer.finish()
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_small_dataset(tmp_path_factory.mktemp("ds") / "clean")
+
+
+@pytest.fixture()
+def ds(clean: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(clean, tmp_path / "ds"))
+
+
+def _info(root: Path, **fields: Any) -> None:
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info.update(fields)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+Damage = Callable[[Path], None]
+CASES: list[tuple[str, Damage, str]] = [
+    (
+        "binary info",
+        lambda r: (r / "meta/info.json").write_bytes(b"\x89\xff\x00garbage"),
+        r"info.json is not a text file",
+    ),
+    (
+        "bad JSON info",
+        lambda r: (r / "meta/info.json").write_text('{"fps": '),
+        r"info.json is not valid JSON",
+    ),
+    (
+        "list info",
+        lambda r: (r / "meta/info.json").write_text("[1, 2]"),
+        r"info.json must hold a JSON object",
+    ),
+    ("numeric version", lambda r: _info(r, codebase_version=3), r"codebase_version 3 is not v3.x"),
+    ("features list", lambda r: _info(r, features=["a"]), r"'features' must be an object of feature objects"),
+    ("no action", lambda r: _info(r, features={"observation.state": {}}), r"'features' lacks action"),
+    ("text fps", lambda r: _info(r, fps="thirty"), r"'fps' must be a positive number \(got 'thirty'\)"),
+    ("zero fps", lambda r: _info(r, fps=0), r"'fps' must be a positive number \(got 0\)"),
+    ("null fps", lambda r: _info(r, fps=None), r"'fps' must be a positive number \(got None\)"),
+    (
+        "bad data_path",
+        lambda r: _info(r, data_path="data/{oops}.parquet"),
+        r"'data_path' must be a pattern like",
+    ),
+    (
+        "no data parquet",
+        lambda r: (r / DATA).unlink(),
+        r"file-000.parquet is missing; the dataset is incomplete",
+    ),
+    ("truncated data", lambda r: _truncate(r / DATA), r"file-000.parquet is not a readable parquet file"),
+    (
+        "garbage data",
+        lambda r: (r / DATA).write_bytes(b"PAR1" + b"\x00" * 50),
+        r"is not a readable parquet file",
+    ),
+    (
+        "truncated episodes",
+        lambda r: _truncate(r / EPISODES),
+        r"episodes/chunk-000/file-000.parquet is not a readable",
+    ),
+    ("no episodes", lambda r: (r / EPISODES).unlink(), r"no episode files under meta/episodes/"),
+    ("no tasks", lambda r: (r / "meta/tasks.parquet").unlink(), r"tasks.parquet is missing"),
+    ("bad stats", lambda r: (r / "meta/stats.json").write_text("nope"), r"stats.json is not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("label", "damage", "match"), CASES, ids=[c[0] for c in CASES])
+def test_damage_is_named(ds: Path, label: str, damage: Damage, match: str) -> None:
+    damage(ds)
+    with pytest.raises(DatasetError, match=match):
+        Dataset(ds).episode(0)
+
+
+def test_clean_dataset_reads_and_errors_are_hotloop_errors(ds: Path) -> None:
+    data = Dataset(ds)
+    assert len(data) == 2 and data.fps == 10.0
+    ep = data.episode(1)
+    assert ep.state.shape == (3, 2) and ep.action.shape == (3, 1) and ep.images["top"].shape == (3, 4, 4, 3)
+    assert issubclass(DatasetError, HotloopError)
+
+
+# ---- property-based: any info.json content, any truncation ------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 100) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+INFO_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "codebase_version": st.sampled_from(["v3.0", "v2.1", ""]) | JSON,
+        "fps": st.sampled_from([10, 0.5, -1, "10"]) | JSON,
+        "features": JSON,
+        "data_path": st.sampled_from([DATA_PATH, "{chunk_index}", "{x}", "data/{0}"]) | JSON,
+    },
+)
+
+
+def _reads_or_names_it(root: Path) -> None:
+    try:
+        data = Dataset(root)
+        for i in range(len(data)):
+            data.episode(i)
+    except DatasetError as exc:
+        assert "\n" not in str(exc) and str(exc), repr(exc)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=INFO_FIELDS, whole=st.none() | JSON)
+def test_any_info_json_reads_or_gives_one_line(ds: Path, fields: dict[str, Any], whole: Any) -> None:
+    info_path = ds / "meta" / "info.json"
+    original = info_path.read_text()
+    if whole is not None:
+        info_path.write_text(json.dumps(whole))
+    else:
+        _info(ds, **fields)
+    _reads_or_names_it(ds)
+    info_path.write_text(original)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from([DATA, EPISODES, "meta/tasks.parquet"]), keep=st.floats(0.0, 1.0))
+def test_any_truncated_parquet_reads_or_gives_one_line(ds: Path, which: str, keep: float) -> None:
+    path = ds / which
+    original = path.read_bytes()
+    path.write_bytes(original[: int(len(original) * keep)])
+    _reads_or_names_it(ds)
+    path.write_bytes(original)
