@@ -41,13 +41,13 @@ class TrainVisionDemoConfig:
     ordinal_state_embeddings: bool = True
     record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     model: str = "pi05:mini"
-    steps: int = 2000
+    steps: int = 500  # what the shipped weights had time for on a loaded machine; see docs/closed-loop.md
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
     lr: float = 1e-3
     min_lr: float = 3e-5
-    warmup: int = 100
+    warmup: int = 50
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     seed: int = 0
