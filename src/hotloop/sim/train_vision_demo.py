@@ -267,7 +267,7 @@ def train_vision_demo(
     model.eval()
     save_lerobot_checkpoint(model, model_cfg, out, norm_stats=norm)
     _store_weights(out, cfg.store_dtype)
-    plot_loss(losses, out / "loss.png")
+    plot_loss(losses, out / "loss.png", title="demo:conveyor-vision training (flow-matching loss)")
     summary = {
         "variant": "vision",
         "task": cfg.task,
