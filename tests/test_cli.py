@@ -84,6 +84,9 @@ def test_bad_values_are_one_line_errors(tmp_path):
         (["--pin", "zero"], "cannot read CPU list 'zero'"),
         (["--pin", "4096"], "4096"),
         (["--device", "tpu"], "device 'tpu'"),
+        (["--buckets", "32,x"], "cannot read --buckets '32,x'"),
+        (["--buckets", "32"], "does not take --buckets"),
+        (["--prompt-tokens", "3"], "does not take --prompt-tokens"),
     ):
         res = runner.invoke(app, ["bench", "toy:mlp", "--quiet", "--json", str(out), *args])
         assert res.exit_code == 2, (args, res.output)
@@ -100,7 +103,7 @@ def test_targets_lists_registry():
 
 def test_doctor_reports_every_backend(tmp_path):
     out = tmp_path / "doctor.json"
-    res = runner.invoke(app, ["doctor", "--json", str(out)])
+    res = runner.invoke(app, ["doctor", "--json", str(out), "--roofline-cache", str(tmp_path / "peaks")])
     assert res.exit_code == 0, res.output
     checks = {c["name"]: c for c in json.loads(out.read_text())}
     assert set(checks) >= {
@@ -112,7 +115,9 @@ def test_doctor_reports_every_backend(tmp_path):
         "tensorrt",
         "mujoco",
         "threads",
+        "matmul peaks",
     }
+    assert "float32" in checks["matmul peaks"]["detail"] and list((tmp_path / "peaks").glob("peaks-*.json"))
     assert checks["eager"]["ok"] and checks["onnxruntime"]["ok"] and checks["openvino"]["ok"]
     # Whatever the machine, a backend that is not usable says why.
     for check in checks.values():

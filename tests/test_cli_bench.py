@@ -26,8 +26,14 @@ def _error_line(args: list[str]) -> str:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["demo:conveyor", "--dtype", "float16"], "target 'demo:conveyor' runs with --dtype float32 only"),
-        (["demo:conveyor", "--batch", "4"], "target 'demo:conveyor' runs with --batch 1 only (got 4)"),
+        (
+            ["demo:conveyor", "--dtype", "float16"],
+            "target 'demo:conveyor' does not take --dtype float16: its dtype is fixed",
+        ),
+        (
+            ["demo:conveyor", "--batch", "4"],
+            "target 'demo:conveyor' does not take --batch 4: its batch is fixed",
+        ),
         (["pi05:tiny", "--dtype", "float16"], "pi0/pi0.5 produce NaN in float16"),
         (
             ["toy:mlp", "--horizon", "100000000"],

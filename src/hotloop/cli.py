@@ -42,18 +42,33 @@ def bench(
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[
+        str, typer.Option(help="float32 or bfloat16 (pi targets); float16 too for toy:mlp")
+    ] = "float32",
+    prompt_tokens: Annotated[
+        int | None, typer.Option(help="real prompt tokens among the prompt slots (VLA targets)")
+    ] = None,
+    buckets: Annotated[
+        str | None,
+        typer.Option(help="run the prefix in prompt-length buckets, e.g. 32,64,128 (VLA targets)"),
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    roofline_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder of the matmul peaks `hotloop doctor` measured (default ~/.cache/hotloop/roofline)"
+        ),
+    ] = None,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
 
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
-    from hotloop.measure.report import bench_table, plot_latency, summary_lines, write_json
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
+    from hotloop.targets import TargetOptions, find_target
 
     config = BenchConfig(
         warmup=warmup,
@@ -62,15 +77,17 @@ def bench(
         pin=parse_cpu_list(pin) if pin is not None else None,
         gc_enabled=gc,
         progress=not quiet,
+        roofline_cache=roofline_cache,
     )
-    registry = default_targets()
-    entry = registry.get(target)
-    other_entry = registry.get(compare) if compare is not None else None
+    entry = find_target(target)
+    other_entry = find_target(compare) if compare is not None else None
     options = TargetOptions(
         views=views,
         num_steps=steps,
         horizon=horizon,
         action_dim=action_dim,
+        prompt_tokens=prompt_tokens,
+        buckets=_parse_buckets(buckets),
         dtype=dtype,
         device=device,
         batch=batch,
@@ -84,12 +101,22 @@ def bench(
         result = run_bench(case, config, other)
     console = Console()
     console.print(bench_table(result))
+    if result.roofline:
+        console.print(roofline_table(result))
     for line in summary_lines(result):
         console.print(line)
     if json_path is not None:
         console.print(f"wrote {write_json(result, json_path)}")
     if plot is not None:
         console.print(f"wrote {plot_latency(result, plot)}")
+
+
+def _parse_buckets(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    from hotloop.compile.buckets import parse_buckets
+
+    return parse_buckets(text)
 
 
 def _warn_oversubscription(threads: int | None) -> None:
@@ -133,15 +160,19 @@ def targets() -> None:
 @user_errors
 def doctor(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the checks as JSON here")] = None,
+    roofline_cache: Annotated[
+        Path | None,
+        typer.Option(help="folder for the measured matmul peaks (default ~/.cache/hotloop/roofline)"),
+    ] = None,
 ) -> None:
-    """Which backends are usable here and why not; thread settings; advice."""
+    """Which backends are usable here and why not; thread settings; matmul peaks; advice."""
     from rich.console import Console
     from rich.table import Table
 
     from hotloop.doctor import checks_to_dict, run_checks
     from hotloop.io import atomic_write_json
 
-    checks = run_checks()
+    checks = run_checks(roofline_cache)
     table = Table(title="hotloop doctor")
     for col in ("check", "usable", "detail", "advice"):
         table.add_column(col, overflow="fold")
@@ -190,6 +221,15 @@ def _add_serve_commands() -> None:
 
 
 _add_serve_commands()
+
+
+def _add_compile_commands() -> None:
+    from hotloop.compile.commands import add_commands
+
+    add_commands(app)
+
+
+_add_compile_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

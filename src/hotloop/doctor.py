@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from hotloop.measure.fingerprint import cpu_governor, cpu_model, temperatures_c
 
@@ -163,6 +164,37 @@ def check_cpu() -> Check:
     return Check("cpu", True, detail, advice)
 
 
+def check_matmul_peaks(cache_dir: Path | None = None) -> Check:
+    """Measure this machine's fp32 / bf16 / int8 matmul peaks at the current thread count and cache them
+    (keyed by the machine fingerprint) for the roofline of every bench."""
+    torch, detail = _version("torch")
+    if torch is None:
+        return Check("matmul peaks", False, detail, "install torch")
+    from hotloop.measure.roofline import default_cache_dir, measure_peaks, save_peaks
+
+    peaks = measure_peaks()
+    where = cache_dir if cache_dir is not None else default_cache_dir()
+    try:
+        path = save_peaks(where, peaks)
+        cached = f"cached in {path}"
+    except OSError as exc:
+        cached = f"not cached ({exc})"
+    figures = ", ".join(
+        f"{name} n/a" if value is None else f"{name} {value:.1f} ({peaks.sources.get(name, '?')})"
+        for name, value in peaks.gflops.items()
+    )
+    fp32, bf16 = peaks.gflops.get("float32"), peaks.gflops.get("bfloat16")
+    advice = ""
+    if fp32 and bf16 and bf16 < fp32:
+        advice = "bf16 matmuls are slower than fp32 here (no native bf16): plan fp32 on this CPU"
+    if peaks.load_avg is not None and peaks.load_avg >= 0.5:
+        advice = (
+            f"measured under load (load average {peaks.load_avg:.1f}): the peaks are low; rerun "
+            "hotloop doctor on a quiet machine. " + advice
+        ).strip()
+    return Check("matmul peaks", True, f"GFLOP/s at {peaks.threads} threads: {figures}; {cached}", advice)
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
     check_eager,
     check_inductor,
@@ -176,8 +208,8 @@ CHECKS: tuple[Callable[[], Check], ...] = (
 )
 
 
-def run_checks() -> list[Check]:
-    return [check() for check in CHECKS]
+def run_checks(roofline_cache: Path | None = None) -> list[Check]:
+    return [check() for check in CHECKS] + [check_matmul_peaks(roofline_cache)]
 
 
 def checks_to_dict(checks: list[Check]) -> list[dict[str, object]]:

@@ -24,6 +24,7 @@ OPTION_LIMITS: dict[str, int] = {
     "horizon": 1000,
     "action_dim": 1024,
     "batch": 1024,
+    "prompt_tokens": 100_000,
 }
 MAX_SEED = 2**32 - 1
 _FLAGS = {"num_steps": "--steps", "batch": "--batch", "dtype": "--dtype", "device": "--device"}
@@ -42,6 +43,8 @@ class TargetOptions:
     num_steps: int | None = None
     horizon: int | None = None
     action_dim: int | None = None
+    prompt_tokens: int | None = None  # real tokens among the prompt slots (VLA targets)
+    buckets: tuple[int, ...] | None = None  # prompt-length buckets for the prefix (VLA targets)
     device: str = "cpu"
     dtype: str = "float32"
     batch: int = 1
@@ -65,7 +68,7 @@ class TargetOptions:
         `dtype`, `batch` and `device` have defaults (float32, 1, cpu): a target that does not list them
         runs only at those defaults, and any other value is refused rather than ignored.
         """
-        for name in ("views", "num_steps", "horizon", "action_dim"):
+        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens", "buckets"):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
                     f"target {target!r} does not take {flag(name)}; it takes: "
@@ -75,8 +78,8 @@ class TargetOptions:
         for name, default in defaults.items():
             if name not in supported and getattr(self, name) != default:
                 raise ConfigError(
-                    f"target {target!r} runs with {flag(name)} {default} only (got {getattr(self, name)}); "
-                    f"drop {flag(name)}"
+                    f"target {target!r} does not take {flag(name)} {getattr(self, name)}: its {name} is fixed "
+                    f"(a built-in target runs at {default}, an artifact as compiled); drop {flag(name)}"
                 )
 
 
@@ -113,16 +116,20 @@ class TargetEntry:
     description: str
     bench: str  # "module:function", called as function(config_name, options) -> BenchCase
     policy: str | None = None  # "module:function", called the same way -> Policy
+    full_name: bool = False  # pass the whole name (an artifact path), not the part after "family:"
+
+    def _arg(self, name: str) -> str:
+        return name if self.full_name else name.split(":", 1)[1]
 
     def build_bench(self, name: str, options: TargetOptions) -> BenchCase:
-        return _resolve(self.bench)(name.split(":", 1)[1], options)
+        return _resolve(self.bench)(self._arg(name), options)
 
     def build_policy(self, name: str, options: TargetOptions) -> Any:
         if self.policy is None:
             raise ConfigError(
                 f"target {name!r} is a benchmark only and cannot drive a robot; pick a policy target"
             )
-        return _resolve(self.policy)(name.split(":", 1)[1], options)
+        return _resolve(self.policy)(self._arg(name), options)
 
 
 def _resolve(path: str) -> Callable[..., Any]:
@@ -189,6 +196,23 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
         ),
     ),
 )
+
+
+ARTIFACT_ENTRY = TargetEntry(
+    "a compiled artifact (hotloop compile)",
+    "hotloop.runtime.targets:build_bench",
+    "hotloop.runtime.targets:build_policy",
+    full_name=True,
+)
+
+
+def find_target(name: str) -> TargetEntry:
+    """A registered target, or a folder holding a compiled artifact (its manifest.json)."""
+    from pathlib import Path
+
+    if (Path(name) / "manifest.json").is_file():
+        return ARTIFACT_ENTRY
+    return default_targets().get(name)
 
 
 def default_targets() -> Registry[TargetEntry]:

@@ -55,7 +55,22 @@ def test_bench_bfloat16_runs_in_bfloat16() -> None:
     assert 1e-4 < diff < 0.1 * fp32.abs().max().item()  # bf16 has ~3 significant digits, fp32 ~7
 
 
+@pytest.mark.parametrize("family", ["pi0", "pi05"])
+def test_bench_prompt_tokens_and_buckets_give_the_same_actions(family: str) -> None:
+    plain = build_bench(f"{family}:tiny", TargetOptions(prompt_tokens=3))
+    bucketed = build_bench(f"{family}:tiny", TargetOptions(prompt_tokens=3, buckets=(4, 8)))
+    assert plain.info["prompt_real_tokens"] == 3 and "prompt_bucket" not in plain.info
+    assert bucketed.info["prompt_bucket"] == 4 and bucketed.info["prompt_buckets"] == [4, 8, 12]
+    timer = StageTimer()
+    timer.begin_iteration()
+    actions = bucketed.run(timer)
+    assert set(timer.end_iteration()[0]) == {"vision", "prefix", "denoise"}
+    torch.testing.assert_close(actions, plain.run(StageTimer()), rtol=0, atol=2e-6)
+
+
 def test_bad_options_and_names() -> None:
+    with pytest.raises(ConfigError, match="--prompt-tokens 13 exceeds"):
+        build_pi05_bench("tiny", TargetOptions(prompt_tokens=13))
     with pytest.raises(ConfigError, match="max_action_dim"):
         build_pi05_bench("tiny", TargetOptions(action_dim=33))
     with pytest.raises(ConfigError, match="ambiguous"):

@@ -114,3 +114,16 @@ def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
     # The interrupt hit episode 3 of the first point: two episodes are kept, async never started.
     assert len(runs) == 1 and runs[0]["interrupted"] is True and runs[0]["strategy"]["name"] == "sync"
     assert [e["seed"] for e in runs[0]["per_episode"]] == [0, 1] and runs[0]["episodes"] == 2
+
+
+def test_realtime_options_are_checked_before_any_episode():
+    runner = CliRunner()
+    for args, words in (
+        (["--blend", "mean"], ["--blend", "ensemble"]),
+        (["--fallback", "brake"], ["--fallback", "hold"]),
+        (["--fallback", "engine"], ["--fallback engine", "second policy"]),
+        (["--deadline-ms", "0"], ["--deadline-ms"]),
+        (["--strategy", "rtc", "--guidance-weight", "-1"], ["--guidance-weight"]),
+    ):
+        r = runner.invoke(_app(), ["eval", "demo:conveyor", *args])
+        assert r.exit_code == 2 and all(w in r.output for w in words), (args, r.output)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from hotloop.realtime.strategies import StrategyConfig, make_strategy
 from hotloop.sim.demo_policy import ASSET_DIR, load_demo_policy, model_state, to_absolute, to_relative
 from hotloop.sim.evaluator import run_episode, summarize
 from hotloop.sim.latency import parse_latency
-from hotloop.sim.strategies import StrategyConfig, make_strategy
 from hotloop.sim.tasks import make_task
 from hotloop.targets import TargetOptions, default_targets
 

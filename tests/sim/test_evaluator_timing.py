@@ -9,9 +9,9 @@ import pytest
 from fakes import CountingPolicy
 
 from hotloop.errors import ConfigError, UnknownNameError
+from hotloop.realtime.strategies import StrategyConfig, make_strategy
 from hotloop.sim.evaluator import run_episode, summarize
 from hotloop.sim.latency import parse_latency
-from hotloop.sim.strategies import StrategyConfig, make_strategy
 from hotloop.sim.tasks import make_task
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
@@ -32,6 +33,10 @@ class BenchConfig:
     pin: tuple[int, ...] | None = None  # CPU affinity for this process
     gc_enabled: bool = False  # garbage collection is held off in the timed region unless asked
     progress: bool = True
+    # Roofline: a target that states its analytic work (info["work"]) gets per-stage shares of this
+    # machine's matmul peaks, read from this cache (None: ~/.cache/hotloop/roofline) or measured once.
+    roofline: bool = True
+    roofline_cache: Path | None = None
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -107,6 +112,7 @@ class BenchResult:
     compare: CompareResult | None = None
     info: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    roofline: dict[str, Any] | None = None  # {"peaks": MatmulPeaks dict | None, "stages": {...}}
 
     @property
     def jitter_warning(self) -> bool:
@@ -126,6 +132,7 @@ class BenchResult:
             "samples_ms": self.samples_ms,
             "info": self.info,
             "config": self.config,
+            "roofline": self.roofline,
         }
         if self.device_stages:
             # GPU time per stage from device events; the gap to host time is launch and sync cost (R1.4).
@@ -253,6 +260,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             samples_ms=records[1].total,
         )
     return BenchResult(
+        roofline=_roofline(case, stages, config),
         target=case.name,
         iterations=config.iterations,
         warmup=config.warmup,
@@ -271,6 +279,21 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             "gc_enabled": config.gc_enabled,
         },
     )
+
+
+def _roofline(case: BenchCase, stages: dict[str, LatencyStats], config: BenchConfig) -> dict[str, Any] | None:
+    work = case.info.get("work")
+    if not config.roofline or not work or case.device != "cpu":
+        return None  # peaks are measured for the CPU; a GPU roofline needs its own peaks
+    from hotloop.measure.roofline import StageWork, cached_peaks, roofline
+
+    peaks = cached_peaks(config.roofline_cache)
+    rows = roofline(
+        {name: StageWork(**w) for name, w in work.items()},
+        {name: s.p50 for name, s in stages.items()},
+        peaks,
+    )
+    return {"peaks": peaks.to_dict() if peaks is not None else None, "stages": rows}
 
 
 def _progress(enabled: bool) -> Any:

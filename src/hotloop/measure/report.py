@@ -39,6 +39,36 @@ def bench_table(result: BenchResult) -> Any:
     return table
 
 
+def roofline_table(result: BenchResult) -> Any:
+    """Per stage: analytic GFLOP and weight MB, achieved GFLOP/s at p50, and its share of the matmul peak
+    this machine reaches at the stage's precision (None when the target states no analytic work)."""
+    if not result.roofline:
+        return None
+    from rich.table import Table
+
+    peaks = result.roofline.get("peaks") or {}
+    threads = peaks.get("threads", "?")
+    table = Table(title=f"roofline (matmul peaks measured at {threads} threads; see hotloop doctor)")
+    for col in ("stage", "precision", "GFLOP", "weights MB", "GFLOP/s", "peak GFLOP/s", "of peak"):
+        table.add_column(col, justify="left" if col in ("stage", "precision") else "right")
+
+    def num(value: float | None, fmt: str) -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    for stage, row in result.roofline["stages"].items():
+        share = row["peak_share"]
+        table.add_row(
+            stage,
+            row["precision"],
+            num(row["gflop"], ".3g"),
+            num(row["weight_mb"], ".1f"),
+            num(row["achieved_gflops"], ".1f"),
+            num(row["peak_gflops"], ".1f"),
+            "n/a" if share is None else f"{100 * share:.1f} %",
+        )
+    return table
+
+
 def summary_lines(result: BenchResult) -> list[str]:
     lat = result.latency
     lines = [f"control rate: {lat.rate_hz_p50:.1f} Hz at p50, {lat.rate_hz_p99:.1f} Hz at p99"]
@@ -53,6 +83,14 @@ def summary_lines(result: BenchResult) -> list[str]:
             f"{result.target} is {c.ratio_p50:.2f}x as fast as {c.target} at p50 and {c.ratio_p99:.2f}x at p99 "
             "(interleaved in one run)"
         )
+    if result.roofline:
+        shares = [
+            f"{stage} {100 * row['peak_share']:.0f} %"
+            for stage, row in result.roofline["stages"].items()
+            if row["peak_share"] is not None
+        ]
+        if shares:
+            lines.append("share of this machine's matmul peak at p50: " + ", ".join(shares))
     return lines
 
 

@@ -250,16 +250,69 @@ class PiPolicy:
             state=torch.from_numpy(padded)[None].to(self.device),
         )
 
-    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """Sample a chunk; with RTC guidance keys in `obs` (`hotloop.realtime.rtc`), inpaint it onto
+        the previous chunk's unexecuted actions and answer `rtc_guided: True`."""
+        from hotloop.realtime.rtc import GUIDED_KEY, guidance_inputs
+
         model_obs = self.observation(obs)
-        # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
-        chunk = sample_actions(
+        guidance = guidance_inputs(obs)
+        if guidance is None:
+            # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
+            chunk = sample_actions(
+                self.model,
+                model_obs,
+                num_steps=self.num_steps,
+                generator=self._generator,
+                cache=self._cache,
+                validate=False,
+            )
+        else:
+            chunk = self.guided_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+        actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy()
+        out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
+        if guidance is not None:
+            out[GUIDED_KEY] = True
+        return out
+
+    def guided_sample(
+        self,
+        model_obs: PiObservation,
+        guidance: tuple[np.ndarray, int, float],
+        to_policy_actions: Any,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        timer: Any = None,
+    ) -> torch.Tensor:
+        """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
+        `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
+        unless an adapter predicts relative actions)."""
+        from hotloop.realtime.rtc import guided_sample_actions, model_space_guidance
+
+        prev, delay, beta = guidance
+        if prev.shape[1] != self.action_dim:
+            raise ConfigError(
+                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
+            )
+        target, weights = model_space_guidance(
+            prev,
+            delay,
+            self.horizon,
+            self.config.chunk_size,
+            self.config.max_action_dim,
+            lambda a: self.norm_stats.normalize(
+                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
+            ),
+        )
+        return guided_sample_actions(
             self.model,
             model_obs,
+            target.to(self.device),
+            weights.to(self.device),
+            beta,
+            noise=noise,
             num_steps=self.num_steps,
-            generator=self._generator,
+            generator=generator,
+            timer=timer,
             cache=self._cache,
-            validate=False,
         )
-        actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy()
-        return {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}

@@ -8,12 +8,14 @@ unqualified one only where it is unique ("small", "nano").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from hotloop.errors import ConfigError
+from hotloop.measure.roofline import pi_stage_work
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig, pi_configs
 from hotloop.models.pi0 import PiModel, init_weights
@@ -22,7 +24,17 @@ from hotloop.sampling import PiObservation, check_inputs, make_noise, sample_act
 from hotloop.targets import BenchCase, TargetOptions, check_fits_memory
 
 MAX_VIEWS = 3  # the published checkpoints take a base camera and two wrist cameras
-_SUPPORTED = {"views", "num_steps", "horizon", "action_dim", "dtype", "batch", "device"}
+_SUPPORTED = {
+    "views",
+    "num_steps",
+    "horizon",
+    "action_dim",
+    "dtype",
+    "batch",
+    "device",
+    "prompt_tokens",
+    "buckets",
+}
 # float16 is refused: the additive attention masks overflow to -inf and padded rows turn the output NaN.
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -66,6 +78,11 @@ def resolve_config(name: str, options: TargetOptions) -> PiConfig:
             f"--action-dim {options.action_dim} exceeds {name}'s max_action_dim {cfg.max_action_dim}; "
             "actions are zero-padded up to max_action_dim, not beyond"
         )
+    if options.prompt_tokens is not None and options.prompt_tokens > cfg.max_token_len:
+        raise ConfigError(
+            f"--prompt-tokens {options.prompt_tokens} exceeds {name}'s {cfg.max_token_len} prompt slots; "
+            f"use 1 to {cfg.max_token_len}"
+        )
     return cfg
 
 
@@ -92,12 +109,16 @@ def build_model(cfg: PiConfig, dtype: torch.dtype, device: str | torch.device, s
     return init_weights(model, gen).eval()
 
 
-def random_observation(cfg: PiConfig, batch: int, device: str | torch.device, seed: int) -> PiObservation:
-    """Full-size inputs: every view present, a prompt of max_token_len - 8 real tokens."""
+def random_observation(
+    cfg: PiConfig, batch: int, device: str | torch.device, seed: int, prompt_tokens: int | None = None
+) -> PiObservation:
+    """Full-size inputs: every view present, a prompt of `prompt_tokens` real tokens (default
+    max_token_len - 8) in max_token_len slots."""
     g = torch.Generator(device=device).manual_seed(seed + 1)
     size = cfg.vision.image_size
+    real = prompt_tokens if prompt_tokens is not None else max(1, cfg.max_token_len - 8)
     lang_masks = torch.zeros(batch, cfg.max_token_len, dtype=torch.bool, device=device)
-    lang_masks[:, : max(1, cfg.max_token_len - 8)] = True
+    lang_masks[:, :real] = True
     return PiObservation(
         images=torch.rand(batch, cfg.views, 3, size, size, generator=g, device=device) * 2 - 1,
         image_masks=torch.ones(batch, cfg.views, dtype=torch.bool, device=device),
@@ -140,24 +161,63 @@ def _bench(name: str, options: TargetOptions) -> BenchCase:
         estimate_bytes(cfg, options.batch, dtype), f"{name} at --batch {options.batch}", options.device
     )
     model = build_model(cfg, dtype, options.device, options.seed)
-    obs = random_observation(cfg, options.batch, options.device, options.seed)
+    obs = random_observation(cfg, options.batch, options.device, options.seed, options.prompt_tokens)
     noise = make_noise(
         model, options.batch, torch.Generator(device=options.device).manual_seed(options.seed + 2)
     )
     cache = model.allocate_cache(options.batch)
     action_dim = options.action_dim or cfg.max_action_dim
+    info = describe(cfg, model, str(model.dtype).removeprefix("torch."))
 
     check_inputs(model, obs, noise, cache=cache)  # once: the timed loop measures the model, not the checks
 
-    def run(timer: StageTimer) -> torch.Tensor:
+    def eager_run(timer: StageTimer) -> torch.Tensor:
         return sample_actions(model, obs, noise=noise, timer=timer, cache=cache, validate=False)[
             ..., :action_dim
         ]
 
-    info = describe(cfg, model, str(model.dtype).removeprefix("torch."))
+    run: Callable[[StageTimer], torch.Tensor] = eager_run
+    if options.buckets is not None:
+        run = _bucketed_run(cfg, model, options, obs, noise, action_dim, info)
     info["action_dim"] = action_dim
     info["batch"] = options.batch
+    info["prompt_real_tokens"] = int(obs.lang_masks[0].sum())
+    info["work"] = {
+        stage: w.to_dict()
+        for stage, w in pi_stage_work(
+            cfg,
+            options.dtype,
+            options.batch,
+            prompt_slots=info.get("prompt_bucket", cfg.max_token_len),
+            # the sub-engines behind --buckets read the time conditioning from precomputed tables
+            time_conditioning=options.buckets is None,
+        ).items()
+    }
     return BenchCase(name=name, run=run, info=info, device=options.device)
+
+
+def _bucketed_run(
+    cfg: PiConfig,
+    model: PiModel,
+    options: TargetOptions,
+    obs: PiObservation,
+    noise: torch.Tensor,
+    action_dim: int,
+    info: dict[str, Any],
+) -> Callable[[StageTimer], torch.Tensor]:
+    """The same eager model run through the sub-engines with prompt-length buckets (issue 8 item 4)."""
+    from hotloop.compile.buckets import BucketedPiPipeline, prompt_buckets
+    from hotloop.compile.pi_engines import PiEngineShape, build_pi_subengines
+
+    engines = build_pi_subengines(model, PiEngineShape.of(cfg, options.batch), model.dtype)
+    pipeline = BucketedPiPipeline.eager(cfg, engines, options.buckets or ())
+    info["prompt_buckets"] = list(prompt_buckets(cfg.max_token_len, options.buckets or ()))
+    info["prompt_bucket"] = pipeline.bucket_for(obs)
+
+    def run(timer: StageTimer) -> torch.Tensor:
+        return pipeline.sample(obs, noise, timer)[..., :action_dim]
+
+    return run
 
 
 def _policy(name: str, options: TargetOptions) -> PiPolicy:

@@ -28,6 +28,24 @@ def _parse_sweep(text: str) -> list[float]:
     return values
 
 
+def _check_realtime_options(
+    blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
+) -> None:
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.blending import BlendConfig
+    from hotloop.realtime.strategies import StrategyConfig
+    from hotloop.realtime.watchdog import WatchdogConfig
+
+    BlendConfig(blend)
+    WatchdogConfig(fallback, deadline_ms)
+    if fallback == "engine":
+        raise ConfigError(
+            "--fallback engine needs a second policy; `hotloop eval` offers hold, continue or stop"
+        )
+    if guidance_weight is not None:
+        StrategyConfig(1, max_guidance_weight=guidance_weight)
+
+
 def record_cmd(
     task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")],
     episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
@@ -79,7 +97,7 @@ def eval_cmd(
     task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
-        list[str], typer.Option(help="sync, chunk or async; repeat or comma-separate for several")
+        list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str, typer.Option(help="measured, fixed:MS, or a bench JSON (replay:PATH)")
@@ -95,6 +113,18 @@ def eval_cmd(
         int | None, typer.Option(help="async: start the next inference when this many actions remain")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    blend: Annotated[
+        str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
+    ] = "latest",
+    fallback: Annotated[
+        str, typer.Option(help="on a missed deadline or failed inference: hold, continue or stop")
+    ] = "hold",
+    deadline_ms: Annotated[
+        float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")
+    ] = None,
+    guidance_weight: Annotated[
+        float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write results (with per-episode records)")
     ] = None,
@@ -111,21 +141,22 @@ def eval_cmd(
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks."""
     from hotloop.io import atomic_write_json
+    from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import default_strategies
     from hotloop.sim.tasks import default_tasks
-    from hotloop.targets import default_targets
+    from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     registry = default_strategies()
     for name in names:
         registry.get(name)
     default_tasks().get(task)
-    default_targets().get(target)
+    find_target(target)
     latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
+    _check_realtime_options(blend, fallback, deadline_ms, guidance_weight)
     if pipeline is not None:
         from hotloop.sim.perception_pipeline import parse_pipeline
 
@@ -157,6 +188,10 @@ def eval_cmd(
                 execute_steps=execute_steps,
                 trigger_remaining=trigger_remaining,
                 num_steps=steps,
+                blend=blend,
+                fallback=fallback,
+                deadline_ms=deadline_ms,
+                guidance_weight=guidance_weight,
                 pipeline=pipeline,
             )
             result = run_eval(request, progress=not quiet)

@@ -35,14 +35,18 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    blend: str = "latest"
+    fallback: str = "hold"
+    deadline_ms: float | None = None
+    guidance_weight: float | None = None
     pipeline: str | None = None
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.realtime.strategies import make_strategy
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.strategies import StrategyConfig, make_strategy
 
     latency = parse_latency(request.latency)
     threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
@@ -57,8 +61,13 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        blend=request.blend,
+        fallback=request.fallback,
+        deadline_ms=request.deadline_ms,
+        guidance_weight=request.guidance_weight,
         pipeline=request.pipeline,
     )
+    job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
     bar = None
     if progress:
@@ -88,9 +97,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
             bar.close()
     # Describe the strategy with the horizon the policy showed (or a placeholder when nothing ran).
     try:
-        strategy_info = make_strategy(
-            request.strategy, StrategyConfig(16, request.execute_steps, request.trigger_remaining)
-        ).describe()
+        strategy_info = make_strategy(request.strategy, job.strategy_config(16)).describe()
+        strategy_info.update(blend=request.blend, fallback=request.fallback, deadline_ms=request.deadline_ms)
     except Exception:  # noqa: BLE001 - description only
         strategy_info = {"name": request.strategy}
     extra: dict[str, Any] = {}

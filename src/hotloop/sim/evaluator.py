@@ -1,56 +1,64 @@
 """The closed-loop episode: simulated time advances while the policy thinks.
 
-The loop runs on the physics clock (ticks of `physics_dt`). At each decision point it (1) installs a
-chunk whose inference has finished, as the strategy splices it, (2) starts an inference if the strategy
-wants one — the policy sees the observation of *this* tick, and the result becomes available
-`latency` later in simulated time — and (3) executes the next action of the active chunk for one control
-period, or holds the last target while the robot waits. Only one inference is in flight at a time (one
-accelerator). The real inference time is measured every call; the latency model decides whether that is
-the simulated delay (`measured`) or something else (`fixed:MS`, a replayed bench distribution).
+The episode runs `hotloop.realtime`'s chunk scheduler and control loop, the same code a robot runs,
+on the physics clock (ticks of `physics_dt`): the engine calls the policy on the observation of the
+tick its inference starts and releases the chunk `latency` later in simulated time; the plant steps
+physics under the commanded target. Only one inference is in flight at a time (one accelerator). The
+real inference time is measured every call; the latency model decides whether that is the simulated
+delay (`measured`) or something else (`fixed:MS`, a replayed bench distribution).
 
 Latency is rounded up to whole physics ticks (2 ms), not to control periods, so a 50 ms delay is 50 ms.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from hotloop.errors import ConfigError
+from hotloop.realtime.clock import SimClock
+from hotloop.realtime.runner import SimulatedEngine, run_loop
+from hotloop.realtime.scheduler import ChunkScheduler, SchedulerConfig, Segment
+from hotloop.realtime.strategies import Strategy
 from hotloop.sim.latency import LatencyModel
 from hotloop.sim.metrics import mean_std, rms_jerk, wilson_interval
-from hotloop.sim.strategies import ActiveChunk, Strategy
 
 SAMPLE_TICKS = 5  # the end effector is sampled every 5 ticks (10 ms) for the jerk metric
 
 
 @dataclass
-class _Pending:
-    actions: np.ndarray
-    obs_tick: int
-    ready_tick: int
+class SimPlant:
+    """The MuJoCo task behind the runner's `Plant` protocol; samples the end effector for jerk."""
 
+    env: Any
+    ee: list[np.ndarray] = field(default_factory=list)
+    success: bool = False
+    failed: bool = False
+    _action: np.ndarray | None = None
 
-def _check_actions(out: Any, action_dim: int) -> np.ndarray:
-    if not isinstance(out, dict) or "actions" not in out:
-        raise ConfigError(
-            "policy.infer must return a dict with an 'actions' array of shape (horizon, action_dim)"
-        )
-    actions = np.asarray(out["actions"], dtype=np.float64)
-    if actions.ndim == 3 and actions.shape[0] == 1:
-        actions = actions[0]
-    if actions.ndim != 2 or actions.shape[1] != action_dim or actions.shape[0] < 1:
-        raise ConfigError(
-            f"policy returned actions of shape {actions.shape}; this task needs (horizon, {action_dim})"
-        )
-    if not np.all(np.isfinite(actions)):
-        raise ConfigError("policy returned non-finite actions")
-    return actions
+    def observe(self) -> dict[str, Any]:
+        return dict(self.env.observe())
+
+    def hold_action(self) -> np.ndarray:
+        return np.asarray(self.env.hold_action())
+
+    def command(self, action: np.ndarray) -> None:
+        self._action = np.asarray(action)
+
+    def run_until(self, tick: int) -> bool:
+        assert self._action is not None
+        env = self.env
+        while env.tick < tick:
+            # Sample on one 10 ms grid whatever the segment boundaries (jerk needs a uniform step).
+            step = min(SAMPLE_TICKS - env.tick % SAMPLE_TICKS, tick - env.tick)
+            self.success, self.failed = env.advance(self._action, step)
+            if env.tick % SAMPLE_TICKS == 0:
+                self.ee.append(env.ee_pos())
+            if self.success or self.failed:
+                return True
+        return False
 
 
 def run_episode(
@@ -61,97 +69,40 @@ def run_episode(
     seed: int,
     *,
     trace: bool = False,
+    config: SchedulerConfig | None = None,
+    fallback_policy: Any = None,
 ) -> dict[str, Any]:
     """Run one episode; returns its record (see `summarize` for the fields). `trace=True` adds
     `trace`: one (start_tick, end_tick, chunk_id, action_index) per executed segment, index -1 = hold,
-    and `inference_ticks`: one (obs_tick, ready_tick) per inference."""
+    `inference_ticks`: one (obs_tick, ready_tick) per inference, and `actions_by_tick` (one commanded
+    action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold)."""
     env.reset(seed=seed)
     policy.reset()
     rng = np.random.default_rng([seed, 0x1A7])  # latency draws: repeatable per episode seed
     dt = env.config.physics_dt
-    period = env.config.ticks_per_control
     max_ticks = round(env.config.time_limit_s / dt)
-    action_dim = env.action_space.shape[0]
-
-    strategy: Strategy | None = None
-    active: ActiveChunk | None = None
-    pending: _Pending | None = None
-    planned_next: np.ndarray | None = None  # what the replaced plan would have done next
-    chunks = 0
-    success = failed = False
-    ee: list[np.ndarray] = [env.ee_pos()]
-    latencies: list[float] = []
-    measured: list[float] = []
-    jumps: list[float] = []
+    scheduler = ChunkScheduler(
+        make_strategy,
+        env.config.ticks_per_control,
+        dt,
+        action_dim=env.action_space.shape[0],
+        config=config,
+        fallback_policy=fallback_policy,
+    )
+    engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
+    plant = SimPlant(env, [env.ee_pos()])
     segments: list[tuple[int, int, int, int]] = []
-    inferences: list[tuple[int, int]] = []
+    by_tick: list[np.ndarray] = []
 
-    while True:
-        now = env.tick
-        if pending is not None and pending.ready_tick <= now:
-            assert strategy is not None
-            origin, first = strategy.splice(pending.obs_tick, pending.ready_tick, period)
-            new = ActiveChunk(pending.actions, origin, first)
-            if strategy.overlaps and active is not None and active.remaining > 0:
-                planned_next = active.actions[active.next_index]
-            if chunks > 0 and new.remaining > 0:
-                reference = planned_next if planned_next is not None else env.hold_action()
-                jumps.append(float(np.linalg.norm(new.actions[first][:3] - reference[:3])))
-            active, pending, planned_next = new, None, None
-            chunks += 1
-            continue  # the new chunk may already want the next inference (async, short chunks)
+    def on_segment(seg: Segment, start: int, end: int) -> None:
+        if end > start:
+            segments.append((start, end, seg.chunk, seg.index))
+            if trace:
+                by_tick.extend([np.asarray(seg.action, dtype=np.float64)] * (end - start))
 
-        if pending is None and (strategy is None or strategy.wants_inference(active)):
-            obs = env.observe()
-            t0 = time.perf_counter()
-            out = policy.infer(obs)
-            real_ms = (time.perf_counter() - t0) * 1e3
-            actions = _check_actions(out, action_dim)
-            if strategy is None:
-                strategy = make_strategy(len(actions))
-            lat_ms = latency.sample_ms(real_ms, rng)
-            measured.append(real_ms)
-            latencies.append(lat_ms)
-            ready = now + math.ceil(lat_ms / (dt * 1e3) - 1e-9)
-            if not strategy.overlaps and active is not None:
-                planned_next = active.actions[active.next_index] if active.remaining > 0 else None
-                active = None  # the robot stops and waits for the new plan
-            pending = _Pending(actions, now, ready)
-            inferences.append((now, ready))
-            if ready == now:
-                continue
-
-        assert strategy is not None
-        index = -1
-        action = env.hold_action()
-        if active is not None and active.remaining > 0 and (strategy.overlaps or pending is None):
-            start = active.origin + active.next_index * period
-            if start > now:  # the chunk's next action is not due yet (async splice after a hold)
-                end = start
-            else:
-                index = active.next_index
-                action = active.actions[index]
-                end = start + period
-                active.next_index += 1
-                active.executed += 1
-        elif pending is not None:
-            end = pending.ready_tick
-        else:  # nothing to do and nothing coming: cannot happen with a sane strategy; hold one period
-            end = now + period
-        if pending is not None and not strategy.overlaps:
-            end = min(end, pending.ready_tick)
-        end = min(end, max_ticks)
-        if end <= now:
-            break
-        segments.append((now, end, chunks - 1 if index >= 0 else -1, index))
-        while env.tick < end:
-            success, failed = env.advance(action, min(SAMPLE_TICKS, end - env.tick))
-            ee.append(env.ee_pos())
-            if success or failed:
-                break
-        if success or failed or env.tick >= max_ticks:
-            break
-
+    run_loop(scheduler, SimClock(env), engine, plant, max_ticks, on_segment)
+    success, failed = plant.success, plant.failed
+    latencies, measured, jumps = engine.latencies_ms, engine.measured_ms, scheduler.jumps
     record: dict[str, Any] = {
         "seed": seed,
         "success": bool(success),
@@ -165,15 +116,18 @@ def run_episode(
             "max": float(np.max(latencies)) if latencies else 0.0,
         },
         "infer_wall_ms": {"mean": float(np.mean(measured)) if measured else 0.0},
-        "jerk": rms_jerk(np.asarray(ee), SAMPLE_TICKS * dt),
+        "jerk": rms_jerk(np.asarray(plant.ee), SAMPLE_TICKS * dt),
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
+        "watchdog": scheduler.watchdog.counters(env.tick),
         "info": env.info(),
         "error": None,
     }
     if trace:
         record["trace"] = segments
-        record["inference_ticks"] = inferences
+        record["inference_ticks"] = list(engine.inference_ticks)
+        record["actions_by_tick"] = np.asarray(by_tick)
+        record["events"] = list(scheduler.watchdog.events)
     return record
 
 

@@ -39,6 +39,24 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    blend: str = "latest"
+    fallback: str = "hold"
+    deadline_ms: float | None = None
+    guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
+
+    def scheduler_config(self) -> Any:
+        from hotloop.realtime.blending import BlendConfig
+        from hotloop.realtime.scheduler import SchedulerConfig
+        from hotloop.realtime.watchdog import WatchdogConfig
+
+        return SchedulerConfig(BlendConfig(self.blend), WatchdogConfig(self.fallback, self.deadline_ms))
+
+    def strategy_config(self, horizon: int) -> Any:
+        from hotloop.realtime.strategies import StrategyConfig
+
+        extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
+        return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
+
     pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
 
 
@@ -46,13 +64,15 @@ class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
+        from hotloop.realtime.strategies import default_strategies, make_strategy
         from hotloop.sim.evaluator import run_episode
         from hotloop.sim.latency import parse_latency
-        from hotloop.sim.strategies import StrategyConfig, default_strategies, make_strategy
         from hotloop.sim.tasks import make_task
 
         strategies = default_strategies()
         strategies.get(job.strategy)  # unknown name: fail before building anything
+        job.strategy_config(1)  # bad settings fail here too
+        self.scheduler_config = job.scheduler_config()
         self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
         if job.threads is not None:
             import torch
@@ -67,9 +87,7 @@ class EpisodeRunner:
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
-            return make_strategy(
-                job.strategy, StrategyConfig(horizon, job.execute_steps, job.trigger_remaining)
-            )
+            return make_strategy(job.strategy, job.strategy_config(horizon))
 
         self.strategy_for = strategy_for
 
@@ -77,7 +95,9 @@ class EpisodeRunner:
         from hotloop.sim.evaluator import failed_record
 
         try:
-            record = self._run(self.env, self.policy, self.strategy_for, self.latency, seed)
+            record = self._run(
+                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+            )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
             return record
@@ -88,17 +108,15 @@ class EpisodeRunner:
 
 
 def build_policy(job: EpisodeJob) -> Any:
-    from hotloop.targets import TargetOptions, default_targets
+    from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
         import importlib
 
         module, attr = job.policy_factory.split(":")
         return getattr(importlib.import_module(module), attr)()
-    return (
-        default_targets()
-        .get(job.target)
-        .build_policy(job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed))
+    return find_target(job.target).build_policy(
+        job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
     )
 
 

@@ -1,15 +1,16 @@
 """Execution strategies: when to ask the policy for a new chunk, and how a new chunk replaces the old.
 
-Time in the evaluator is counted in physics ticks. A chunk's action `i` is meant for the control period
-that starts at `origin + i * period`. A strategy answers two questions (the `Strategy` protocol):
+Time is counted in clock ticks (the simulator's physics ticks, or the wall clock's ticks on a robot). A
+chunk's action `i` is meant for the control period that starts at `origin + i * period`. A strategy
+answers two questions (the `Strategy` protocol):
 
 - `wants_inference(chunk)`: at a control boundary with no inference in flight, start one now?
 - `splice(obs_tick, ready_tick, period)`: a chunk inferred on the observation of `obs_tick` is ready at
   `ready_tick`; return its (origin, first index to execute).
 
-and states `overlaps`: whether the robot keeps executing the current chunk while the next is inferred
-(if not, it holds its last target). A new strategy (RTC, for one: it also needs the unexecuted tail of
-the current chunk, which `ActiveChunk` carries) is one more class and one more registry line.
+and states `overlaps` (whether the robot keeps executing the current chunk while the next is inferred;
+if not, it holds its last target) and `guided` (whether the inference is sent the unexecuted tail of the
+current chunk to inpaint, see `hotloop.realtime.rtc`).
 
 Built in:
 - `sync`: infer, hold while it runs, execute the first action, infer again (n = 1: the classic closed
@@ -18,6 +19,9 @@ Built in:
   horizon), infer again. Fewer stalls, staler plans.
 - `async`: keep executing; start the next inference when k actions remain (default horizon // 2);
   splice the new chunk at the current timestep, dropping the actions whose time passed while it ran.
+- `rtc`: async, and the policy inpaints the new chunk so that it continues the one being executed
+  (real-time chunking, Black et al. 2025): its first d actions (d = the expected delay in control
+  periods) are pulled onto what the robot executes meanwhile, the rest of the overlap softly.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT
 from hotloop.registry import Registry
 
 
@@ -39,17 +44,22 @@ class ActiveChunk:
     origin: int  # tick at which action 0 would start
     next_index: int  # index of the next action to start
     executed: int = 0  # actions of this chunk executed so far
+    chunk_id: int = 0  # order of arrival in the episode, from 0
 
     @property
     def remaining(self) -> int:
         return max(0, len(self.actions) - self.next_index)
+
+    def start_tick(self, index: int, period: int) -> int:
+        return self.origin + index * period
 
 
 @dataclass(frozen=True)
 class StrategyConfig:
     horizon: int  # the policy's chunk length
     execute_steps: int | None = None  # n for chunk (sync is n = 1)
-    trigger_remaining: int | None = None  # k for async
+    trigger_remaining: int | None = None  # k for async and rtc
+    max_guidance_weight: float = DEFAULT_MAX_GUIDANCE_WEIGHT  # beta for rtc
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
@@ -60,6 +70,8 @@ class StrategyConfig:
             raise ConfigError(
                 f"--trigger-remaining must be in [0, {self.horizon - 1}] (got {self.trigger_remaining})"
             )
+        if not (self.max_guidance_weight > 0 and math.isfinite(self.max_guidance_weight)):
+            raise ConfigError(f"--guidance-weight must be a positive number (got {self.max_guidance_weight})")
 
 
 class Strategy(Protocol):
@@ -69,6 +81,11 @@ class Strategy(Protocol):
     @property
     def overlaps(self) -> bool:
         """Whether the robot keeps executing the current chunk while the next one is inferred."""
+        ...
+
+    @property
+    def guided(self) -> bool:
+        """Whether the policy is asked to inpaint the new chunk onto the executing one (RTC)."""
         ...
 
     def wants_inference(self, chunk: ActiveChunk | None) -> bool: ...
@@ -85,6 +102,7 @@ class HoldAndExecute:
     name: str
     execute_steps: int
     overlaps: bool = False
+    guided: bool = False
 
     def wants_inference(self, chunk: ActiveChunk | None) -> bool:
         return chunk is None or chunk.executed >= self.execute_steps or chunk.remaining == 0
@@ -97,6 +115,12 @@ class HoldAndExecute:
         return {"name": self.name, "execute_steps": self.execute_steps, "overlaps": False}
 
 
+def splice_by_time(obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
+    """Action i is for the period starting at obs_tick + i*period; those that started before the chunk
+    was ready are in the past. The first still-future one starts at a boundary >= ready_tick."""
+    return obs_tick, math.ceil((ready_tick - obs_tick) / period)
+
+
 @dataclass(frozen=True)
 class AsyncSplice:
     """Overlap inference with execution; splice by time, not by index."""
@@ -104,17 +128,42 @@ class AsyncSplice:
     trigger_remaining: int
     name: str = "async"
     overlaps: bool = True
+    guided: bool = False
 
     def wants_inference(self, chunk: ActiveChunk | None) -> bool:
         return chunk is None or chunk.remaining <= self.trigger_remaining
 
     def splice(self, obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
-        # Action i is for the period starting at obs_tick + i*period; those that started before the chunk
-        # was ready are in the past. The first still-future one starts at a boundary >= ready_tick.
-        return obs_tick, math.ceil((ready_tick - obs_tick) / period)
+        return splice_by_time(obs_tick, ready_tick, period)
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "trigger_remaining": self.trigger_remaining, "overlaps": True}
+
+
+@dataclass(frozen=True)
+class RealTimeChunking:
+    """Async splicing, plus guidance: the inference gets the unexecuted tail of the current chunk and
+    the expected delay, and inpaints the new chunk to continue it (see `hotloop.realtime.rtc`)."""
+
+    trigger_remaining: int
+    max_guidance_weight: float = DEFAULT_MAX_GUIDANCE_WEIGHT
+    name: str = "rtc"
+    overlaps: bool = True
+    guided: bool = True
+
+    def wants_inference(self, chunk: ActiveChunk | None) -> bool:
+        return chunk is None or chunk.remaining <= self.trigger_remaining
+
+    def splice(self, obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
+        return splice_by_time(obs_tick, ready_tick, period)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "trigger_remaining": self.trigger_remaining,
+            "overlaps": True,
+            "max_guidance_weight": self.max_guidance_weight,
+        }
 
 
 def _sync(cfg: StrategyConfig) -> Strategy:
@@ -127,13 +176,20 @@ def _chunk(cfg: StrategyConfig) -> Strategy:
     return HoldAndExecute("chunk", cfg.execute_steps or max(1, cfg.horizon // 2))
 
 
-def _async(cfg: StrategyConfig) -> Strategy:
+def _trigger(cfg: StrategyConfig) -> int:
     # Default: start the next inference when half the chunk remains (LeRobot's async client triggers at
     # the same fraction, chunk_size_threshold 0.5): up to H/2 periods of latency are hidden, and each plan
     # runs long enough to finish what it starts. The demo policy, 50 episodes at 0/100/200/300 ms:
     # k = 8 gave 100/96/92/86 %, k = 14 (replan every 2 actions) 64/68/56/72 %.
-    k = cfg.trigger_remaining if cfg.trigger_remaining is not None else cfg.horizon // 2
-    return AsyncSplice(k)
+    return cfg.trigger_remaining if cfg.trigger_remaining is not None else cfg.horizon // 2
+
+
+def _async(cfg: StrategyConfig) -> Strategy:
+    return AsyncSplice(_trigger(cfg))
+
+
+def _rtc(cfg: StrategyConfig) -> Strategy:
+    return RealTimeChunking(_trigger(cfg), cfg.max_guidance_weight)
 
 
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
@@ -141,6 +197,7 @@ def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry.register("sync", _sync)
     registry.register("chunk", _chunk)
     registry.register("async", _async)
+    registry.register("rtc", _rtc)
     return registry
 
 

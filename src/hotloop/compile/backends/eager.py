@@ -1,0 +1,79 @@
+"""`eager`: the PyTorch module as written, in the graph's own dtype (fp32 is the reference)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hotloop.compile.backends.base import (
+    BackendError,
+    Graph,
+    PreparedFiles,
+    Runner,
+    input_buffers,
+    module_dtype,
+    op_errors,
+    output_buffers,
+)
+
+
+class TorchRunner(Runner):
+    """Runs a callable on the input buffers and copies its result into the output buffers."""
+
+    backend = "eager"
+
+    def __init__(self, graph: Graph, precision: str, fn: Any) -> None:
+        if graph.module is None:
+            raise BackendError(
+                f"backend {self.backend} needs a PyTorch module; graph {graph.name!r} is an ONNX file "
+                "(use --backends onnxruntime,openvino)"
+            )
+        self.fn = fn
+        inputs = input_buffers(graph.example_inputs)
+        with torch.no_grad(), op_errors(self.backend, graph.name):
+            first = fn(*inputs)
+        super().__init__(graph, precision, inputs, output_buffers(first))
+
+    def _run(self) -> None:
+        with torch.no_grad():
+            result = self.fn(*self.inputs)
+        outs = result if isinstance(result, tuple | list) else (result,)
+        for buf, out in zip(self.outputs, outs, strict=True):
+            buf.copy_(out)
+
+    def profile(self, iterations: int) -> list[tuple[str, float]]:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(iterations):
+                self._run()
+        rows = []
+        for event in prof.key_averages():
+            # Self time, so nested aten ops are not counted twice.
+            rows.append((event.key, event.self_cpu_time_total / 1e3))
+        return rows
+
+
+class EagerBackend:
+    name = "eager"
+    precisions = ("fp32", "bf16")
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def precision_reason(self, precision: str) -> str | None:
+        return None
+
+    def graph_dtype(self, precision: str) -> torch.dtype:
+        return module_dtype(precision)
+
+    def required_features(self, precision: str) -> list[str]:
+        return []
+
+    def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
+        return TorchRunner(graph, precision, graph.module)
+
+    def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
+        return self.prepare(graph, precision, files.options)

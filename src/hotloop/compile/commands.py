@@ -1,0 +1,215 @@
+"""`hotloop compile` and `hotloop profile`, registered on the app by `add_commands` (one hook in cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hotloop.cli_errors import user_errors
+
+EXIT_BUDGET_UNMET = 3
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+
+
+def compile_cmd(
+    target: Annotated[str, typer.Argument(help="pi05:small, pi0:tiny, demo:conveyor, or a model.onnx file")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="artifact folder to write")],
+    budget_ms: Annotated[float, typer.Option("--budget-ms", help="end-to-end p99 budget in ms")],
+    tolerance: Annotated[
+        str, typer.Option(help="final-action agreement, e.g. cos:0.995[,maxabs:0.05]")
+    ] = "cos:0.995",
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the plan and candidate table here")
+    ] = None,
+    backends: Annotated[
+        list[str] | None, typer.Option(help="backends to try (comma list), default all")
+    ] = None,
+    precisions: Annotated[list[str] | None, typer.Option(help="precisions to try: fp32,bf16")] = None,
+    inductor_modes: Annotated[
+        str, typer.Option(help="inductor modes to try: default,max-autotune")
+    ] = "default",
+    variants: Annotated[
+        str, typer.Option(help="sub-engine recipes to try (pi targets): plain,fused")
+    ] = "plain,fused",
+    input_spec: Annotated[
+        list[str] | None, typer.Option("--input", help="ONNX input NAME:SHAPE (repeat)")
+    ] = None,
+    iters: Annotated[
+        int, typer.Option("--iters", help="timed iterations per candidate and for the final pair")
+    ] = 20,
+    warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 3,
+    threads: Annotated[int | None, typer.Option(help="intra-op threads for every backend")] = None,
+    views: Annotated[int | None, typer.Option(help="camera views (pi targets)")] = None,
+    steps: Annotated[int | None, typer.Option(help="flow-matching steps (pi targets)")] = None,
+    seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
+) -> None:
+    """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
+    from hotloop.compile.artifact import check_output_dir
+    from hotloop.compile.backends import backend_names
+    from hotloop.compile.planner import PlanConfig
+    from hotloop.compile.sources import check_pi_target, is_onnx_target, onnx_path
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.io import atomic_write_json
+
+    # Every bad value fails here, before any model is built or file written.
+    config = PlanConfig(
+        budget_ms=budget_ms,
+        tolerance=parse_tolerance(tolerance),
+        backends=tuple(_split(backends) or backend_names()),
+        precisions=tuple(_split(precisions) or ("fp32", "bf16")),
+        inductor_modes=tuple(_split([inductor_modes])),
+        variants=tuple(_split([variants])),
+        warmup=warmup,
+        iterations=iters,
+        threads=threads,
+        progress=not quiet,
+    )
+    _check_modes(config.inductor_modes)
+    check_output_dir(out, "-o")
+    if json_path is not None:
+        _check_writable(json_path)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    if is_onnx_target(target):
+        from hotloop.compile.onnx_plan import onnx_graph, plan_onnx, write_onnx_artifact
+
+        graph = onnx_graph(onnx_path(target), list(input_spec or []), seed)
+        candidates, best, result = plan_onnx(graph, config, log)
+        art = write_onnx_artifact(graph, best, result, out, config)
+    else:
+        if input_spec:
+            from hotloop.errors import ConfigError
+
+            raise ConfigError("--input is for ONNX files; a pi target has its own fixed inputs")
+        check_pi_target(target)
+        from hotloop.compile.pi_plan import plan_pi, write_pi_artifact
+        from hotloop.compile.sources import pi_source
+        from hotloop.targets import TargetOptions
+
+        source = pi_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
+        plan = plan_pi(source, config, log)
+        result = plan.result
+        art = write_pi_artifact(source, plan, out, config)
+    result["artifact"] = str(art)
+    print_result(result)
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        typer.echo(f"wrote {json_path}")
+    typer.echo(f"wrote {art}")
+    if not result["budget_met"]:
+        typer.echo(
+            f"budget not met: plan p99 {result['plan_latency_ms']['p99']:.2f} ms > {budget_ms:g} ms "
+            "(the best plan found was written)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_BUDGET_UNMET)
+
+
+def _check_modes(modes: tuple[str, ...]) -> None:
+    from hotloop.compile.backends.inductor import MODES
+    from hotloop.errors import ConfigError
+
+    for m in modes:
+        if m not in MODES:
+            raise ConfigError(f"--inductor-modes: unknown mode {m!r}; use {', '.join(MODES)}")
+
+
+def _check_writable(path: Path) -> None:
+    import os
+
+    from hotloop.errors import ConfigError
+
+    parent = path.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(f"--json {path}: folder {parent} does not exist or is not writable")
+
+
+def print_result(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"compile {result['target']}: candidates")
+    for col in (
+        "stage",
+        "sub-engine",
+        "recipe",
+        "backend",
+        "precision",
+        "status",
+        "p50 ms",
+        "p99 ms",
+        "action cos",
+        "why",
+    ):
+        table.add_column(col, overflow="fold")
+    plan = result["plan"]
+    for c in result["candidates"]:
+        lat = c["latency_ms"] or {}
+        chosen = any(
+            p["sub_engine"] == c["sub_engine"]
+            and p["backend"] == c["backend"]
+            and p["precision"] == c["precision"]
+            and p["options"] == c["options"]
+            and p.get("variant") == c.get("variant")
+            for p in plan.values()
+        )
+        status = c["status"] + (" *" if chosen else "")
+        table.add_row(
+            c["stage"],
+            c["sub_engine"],
+            c.get("variant", ""),
+            c["backend"] + (f" {c['options']}" if c["options"] else ""),
+            c["precision"],
+            status,
+            f"{lat['p50']:.2f}" if lat else "",
+            f"{lat['p99']:.2f}" if lat else "",
+            f"{c['action']['cosine']:.6f}" if c.get("action") else "",
+            c["reason"],
+        )
+    console = Console(width=max(Console().width, 150))  # the table stays readable in logs and pipes
+    console.print(table)
+    ref, got = result["reference_latency_ms"], result["plan_latency_ms"]
+    console.print(
+        f"reference p50 {ref['p50']:.2f} / p99 {ref['p99']:.2f} ms; plan p50 {got['p50']:.2f} / p99 "
+        f"{got['p99']:.2f} ms (interleaved, {result['iterations']} rounds); speedup p50 "
+        f"{result['speedup_p50']:.2f}x, p99 {result['speedup_p99']:.2f}x; action cos {result['action_cos_min']:.6f}; "
+        f"budget {result['budget_ms']:g} ms {'met' if result['budget_met'] else 'NOT met'}"
+    )
+
+
+def profile_cmd(
+    target: Annotated[str, typer.Argument(help="an artifact folder, or a pi target (profiled eager fp32)")],
+    top: Annotated[int, typer.Option(help="rows per sub-engine")] = 10,
+    iters: Annotated[int, typer.Option("--iters", help="profiled runs per sub-engine")] = 5,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the per-operator table here")
+    ] = None,
+) -> None:
+    """Per-operator time per sub-engine (torch profiler, ONNX Runtime profiling, OpenVINO counters)."""
+    from hotloop.errors import ConfigError
+    from hotloop.io import atomic_write_json
+    from hotloop.runtime.profiler import print_profile, profile_target
+
+    if top < 1 or iters < 1:
+        raise ConfigError("--top and --iters must be >= 1")
+    if json_path is not None:
+        _check_writable(json_path)
+    report = profile_target(target, iters, top)
+    print_profile(report)
+    if json_path is not None:
+        atomic_write_json(json_path, report)
+        typer.echo(f"wrote {json_path}")
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("compile")(user_errors(compile_cmd))
+    app.command("profile")(user_errors(profile_cmd))

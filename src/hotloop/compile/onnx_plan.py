@@ -1,0 +1,208 @@
+"""Plan any ONNX model (a perception network, say): candidates judged by output agreement with ONNX
+Runtime fp32, timed here, the fastest within tolerance kept. `--input NAME:SHAPE` fixes every input."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hotloop.compile.backends import get_backend
+from hotloop.compile.backends.base import OnnxGraph, Runner
+from hotloop.compile.export import onnx_io
+from hotloop.compile.planner import (
+    Candidate,
+    PlanConfig,
+    candidate_specs,
+    check_finite,
+    interleaved,
+    plan_summary,
+    safe_prepare,
+    stats_dict,
+    time_calls,
+)
+from hotloop.compile.validate import compare_outputs
+from hotloop.errors import ConfigError
+
+_DTYPES = {"float": torch.float32, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
+
+
+def parse_inputs(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """`NAME:1,3,224,224` (or `NAME:1x3x224x224`) -> {name: shape}; ConfigError naming --input."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d < 1 for d in shape):
+            raise ConfigError(f"--input {spec!r} is malformed; write NAME:SHAPE, e.g. images:1,3,224,224")
+        if name in shapes:
+            raise ConfigError(f"--input {name!r} is given twice")
+        shapes[name] = shape
+    return shapes
+
+
+def onnx_graph(path: Path, specs: list[str], seed: int = 0) -> OnnxGraph:
+    """The file with every input fixed by --input; names and static dims must agree with the file."""
+    inputs, outputs = onnx_io(path)
+    shapes = parse_inputs(specs)
+    names = [n for n, _, _ in inputs]
+    missing = [n for n in names if n not in shapes]
+    unknown = [n for n in shapes if n not in names]
+    if missing or unknown:
+        raise ConfigError(
+            f"--input does not match {path.name}: "
+            + "; ".join(
+                p
+                for p in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"unknown {', '.join(unknown)}" if unknown else "",
+                )
+                if p
+            )
+            + f" (the model takes {', '.join(f'{n}:{dims}' for n, dims, _ in inputs)})"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    examples = []
+    for name, dims, elem in inputs:
+        shape = shapes[name]
+        if len(dims) != len(shape) or any(
+            isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape, strict=False)
+        ):
+            raise ConfigError(
+                f"--input {name}:{','.join(map(str, shape))} does not match the model's shape {dims}"
+            )
+        dtype = _DTYPES.get(elem)
+        if dtype is None:
+            raise ConfigError(
+                f"input {name!r} has element type {elem}, which hotloop compile does not feed yet"
+            )
+        if dtype.is_floating_point:
+            examples.append(torch.randn(shape, generator=gen))
+        else:
+            examples.append(torch.zeros(shape, dtype=dtype))
+    return OnnxGraph(path.stem, path, tuple(examples), tuple(names), tuple(outputs))
+
+
+def _call_on_buffers(runner: Runner) -> Callable[[], Any]:
+    return lambda: runner(*runner.inputs)
+
+
+def plan_onnx(
+    graph: OnnxGraph, config: PlanConfig, log: Callable[[str], None] = lambda s: None
+) -> tuple[list[Candidate], Candidate, dict[str, Any]]:
+    ref = get_backend("onnxruntime").prepare(
+        graph, "fp32", {"threads": config.threads} if config.threads else {}
+    )
+    want = tuple(t.clone() for t in ref(*graph.example_inputs))
+    candidates = list(candidate_specs(config, (graph.name,)))
+    for cand in candidates:
+        if cand.status != "pending":
+            continue
+        log(f"{cand.label}")
+        runner = safe_prepare(cand, graph, config.threads)
+        if runner is None:
+            continue
+        got = runner(*graph.example_inputs)
+        if not check_finite(cand, got, graph.output_names):
+            continue
+        cand.outputs = compare_outputs(graph.output_names, want, got)
+        worst = min(cand.outputs, key=lambda o: o.cosine)
+        if not worst.cosine >= config.tolerance.cos:
+            cand.status, cand.reason = (
+                "rejected",
+                f"output {worst.name!r} cos {worst.cosine:.6f} < {config.tolerance.cos:g}",
+            )
+            continue
+        cand.latency = time_calls(_call_on_buffers(runner), config.warmup, config.iterations)
+        cand.status, cand.runner = "accepted", runner
+    ok = [c for c in candidates if c.status == "accepted"]
+    if not ok:
+        raise ConfigError(
+            "no candidate reproduced the ONNX Runtime outputs within --tolerance; include onnxruntime in --backends"
+        )
+    best = min(ok, key=lambda c: c.latency.p99)  # type: ignore[union-attr]
+    plan_runner = best.runner
+    assert plan_runner is not None
+    samples = interleaved(
+        {"reference": lambda: ref(*ref.inputs), "plan": lambda: plan_runner(*plan_runner.inputs)},
+        config.warmup,
+        config.iterations,
+    )
+    ref_lat, plan_lat = stats_dict(samples["reference"]), stats_dict(samples["plan"])
+    cos_min = min(o.cosine for o in best.outputs)
+    result = {
+        "target": str(graph.path),
+        "budget_ms": config.budget_ms,
+        "tolerance": config.tolerance.spec,
+        "candidates": [c.to_dict() for c in candidates],
+        "plan": plan_summary({graph.name: best}),
+        "reference_latency_ms": ref_lat,
+        "plan_latency_ms": plan_lat,
+        "speedup_p50": ref_lat["p50"] / plan_lat["p50"],
+        "speedup_p99": ref_lat["p99"] / plan_lat["p99"],
+        "action_cos_min": cos_min,  # for an ONNX model: the worst output's cosine
+        "budget_met": plan_lat["p99"] <= config.budget_ms,
+        "iterations": config.iterations,
+    }
+    return candidates, best, result
+
+
+def write_onnx_artifact(
+    graph: OnnxGraph, best: Candidate, result: dict[str, Any], out: Path, config: PlanConfig
+) -> Path:
+    from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_file
+
+    writer = ArtifactWriter(out)
+    try:
+        assert best.runner is not None
+        t0 = time.perf_counter()
+        folder = writer.tmp / graph.name
+        prepared = best.runner.save(folder)
+        if not prepared.files:  # a backend that keeps no file of its own runs the source file
+            shutil.copyfile(graph.path, folder / "model.onnx")
+            prepared.files.append("model.onnx")
+        entry = entry_for(
+            graph.name,
+            best.runner,
+            [f"{graph.name}/{f}" for f in prepared.files],
+            {**best.options, **prepared.options},
+            get_backend(best.backend).required_features(best.precision),
+        )
+        manifest = base_manifest(
+            kind="onnx",
+            target=str(graph.path),
+            family="onnx",
+            config={
+                "inputs": {
+                    n: list(x.shape) for n, x in zip(graph.input_names, graph.example_inputs, strict=True)
+                }
+            },
+            source_weights_sha256=sha256_file(graph.path),
+            sub_engines=[entry],
+            budget_ms=config.budget_ms,
+            tolerance=config.tolerance.spec,
+            threads=config.threads,
+            measured={
+                k: result[k]
+                for k in (
+                    "reference_latency_ms",
+                    "plan_latency_ms",
+                    "speedup_p50",
+                    "speedup_p99",
+                    "action_cos_min",
+                    "budget_met",
+                )
+            },
+            compile_s={graph.name: best.compile_s, "save": round(time.perf_counter() - t0, 3)},
+        )
+        return writer.commit(manifest)
+    except BaseException:
+        writer.abort()
+        raise

@@ -1,0 +1,324 @@
+"""Plan a pi0 / pi0.5 target: candidates per stage on the compile-fast sub-engines, checked and timed.
+
+`PiSource` is what is compiled: the fp32 model, the fixed engine shape, one real observation and the
+noise the final actions are compared under, plus what a policy wrapper needs at load (`policy` dict).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hotloop.compile.backends import get_backend
+from hotloop.compile.backends.base import Runner
+from hotloop.compile.backends.eager import TorchRunner
+from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
+from hotloop.compile.planner import (
+    STAGES,
+    Candidate,
+    PlanConfig,
+    candidate_specs,
+    check_finite,
+    choose,
+    interleaved,
+    most_accurate,
+    plan_summary,
+    safe_prepare,
+    stats_dict,
+    time_calls,
+)
+from hotloop.compile.validate import compare_actions, compare_outputs
+from hotloop.measure.stages import StageTimer
+from hotloop.models.configs import PiConfig
+from hotloop.models.pi0 import PiModel
+from hotloop.sampling import PiObservation
+
+
+@dataclass
+class PiSource:
+    target: str
+    model: PiModel  # float32
+    shape: PiEngineShape
+    obs: PiObservation
+    noise: Tensor
+    policy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cfg(self) -> PiConfig:
+        return self.model.cfg
+
+
+def _fused(model: PiModel, shape: PiEngineShape, dtype: torch.dtype) -> dict[str, SubEngine]:
+    from hotloop.compile.pi_recipes import fast_pi_subengines
+
+    return fast_pi_subengines(model, shape, dtype)
+
+
+# Sub-engine recipes the planner may pick between: "plain" is the model's own structure with the tables
+# precomputed; "fused" folds norms into the next linear and fuses Q/K/V and gate/up (compile-fast).
+RECIPES: dict[str, Callable[[PiModel, PiEngineShape, torch.dtype], dict[str, SubEngine]]] = {
+    "plain": build_pi_subengines,
+    "fused": _fused,
+}
+
+
+class EngineSets:
+    """Sub-engines built once per (dtype, recipe) (bf16 copies the model once per recipe)."""
+
+    def __init__(self, model: PiModel, shape: PiEngineShape) -> None:
+        self.model, self.shape = model, shape
+        self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
+
+    def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
+        if (dtype, variant) not in self._sets:
+            self._sets[dtype, variant] = RECIPES[variant](self.model, self.shape, dtype)
+        return self._sets[dtype, variant]
+
+
+def pipeline(
+    source: PiSource,
+    engines: dict[str, SubEngine],
+    runners: dict[str, Runner | Any],
+    denoise_engines: dict[str, SubEngine] | None = None,
+) -> PiPipeline:
+    """Runners composed; the step-indexed constants come from the engine set the denoise runner was
+    built from (a recipe may change what its time table holds)."""
+    constants = constants_of(denoise_engines if denoise_engines is not None else engines)
+    return PiPipeline(
+        source.cfg, source.shape, runners, constants, {n: e.signature for n, e in engines.items()}
+    )
+
+
+def stage_call(sub: str, runner: Runner, num_steps: int, table: Tensor) -> Callable[[], Any]:
+    """One stage's work on the runner's own buffers: N calls for the step engine, one otherwise."""
+    if sub != "denoise_step":
+        return lambda: runner(*runner.inputs)
+    t_index = runner.input_names.index("time_cond")
+
+    def steps() -> None:
+        for k in range(num_steps):
+            runner.inputs[t_index].copy_(table[k])
+            runner(*runner.inputs)
+
+    return steps
+
+
+def check_candidate(
+    cand: Candidate,
+    source: PiSource,
+    sets: EngineSets,
+    ref_runners: dict[str, Any],
+    ref_actions: Tensor,
+    config: PlanConfig,
+) -> None:
+    """Numerics (per output, per step for the step engine; then final actions), then latency."""
+    ref_engines = sets.get(torch.float32)
+    own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
+    graph = own[cand.sub_engine]
+    runner = safe_prepare(cand, graph, config.threads)
+    if runner is None:
+        return
+    ref = ref_engines[cand.sub_engine]
+    table = constants_of(ref_engines)["time_table"]
+    own_table = constants_of(own)["time_table"]
+    inputs = list(ref.example_inputs)
+    rows = range(source.shape.num_steps) if cand.sub_engine == "denoise_step" else range(1)
+    worst: list[Any] | None = None
+    with torch.no_grad():
+        for k in rows:
+            if cand.sub_engine == "denoise_step":
+                inputs[ref.input_names.index("time_cond")] = table[k]
+            want = ref.module(*inputs)
+            want = want if isinstance(want, tuple) else (want,)
+            got_inputs = list(inputs)
+            if cand.sub_engine.startswith("denoise"):  # the recipe's own time table, same steps
+                name = "time_cond" if cand.sub_engine == "denoise_step" else "time_table"
+                got_inputs[ref.input_names.index(name)] = own_table[k] if name == "time_cond" else own_table
+            got = runner(*got_inputs)
+            if not check_finite(cand, got, ref.output_names):
+                return
+            agreement = compare_outputs(ref.output_names, want, got)
+            if worst is None or min(a.cosine for a in agreement) < min(a.cosine for a in worst):
+                worst = agreement
+    cand.outputs = worst or []
+    runners = dict(ref_runners)
+    runners.pop("denoise_step" if cand.sub_engine == "denoise_loop" else "denoise_loop", None)
+    runners[cand.sub_engine] = runner
+    denoise_set = own if cand.sub_engine.startswith("denoise") else None
+    actions = pipeline(source, ref_engines, runners, denoise_set).sample(source.obs, source.noise)
+    cand.action = compare_actions(ref_actions, actions)
+    violation = config.tolerance.violation(cand.action)
+    if violation:
+        cand.status, cand.reason = "rejected", violation
+        return
+    cand.latency = time_calls(
+        stage_call(cand.sub_engine, runner, source.shape.num_steps, own_table),
+        config.warmup,
+        config.iterations,
+    )
+    cand.status, cand.reason, cand.runner = "accepted", "", runner
+
+
+def _release_runners(candidates: list[Candidate], stage: str) -> None:
+    """Keep only the runners the plan can still use (fastest and most accurate of the stage): each
+    holds its own copy of the weights, and a full-size model cannot keep a dozen."""
+    keep = {id(choose(candidates, stage)), id(most_accurate(candidates, stage))}
+    for c in candidates:
+        if c.stage == stage and c.runner is not None and id(c) not in keep:
+            c.runner = None
+
+
+@dataclass
+class PiPlan:
+    candidates: list[Candidate]
+    chosen: dict[str, Candidate]
+    result: dict[str, Any]
+
+
+def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = lambda s: None) -> PiPlan:
+    sets = EngineSets(source.model, source.shape)
+    ref_engines = sets.get(torch.float32)
+    ref_runners: dict[str, Any] = {n: TorchRunner(e, "fp32", e.module) for n, e in ref_engines.items()}
+    ref_runners.pop("denoise_loop")
+    ref_pipeline = pipeline(source, ref_engines, ref_runners)
+    ref_actions = ref_pipeline.sample(source.obs, source.noise).clone()
+    subs = tuple(s for subs in STAGES.values() for s in subs)
+    candidates = list(candidate_specs(config, subs, config.variants))
+    pending = [c for c in candidates if c.status == "pending"]
+    for i, cand in enumerate(pending):
+        log(f"[{i + 1}/{len(pending)}] {cand.label}")
+        t0 = time.perf_counter()
+        check_candidate(cand, source, sets, ref_runners, ref_actions, config)
+        lat = f" p50 {cand.latency.p50:.2f} / p99 {cand.latency.p99:.2f} ms" if cand.latency else ""
+        cos = f" action cos {cand.action.cosine:.6f}" if cand.action else ""
+        log(f"    {cand.status}{lat}{cos} {cand.reason} (checked in {time.perf_counter() - t0:.1f} s)")
+        if cand.status != "accepted":
+            cand.runner = None
+        _release_runners(candidates, cand.stage)
+    chosen: dict[str, Candidate] = {}
+    for stage in STAGES:
+        best = choose(candidates, stage)
+        if best is None:  # cannot happen while eager fp32 is tried; keep the reference then
+            raise RuntimeError(f"no accepted candidate for stage {stage}; include --backends eager")
+        chosen[stage] = best
+    # Errors of several stages add up: check the whole plan, fall back stage by stage if needed.
+    plan_pipe = _plan_pipeline(source, sets, chosen)
+    agreement = compare_actions(ref_actions, plan_pipe.sample(source.obs, source.noise))
+    for stage in sorted(chosen, key=lambda s: chosen[s].action.cosine):  # type: ignore[union-attr]
+        if config.tolerance.violation(agreement) is None:
+            break
+        safer = most_accurate(candidates, stage)
+        if safer is not None and safer is not chosen[stage]:
+            log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {safer.label}")
+            chosen[stage] = safer
+            plan_pipe = _plan_pipeline(source, sets, chosen)
+            agreement = compare_actions(ref_actions, plan_pipe.sample(source.obs, source.noise))
+    log(f"timing reference and plan interleaved ({config.iterations} rounds)")
+    stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
+    timers = {"reference": StageTimer(), "plan": StageTimer()}
+
+    def timed(name: str, pipe: PiPipeline) -> Callable[[], None]:
+        def run() -> None:
+            timer = timers[name]
+            timer.begin_iteration()
+            pipe.sample(source.obs, source.noise, timer=timer)
+            host, _ = timer.end_iteration()
+            for stage, ms in host.items():
+                stage_samples[name].setdefault(stage, []).append(ms)
+
+        return run
+
+    samples = interleaved(
+        {"reference": timed("reference", ref_pipeline), "plan": timed("plan", plan_pipe)},
+        config.warmup,
+        config.iterations,
+    )
+    for name in stage_samples:  # drop the warm-up rounds the stage timer saw
+        stage_samples[name] = {k: v[config.warmup :] for k, v in stage_samples[name].items()}
+    ref_lat = stats_dict(samples["reference"], stage_samples["reference"])
+    plan_lat = stats_dict(samples["plan"], stage_samples["plan"])
+    violation = config.tolerance.violation(agreement)
+    result = {
+        "target": source.target,
+        "budget_ms": config.budget_ms,
+        "tolerance": config.tolerance.spec,
+        "candidates": [c.to_dict() for c in candidates],
+        "plan": plan_summary(chosen),
+        "reference_latency_ms": ref_lat,
+        "plan_latency_ms": plan_lat,
+        "speedup_p50": ref_lat["p50"] / plan_lat["p50"],
+        "speedup_p99": ref_lat["p99"] / plan_lat["p99"],
+        "action_cos_min": agreement.cosine,
+        "action_max_abs_normalized": agreement.max_abs_normalized,
+        "plan_within_tolerance": violation is None,
+        "budget_met": plan_lat["p99"] <= config.budget_ms,
+        "shape": asdict(source.shape),
+        "iterations": config.iterations,
+    }
+    return PiPlan(candidates, chosen, result)
+
+
+def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candidate]) -> PiPipeline:
+    runners = {c.sub_engine: c.runner for c in chosen.values()}
+    d = chosen["denoise"]
+    denoise_set = sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
+    return pipeline(source, sets.get(torch.float32), runners, denoise_set)
+
+
+def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanConfig) -> Path:
+    """Weights + per-stage graphs + manifest, written atomically into `out`."""
+    from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_state_dict
+
+    state = source.model.state_dict()
+    writer = ArtifactWriter(out)
+    try:
+        weights = writer.write_weights(state)
+        subs = []
+        for stage, cand in plan.chosen.items():
+            assert cand.runner is not None
+            folder = writer.tmp / cand.sub_engine
+            prepared = cand.runner.save(folder)
+            files = [f"{cand.sub_engine}/{f}" for f in prepared.files]
+            requires = get_backend(cand.backend).required_features(cand.precision)
+            entry = entry_for(
+                cand.sub_engine, cand.runner, files, {**cand.options, **prepared.options}, requires
+            )
+            entry["stage"] = stage
+            entry["variant"] = cand.variant
+            subs.append(entry)
+        manifest = base_manifest(
+            kind="pi",
+            target=source.target,
+            family="pi05" if source.cfg.pi05 else "pi0",
+            config=asdict(source.cfg),
+            shape=asdict(source.shape),
+            weights=weights,
+            source_weights_sha256=sha256_state_dict(state),
+            sub_engines=subs,
+            budget_ms=config.budget_ms,
+            tolerance=config.tolerance.spec,
+            threads=config.threads,
+            measured={
+                k: plan.result[k]
+                for k in (
+                    "reference_latency_ms",
+                    "plan_latency_ms",
+                    "speedup_p50",
+                    "speedup_p99",
+                    "action_cos_min",
+                    "budget_met",
+                )
+            },
+            compile_s={c.sub_engine: c.compile_s for c in plan.chosen.values()},
+            policy=source.policy,
+        )
+        return writer.commit(manifest)
+    except BaseException:
+        writer.abort()
+        raise

@@ -1,0 +1,17 @@
+"""The one place the pi sub-engine transforms are composed (each transform lives in its own module)."""
+
+from __future__ import annotations
+
+import torch
+
+from hotloop.compile.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
+from hotloop.compile.pi_engines import PiEngineShape, SubEngine, build_pi_subengines
+from hotloop.models.pi0 import PiModel
+
+
+def fast_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype) -> dict[str, SubEngine]:
+    """`build_pi_subengines` (time, masks and RoPE precomputed) with norms folded, projections fused and
+    the prefix's unused last queries dropped; pi0 also gets its time MLP half folded into a per-step bias. Same interface, same outputs up to
+    rounding (tests/compile/test_fuse.py states the tolerances)."""
+    engines = drop_unused_query(fuse_projections(fold_norms(build_pi_subengines(model, shape, dtype))))
+    return engines if model.cfg.pi05 else fold_pi0_time(engines)

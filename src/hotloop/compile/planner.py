@@ -1,0 +1,233 @@
+"""The planner: for each stage and candidate (backend x precision x variant), check numerics against the
+fp32 reference, measure latency here, and keep the plan with the lowest end-to-end p99 within tolerance.
+
+Stages of a pi target: vision, prefix, denoise (variant `denoise_step` run N times, or `denoise_loop`,
+the whole unrolled loop as one graph). A candidate is accepted when its own outputs are finite and the
+final actions of the reference pipeline with only this stage replaced stay within the tolerance; the
+chosen combination is checked again as a whole (errors add up), and a stage falls back to its most
+accurate accepted candidate until the whole passes. Reference and plan are then timed interleaved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hotloop.compile.backends import backend_names, get_backend
+from hotloop.compile.backends.base import BackendError, Graph, Runner
+from hotloop.compile.validate import (
+    ActionAgreement,
+    OutputAgreement,
+    Tolerance,
+)
+from hotloop.errors import ConfigError
+from hotloop.measure.stats import LatencyStats
+
+STAGES = {"vision": ("vision",), "prefix": ("prefix",), "denoise": ("denoise_step", "denoise_loop")}
+DEFAULT_BACKENDS = ("eager", "inductor", "onnxruntime", "openvino", "tensorrt")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """What to try and how hard to measure. `iterations` rounds time each candidate and the final pair."""
+
+    budget_ms: float
+    tolerance: Tolerance
+    backends: tuple[str, ...] = DEFAULT_BACKENDS
+    precisions: tuple[str, ...] = ("fp32", "bf16")
+    inductor_modes: tuple[str, ...] = ("default",)
+    variants: tuple[str, ...] = ("plain", "fused")  # sub-engine recipes (pi targets): see pi_plan.RECIPES
+    warmup: int = 3
+    iterations: int = 20
+    threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.budget_ms > 0:
+            raise ConfigError(f"--budget-ms must be > 0 (got {self.budget_ms}); e.g. --budget-ms 100")
+        if self.iterations < 1:
+            raise ConfigError(f"--iters must be >= 1 (got {self.iterations})")
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
+        from hotloop.compile.backends import check_backend_names, check_precision_names
+
+        check_backend_names(list(self.backends))
+        check_precision_names(list(self.precisions))
+        for v in self.variants:
+            if v not in ("plain", "fused"):
+                raise ConfigError(f"--variants: unknown variant {v!r}; use plain or fused")
+        if not self.backends:
+            raise ConfigError("--backends is empty; name at least one, e.g. eager,openvino")
+
+
+@dataclass
+class Candidate:
+    stage: str
+    sub_engine: str
+    backend: str
+    precision: str
+    options: dict[str, Any] = field(default_factory=dict)
+    variant: str = "plain"
+    status: str = "pending"  # accepted | rejected | unavailable | failed
+    reason: str = ""
+    outputs: list[OutputAgreement] = field(default_factory=list)
+    action: ActionAgreement | None = None
+    latency: LatencyStats | None = None
+    compile_s: float | None = None
+    runner: Runner | None = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.sub_engine}:{self.variant}:{self.backend}:{self.precision}" + (
+            f"[{opts}]" if opts else ""
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "sub_engine": self.sub_engine,
+            "backend": self.backend,
+            "precision": self.precision,
+            "options": self.options,
+            "variant": self.variant,
+            "status": self.status,
+            "reason": self.reason,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "action": self.action.to_dict() if self.action else None,
+            "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,
+            "compile_s": self.compile_s,
+        }
+
+
+def candidate_specs(
+    config: PlanConfig, sub_engines: tuple[str, ...], variants: tuple[str, ...] = ("plain",)
+) -> Iterator[Candidate]:
+    """Every (sub-engine, backend, precision, options) to try, with availability decided up front."""
+    for sub, variant in ((s, v) for s in sub_engines for v in variants):
+        stage = (
+            next(s for s, subs in STAGES.items() if sub in subs) if sub in sum(STAGES.values(), ()) else sub
+        )
+        for name in config.backends:
+            backend = get_backend(name)
+            reason = backend.unavailable_reason()
+            for precision in config.precisions:
+                modes: tuple[dict[str, Any], ...] = ({},)
+                if name == "inductor":
+                    modes = tuple({"mode": m} for m in config.inductor_modes)
+                for opts in modes:
+                    cand = Candidate(stage, sub, name, precision, dict(opts), variant)
+                    why = reason or (
+                        f"{name} has no {precision}" if precision not in backend.precisions else None
+                    )
+                    why = why or backend.precision_reason(precision)
+                    if why:
+                        cand.status, cand.reason = "unavailable", why
+                    yield cand
+
+
+def prepare(cand: Candidate, graph: Graph, threads: int | None) -> Runner:
+    options = dict(cand.options)
+    if threads is not None and cand.backend in ("onnxruntime", "openvino"):
+        options["threads"] = threads
+    return get_backend(cand.backend).prepare(graph, cand.precision, options)
+
+
+def time_calls(fn: Callable[[], Any], warmup: int, iterations: int) -> LatencyStats:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iterations):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e6)
+    return LatencyStats.from_samples(samples)
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], warmup: int, iterations: int) -> dict[str, list[float]]:
+    """Run the callables round-robin (same minutes, same machine state) and return each one's samples."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(iterations):
+        for name, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+    return samples
+
+
+def check_finite(cand: Candidate, outputs: tuple[Tensor, ...], names: tuple[str, ...]) -> bool:
+    for name, out in zip(names, outputs, strict=True):
+        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+            cand.status, cand.reason = "rejected", f"output {name!r} has NaN or Inf"
+            return False
+    return True
+
+
+def choose(candidates: list[Candidate], stage: str) -> Candidate | None:
+    """The accepted candidate of `stage` with the lowest p99."""
+    ok = [c for c in candidates if c.stage == stage and c.status == "accepted" and c.latency is not None]
+    return min(ok, key=lambda c: c.latency.p99) if ok else None  # type: ignore[union-attr]
+
+
+def most_accurate(candidates: list[Candidate], stage: str) -> Candidate | None:
+    ok = [c for c in candidates if c.stage == stage and c.status == "accepted" and c.action is not None]
+    return max(ok, key=lambda c: c.action.cosine) if ok else None  # type: ignore[union-attr]
+
+
+def plan_summary(chosen: dict[str, Candidate]) -> dict[str, Any]:
+    return {
+        stage: {
+            "sub_engine": c.sub_engine,
+            "variant": c.variant,
+            "backend": c.backend,
+            "precision": c.precision,
+            "options": c.options,
+        }
+        for stage, c in chosen.items()
+    }
+
+
+def stats_dict(samples: list[float], stages: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    s = LatencyStats.from_samples(samples)
+    out: dict[str, Any] = {"p50": s.p50, "p90": s.p90, "p99": s.p99, "max": s.max, "mean": s.mean}
+    if stages:
+        out["stages"] = {k: asdict(LatencyStats.from_samples(v)) for k, v in stages.items() if v}
+    return out
+
+
+def output_table(candidates: list[Candidate]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in candidates]
+
+
+def safe_prepare(cand: Candidate, graph: Graph, threads: int | None) -> Runner | None:
+    """Prepare, or mark the candidate failed with the backend's own message (the op it cannot run)."""
+    t0 = time.perf_counter()
+    try:
+        runner = prepare(cand, graph, threads)
+    except BackendError as exc:
+        cand.status, cand.reason = "failed", str(exc)
+        return None
+    cand.compile_s = round(time.perf_counter() - t0, 3)
+    return runner
+
+
+__all__ = [
+    "Candidate",
+    "PlanConfig",
+    "STAGES",
+    "backend_names",
+    "candidate_specs",
+    "choose",
+    "interleaved",
+    "most_accurate",
+    "safe_prepare",
+    "time_calls",
+]

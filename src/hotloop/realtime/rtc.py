@@ -1,0 +1,152 @@
+"""Real-time chunking (RTC): guided inpainting of the next chunk onto the one being executed.
+
+Black, Galliker, Levine, "Real-Time Execution of Action Chunking Flow Policies" (2025), Algorithm 1,
+in this package's flow convention (t runs from 1 = noise to 0 = actions, v points toward the noise,
+x <- x + dt * v with dt = -1/N). While the robot executes the current chunk, the next one is sampled
+with a correction that pulls its prediction of the final actions, x0 = x_t - t * v(x_t), toward the
+previous chunk's unexecuted actions Y:
+
+    g = (dx0/dx_t)^T [W * (Y - x0)]                    (one vector-Jacobian product through the model)
+    x <- x + dt * (v - w(t) * g),   w(t) = min(beta, (t^2 + (1 - t)^2) / (t (1 - t)))
+
+W is the paper's soft mask over the chunk: 1 on the first d actions (they are executed before the new
+chunk arrives, so they must agree with what the robot does), then exponentially decaying weights over
+the rest of the overlap with the previous chunk, then 0 where the previous chunk has no actions.
+w(t) is the paper's (1 - tau) / (tau r_tau^2) with tau = 1 - t, clipped at beta (5 in the paper).
+
+The guidance travels with the observation, so an openpi-style dict observation (a websocket client's)
+carries it as three plain keys: `PREV_ACTIONS_KEY` ((n, action_dim) float32 actions in the robot's
+action space, row i meant for the period starting at the observation time + i periods), `DELAY_KEY`
+(d, an int) and `MAX_GUIDANCE_WEIGHT_KEY` (beta). A policy that applied them answers `GUIDED_KEY: True`.
+
+This module imports torch only inside `guided_sample_actions`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from hotloop.measure.stages import StageTimer
+    from hotloop.models.pi0 import PiModel, PrefixCache
+    from hotloop.sampling import PiObservation
+
+PREV_ACTIONS_KEY = "rtc_prev_actions"
+DELAY_KEY = "rtc_delay"
+MAX_GUIDANCE_WEIGHT_KEY = "rtc_max_guidance_weight"
+GUIDED_KEY = "rtc_guided"
+
+# The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor
+# (20 episodes, docs/realtime.md) 20 was the best trade: at 300 ms async's success (15/20) with half its
+# chunk jump; 50 smoothed more but lost success at 300 ms (8/20), 100 lost it at 200 ms, 200 diverged.
+DEFAULT_MAX_GUIDANCE_WEIGHT = 20.0
+
+
+def prefix_weights(delay: int, overlap: int, horizon: int) -> np.ndarray:
+    """The soft mask W (horizon,): 1 for i < d, c_i (e^c_i - 1) / (e - 1) with
+    c_i = (overlap - i) / (overlap - d + 1) for d <= i < overlap, 0 from `overlap` on."""
+    overlap = max(0, min(overlap, horizon))
+    d = max(0, min(delay, overlap))
+    w = np.zeros(horizon, dtype=np.float64)
+    w[:d] = 1.0
+    i = np.arange(d, overlap)
+    c = (overlap - i) / (overlap - d + 1)
+    w[d:overlap] = c * np.expm1(c) / (math.e - 1.0)
+    return w
+
+
+def guidance_weight(t: float, max_weight: float) -> float:
+    """min(beta, (t^2 + (1-t)^2) / (t (1-t))) at flow time t in [0, 1] (infinite at the ends: beta)."""
+    if t <= 0.0 or t >= 1.0:
+        return float(max_weight)
+    return float(min(max_weight, (t * t + (1.0 - t) ** 2) / (t * (1.0 - t))))
+
+
+def guidance_inputs(obs: dict[str, Any]) -> tuple[np.ndarray, int, float] | None:
+    """(prev actions (n, D) float32, d, beta) from an observation, or None when it carries none."""
+    if PREV_ACTIONS_KEY not in obs:
+        return None
+    prev = np.asarray(obs[PREV_ACTIONS_KEY], dtype=np.float32)
+    if prev.ndim != 2 or prev.shape[0] < 1:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"observation {PREV_ACTIONS_KEY!r} must be (n >= 1, action_dim); got {prev.shape}")
+    return (
+        prev,
+        int(obs.get(DELAY_KEY, 0)),
+        float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT)),
+    )
+
+
+def guided_sample_actions(
+    model: PiModel,
+    obs: PiObservation,
+    prev: Tensor,
+    weights: Tensor,
+    max_guidance_weight: float,
+    noise: Tensor | None = None,
+    num_steps: int | None = None,
+    generator: Any = None,
+    timer: StageTimer | None = None,
+    cache: PrefixCache | None = None,
+) -> Tensor:
+    """`hotloop.sampling.sample_actions` with RTC guidance. `prev` (B, chunk, max_action_dim): the
+    previous chunk's actions in model space (normalized, zero-padded; rows past the overlap are
+    ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`."""
+    import torch
+
+    from hotloop.measure.stages import null_timer
+    from hotloop.sampling import make_noise
+
+    timer = timer if timer is not None else null_timer()
+    steps = num_steps if num_steps is not None else model.cfg.num_steps
+    if noise is None:
+        noise = make_noise(model, obs.batch, generator)
+    with torch.no_grad():
+        with timer.stage("vision"):
+            image_tokens = model.vision(obs.images)
+        with timer.stage("prefix"):
+            cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+    mask = weights.to(device=noise.device, dtype=torch.float32)
+    mask = mask[None] if mask.ndim == 2 else mask[None, :, None]
+    target = prev.to(device=noise.device, dtype=torch.float32)
+    with timer.stage("denoise"):
+        dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
+        x = noise.to(torch.float32)
+        for k in range(steps):
+            t_value = 1.0 + k * (-1.0 / steps)
+            t = torch.tensor(t_value, dtype=torch.float32, device=noise.device)
+            with torch.enable_grad():
+                x_in = x.detach().requires_grad_(True)
+                v = model.denoise_step(cache, x_in, t, obs.state)
+                x0 = x_in - t * v
+                (g,) = torch.autograd.grad(x0, x_in, grad_outputs=(target - x0.detach()) * mask)
+            w = guidance_weight(t_value, max_guidance_weight)
+            x = (x + dt * (v.detach() - w * g)).detach()
+    return x
+
+
+def model_space_guidance(
+    prev: np.ndarray,
+    delay: int,
+    horizon: int,
+    chunk_size: int,
+    max_action_dim: int,
+    to_model: Any,
+) -> tuple[Tensor, Tensor]:
+    """(prev (1, chunk_size, max_action_dim), weights (chunk_size, max_action_dim)) for
+    `guided_sample_actions` from robot-space actions `prev` (n, D); `to_model` maps (n, D) robot actions
+    to normalized model actions. Padded rows and action columns get weight 0."""
+    import torch
+
+    n = min(len(prev), horizon)
+    target = np.zeros((1, chunk_size, max_action_dim), dtype=np.float32)
+    target[0, :n, : prev.shape[1]] = to_model(prev[:n])
+    weights = np.zeros((chunk_size, max_action_dim), dtype=np.float32)
+    weights[:horizon, : prev.shape[1]] = prefix_weights(delay, n, horizon)[:, None]
+    return torch.from_numpy(target), torch.from_numpy(weights)

@@ -1,0 +1,326 @@
+"""The control loop that drives a `ChunkScheduler`, and the inference engines it runs.
+
+`run_loop` is the one loop: the closed-loop evaluator runs it on the simulator's clock, a robot runs it
+on the monotonic wall clock (`WallClockRunner`). Per decision it (1) installs a finished inference,
+(2) checks the in-flight inference's deadline (a miss switches to the fallback at that tick), (3) starts
+an inference when the scheduler wants one (with RTC guidance inputs), and (4) commands the next
+segment and lets time pass until its end, until the inference's deadline, or, when the robot is
+waiting for it, until the inference completes.
+
+Two parts differ between sim and robot, behind two small protocols:
+- `Engine`: runs one inference at a time. `SimulatedEngine` calls the policy at once and makes the
+  result available after a latency the caller decides (the evaluator's latency models);
+  `ThreadedEngine` runs the policy in a worker thread against the wall clock.
+- `Plant`: what is controlled. The simulator steps physics to a tick; a robot is commanded and the loop
+  sleeps on the clock (`RobotPlant`), counting overruns.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from hotloop.realtime.clock import Clock, MonotonicClock
+from hotloop.realtime.scheduler import ChunkScheduler, Completion, SchedulerConfig, Segment
+from hotloop.realtime.strategies import Strategy
+
+
+class Engine(Protocol):
+    @property
+    def busy(self) -> bool: ...
+
+    def start(self, obs: dict[str, Any], now: int) -> None: ...
+
+    def poll(self, now: int) -> Completion | None:
+        """The finished inference, if it finished by `now` (then the engine is free again)."""
+        ...
+
+    def wait(self, until: int, wake_on_result: bool) -> int:
+        """Let the in-flight inference run until `until`, or until it completes when `wake_on_result`;
+        return the tick to let the plant run to."""
+        ...
+
+
+class Plant(Protocol):
+    def observe(self) -> dict[str, Any]: ...
+
+    def hold_action(self) -> np.ndarray:
+        """The last commanded action (what the robot keeps doing when told nothing new)."""
+        ...
+
+    def command(self, action: np.ndarray) -> None: ...
+
+    def run_until(self, tick: int) -> bool:
+        """Let time pass to `tick` under the current command; True when the episode is over."""
+        ...
+
+
+def run_loop(
+    scheduler: ChunkScheduler,
+    clock: Clock,
+    engine: Engine,
+    plant: Plant,
+    end_tick: int,
+    on_segment: Callable[[Segment, int, int], None] | None = None,
+) -> None:
+    """Drive `scheduler` until `end_tick` or until the plant says the episode is over.
+    `on_segment(segment, start, end)` sees every commanded segment with the ticks it actually ran."""
+    while True:
+        now = clock.now()
+        if now >= end_tick:
+            return
+        done = engine.poll(now)
+        if done is not None:
+            scheduler.completed(done, plant.hold_action(), now)
+            continue  # the new chunk may already want the next inference (async, short chunks)
+        if engine.busy:
+            scheduler.check_deadline(now)
+        elif scheduler.wants_inference():
+            obs = plant.observe()
+            guidance = scheduler.guidance(now)
+            obs.update(guidance)
+            scheduler.started(now, guided=bool(guidance))
+            engine.start(obs, now)
+            continue  # a zero-latency result is ready at once
+        seg = scheduler.next_segment(now, plant.hold_action(), plant.observe)
+        end = end_tick if seg.end is None else min(seg.end, end_tick)
+        plant.command(seg.action)
+        t, over = now, False
+        while True:
+            wake = end
+            if engine.busy:
+                deadline = scheduler.deadline
+                if deadline is not None and deadline < wake:
+                    wake = deadline  # a miss must switch within this control period
+                wake = engine.wait(wake, wake_on_result=True)
+            over = plant.run_until(wake)
+            t = clock.now()
+            if over or t >= end:
+                break
+            done = engine.poll(t)
+            if done is None:
+                break  # woken at the deadline: the top of the loop records the miss and switches
+            scheduler.completed(done, plant.hold_action(), t)
+            if seg.wake_on_result or scheduler.watchdog.in_fallback:
+                break  # the robot was waiting for this chunk, or it failed: decide again now
+            # A good chunk arrived while an action runs: that action keeps its period.
+        if on_segment is not None:
+            on_segment(seg, now, t)
+        if over:
+            return
+
+
+@dataclass
+class SimulatedEngine:
+    """Calls the policy at once and releases the result `latency_ms(measured_ms)` later in clock ticks
+    (rounded up to a whole tick). `catch_errors`: an exception is a fault the watchdog handles (a
+    robot's choice) instead of propagating (the evaluator's: it is an error, not a policy failure)."""
+
+    policy: Any
+    tick_s: float
+    latency_ms: Callable[[float], float] = lambda measured: measured
+    catch_errors: bool = False
+    latencies_ms: list[float] = field(default_factory=list)
+    measured_ms: list[float] = field(default_factory=list)
+    inference_ticks: list[tuple[int, int]] = field(default_factory=list)
+    _pending: Completion | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._pending is not None
+
+    def start(self, obs: dict[str, Any], now: int) -> None:
+        t0 = time.perf_counter()
+        output: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            output = self.policy.infer(obs)
+        except Exception as e:
+            if not self.catch_errors:
+                raise
+            error = f"{type(e).__name__}: {e}"
+        real_ms = (time.perf_counter() - t0) * 1e3
+        lat_ms = self.latency_ms(real_ms)
+        self.measured_ms.append(real_ms)
+        self.latencies_ms.append(lat_ms)
+        ready = now + math.ceil(lat_ms / (self.tick_s * 1e3) - 1e-9)
+        self.inference_ticks.append((now, ready))
+        self._pending = Completion(now, ready, output, error)
+
+    def poll(self, now: int) -> Completion | None:
+        if self._pending is not None and self._pending.ready_tick <= now:
+            done, self._pending = self._pending, None
+            return done
+        return None
+
+    def wait(self, until: int, wake_on_result: bool) -> int:
+        if self._pending is not None and wake_on_result:
+            return min(until, self._pending.ready_tick)
+        return until
+
+
+class ThreadedEngine:
+    """Runs `policy.infer` in one worker thread (one accelerator: one inference at a time) against a
+    wall clock. Exceptions are faults for the watchdog: a robot never stops for a raising policy."""
+
+    def __init__(self, policy: Any, clock: Clock) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-infer")
+        self._future: Future[tuple[dict[str, Any] | None, str | None, int]] | None = None
+        self._obs_tick = 0
+        self.inference_ticks: list[tuple[int, int]] = []
+
+    @property
+    def busy(self) -> bool:
+        return self._future is not None
+
+    def _run(self, obs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None, int]:
+        try:
+            out = self.policy.infer(obs)
+            return out, None, self.clock.now()
+        except Exception as e:  # noqa: BLE001 - the watchdog handles it
+            return None, f"{type(e).__name__}: {e}", self.clock.now()
+
+    def start(self, obs: dict[str, Any], now: int) -> None:
+        self._obs_tick = now
+        self._future = self._pool.submit(self._run, obs)
+
+    def poll(self, now: int) -> Completion | None:
+        if self._future is None or not self._future.done():
+            return None
+        out, error, ready = self._future.result()
+        self._future = None
+        self.inference_ticks.append((self._obs_tick, ready))
+        return Completion(self._obs_tick, min(ready, now), out, error)
+
+    def wait(self, until: int, wake_on_result: bool) -> int:
+        if self._future is not None and wake_on_result:
+            seconds = getattr(self.clock, "seconds_until", lambda t: 0.0)(until)
+            try:
+                self._future.exception(timeout=seconds)
+            except TimeoutError:
+                return until
+            return min(until, self.clock.now())
+        return until
+
+    def close(self) -> None:
+        # A stalled inference cannot be killed from Python: leave its thread behind, never wait on it.
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Robot(Protocol):
+    """What a robot exposes to the runner (a thin adapter over its driver)."""
+
+    def observe(self) -> dict[str, Any]: ...
+
+    def command(self, action: np.ndarray) -> None: ...
+
+    def hold_action(self) -> np.ndarray: ...
+
+
+@dataclass
+class RobotPlant:
+    """A robot behind the `Plant` protocol: time passes by sleeping on the clock's deadlines."""
+
+    robot: Any
+    clock: Clock
+    commands: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (tick, action) as sent
+
+    def observe(self) -> dict[str, Any]:
+        return dict(self.robot.observe())
+
+    def hold_action(self) -> np.ndarray:
+        return np.asarray(self.robot.hold_action(), dtype=np.float64)
+
+    def command(self, action: np.ndarray) -> None:
+        self.commands.append((self.clock.now(), np.asarray(action, dtype=np.float64).copy()))
+        self.robot.command(action)
+
+    def run_until(self, tick: int) -> bool:
+        self.clock.sleep_until(tick)
+        return False
+
+
+@dataclass
+class RunReport:
+    ticks: int
+    chunks: int
+    counters: dict[str, int]  # the watchdog's, plus overruns and stale actions dropped
+    events: list[Any]
+    jumps: list[float]
+    commands: list[tuple[int, np.ndarray]]
+
+
+class WallClockRunner:
+    """Run a policy on a robot in real time: the scheduler on monotonic deadlines, inference in a
+    worker thread (or any `Engine`), every overrun counted.
+
+    `make_strategy(horizon)` builds the strategy when the first chunk shows the horizon;
+    `control_hz` the robot's command rate; `tick_s` the clock's resolution."""
+
+    def __init__(
+        self,
+        policy: Any,
+        robot: Any,
+        make_strategy: Callable[[int], Strategy],
+        control_hz: float,
+        *,
+        config: SchedulerConfig | None = None,
+        clock: Clock | None = None,
+        engine: Engine | None = None,
+        fallback_policy: Any = None,
+        action_dim: int | None = None,
+    ) -> None:
+        from hotloop.errors import ConfigError
+
+        self.clock = clock if clock is not None else MonotonicClock()
+        ticks = 1.0 / (control_hz * self.clock.tick_s)
+        if control_hz <= 0 or abs(ticks - round(ticks)) > 1e-6:
+            raise ConfigError(
+                f"--control-hz {control_hz:g}: the control period must be a whole number of clock ticks "
+                f"({self.clock.tick_s * 1e3:g} ms)"
+            )
+        self.period = round(ticks)
+        self.engine: Engine = engine if engine is not None else ThreadedEngine(policy, self.clock)
+        self.plant = RobotPlant(robot, self.clock)
+        self.scheduler = ChunkScheduler(
+            make_strategy,
+            self.period,
+            self.clock.tick_s,
+            action_dim=action_dim,
+            config=config,
+            fallback_policy=fallback_policy,
+        )
+
+    def run(
+        self, duration_s: float, on_segment: Callable[[Segment, int, int], None] | None = None
+    ) -> RunReport:
+        start = self.clock.now()
+        end = start + round(duration_s / self.clock.tick_s)
+        try:
+            run_loop(self.scheduler, self.clock, self.engine, self.plant, end, on_segment)
+        finally:
+            close = getattr(self.engine, "close", None)
+            if close is not None:
+                close()
+        now = self.clock.now()
+        counters = dict(self.scheduler.watchdog.counters(now))
+        overruns = getattr(self.clock, "overruns", None)
+        counters["overruns"] = overruns.count if overruns is not None else 0
+        counters["worst_overrun_ticks"] = overruns.worst_ticks if overruns is not None else 0
+        counters["stale_dropped"] = self.scheduler.stale_dropped
+        return RunReport(
+            ticks=now - start,
+            chunks=self.scheduler.chunks,
+            counters=counters,
+            events=list(self.scheduler.watchdog.events),
+            jumps=list(self.scheduler.jumps),
+            commands=list(self.plant.commands),
+        )

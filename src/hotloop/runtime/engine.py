@@ -1,0 +1,374 @@
+"""`Engine`: a compiled artifact loaded for inference with fixed shapes and buffers allocated once.
+
+    engine = hotloop.Engine.load("art")          # verifies the artifact, builds the runners, warms up
+    actions = engine.infer(obs, noise)           # obs: PiObservation or a dict of tensors / arrays
+    future = engine.submit(obs, noise)           # the same on the engine's own worker thread
+
+Every runner owns its input and output buffers; the prefix's KV outputs are bound as the denoise engine's
+inputs, so nothing is copied between stages that agree on dtype. Inputs are validated (names, shapes,
+dtypes, value ranges, NaN/Inf) with errors that name the input. On CUDA the denoise loop is captured once
+as a CUDA Graph and replayed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hotloop.compile.artifact import entries, read_manifest
+from hotloop.compile.backends import get_backend
+from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
+from hotloop.errors import CheckpointError, ConfigError
+
+OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
+IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
+
+
+class Engine:
+    """A loaded artifact. Build with `Engine.load`; `infer` is not re-entrant (use `submit` to queue)."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.kind: str = manifest["kind"]
+        self.runners: dict[str, Runner] = {}
+        self.deterministic = False
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self.model: Any = None
+        self.cfg: Any = None
+        self.shape: Any = None
+        self.pipeline: Any = None
+        self.cuda_graph: Any = None
+
+    # ---- loading ---------------------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        threads: int | None = None,
+        pin: tuple[int, ...] | None = None,
+        deterministic: bool = False,
+        warmup: int = 2,
+        replan: bool = False,
+        memory_cap_mb: float | None = None,
+        verify_files: bool = True,
+    ) -> Engine:
+        """Load and verify the artifact at `path`; threads/pinning from the caller, else the manifest.
+
+        `replan=True`: when the plan needs CPU features this machine lacks (or was made for another
+        machine class), re-plan it here into `<path>-replanned` and load that instead of refusing.
+        `memory_cap_mb`: refuse when loading grows this process's resident memory by more.
+        """
+        import psutil
+
+        root = Path(path)
+        try:
+            manifest = read_manifest(root, verify_files=verify_files)
+        except CheckpointError as exc:
+            if not replan or "CPU feature" not in str(exc) and "machine class" not in str(exc):
+                raise
+            from hotloop.runtime.replan import replan_artifact
+
+            root = replan_artifact(root)
+            manifest = read_manifest(root, verify_files=verify_files)
+        rss0 = psutil.Process().memory_info().rss
+        if pin is not None:
+            os.sched_setaffinity(0, pin)
+        threads = threads if threads is not None else manifest.get("threads")
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        engine = cls(root, manifest)
+        engine.deterministic = deterministic
+        if deterministic:
+            # Same input, same output: torch picks deterministic kernels (a process-wide switch in torch).
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        if engine.kind == "pi":
+            engine._load_pi(threads)
+        elif engine.kind == "onnx":
+            engine._load_onnx(threads)
+        else:
+            raise CheckpointError(f"{root / 'manifest.json'}: unknown artifact kind {engine.kind!r}")
+        for _ in range(warmup):
+            engine.infer(engine.example_observation())
+        if memory_cap_mb is not None:
+            grown = (psutil.Process().memory_info().rss - rss0) / 2**20
+            if grown > memory_cap_mb:
+                raise ConfigError(
+                    f"loading {root} took {grown:.0f} MiB of resident memory, over memory_cap_mb="
+                    f"{memory_cap_mb:g}; raise the cap or compile a smaller plan"
+                )
+        return engine
+
+    def _load_pi(self, threads: int | None) -> None:
+        from safetensors.torch import load_file
+
+        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, constants_of
+        from hotloop.compile.pi_plan import RECIPES
+        from hotloop.compile.sources import config_from_dict
+        from hotloop.models.pi0 import PiModel
+
+        m = self.manifest
+        self.cfg = config_from_dict(m["config"])
+        self.shape = PiEngineShape(**m["shape"])
+        with torch.device("meta"):
+            model = PiModel(self.cfg)
+        state = load_file(str(self.path / m["weights"]))
+        model.load_state_dict(state, assign=True)
+        self.model = model.float().eval()
+        sets: dict[tuple[torch.dtype, str], Any] = {}
+        variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
+        denoise_key = None
+        for name, entry in entries(m).items():
+            backend = get_backend(entry.backend)
+            key = (backend.graph_dtype(entry.precision), variants[name])
+            if key[1] not in RECIPES:
+                raise CheckpointError(f"{self.path / 'manifest.json'}: unknown sub-engine variant {key[1]!r}")
+            if key not in sets:
+                sets[key] = RECIPES[key[1]](self.model, self.shape, key[0])
+            if name.startswith("denoise"):
+                denoise_key = key
+            options = dict(entry.options)
+            if threads is not None and entry.backend in ("onnxruntime", "openvino"):
+                options["threads"] = threads
+            files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
+            self.runners[name] = backend.load(sets[key][name], entry.precision, self.path / name, files)
+        assert denoise_key is not None, "a pi artifact always has a denoise sub-engine"
+        denoise_set = sets[denoise_key]
+        self.pipeline = PiPipeline(
+            self.cfg,
+            self.shape,
+            self.runners,
+            constants_of(denoise_set),
+            {n: e.signature for n, e in denoise_set.items()},
+        )
+        link_runners(self.runners)
+        self._maybe_capture_cuda_graph()
+
+    def _load_onnx(self, threads: int | None) -> None:
+        for name, entry in entries(self.manifest).items():
+            graph = OnnxGraph(
+                name=name,
+                path=self.path / entry.files[0] if entry.files else self.path,
+                example_inputs=tuple(
+                    torch.zeros(s, dtype=getattr(torch, d))
+                    for s, d in zip(entry.input_shapes, entry.input_dtypes, strict=True)
+                ),
+                input_names=tuple(entry.input_names),
+                output_names=tuple(entry.output_names),
+            )
+            options = dict(entry.options)
+            if threads is not None:
+                options["threads"] = threads
+            files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
+            graph.path = self.path / name / _graph_file(entry.backend, files.files)
+            self.runners[name] = get_backend(entry.backend).load(
+                graph, entry.precision, self.path / name, files
+            )
+
+    def _maybe_capture_cuda_graph(self) -> None:
+        """Capture the denoise loop once on CUDA (eager / inductor loop engines only)."""
+        loop = self.runners.get("denoise_loop")
+        if loop is None or not loop.inputs or loop.inputs[0].device.type != "cuda":
+            return
+        from hotloop.runtime.cuda_graph import capture
+
+        self.cuda_graph = capture(loop)
+
+    # ---- inputs ----------------------------------------------------------------------------------------
+    def example_observation(self) -> Any:
+        if self.kind == "onnx":
+            return {
+                n: torch.zeros_like(x)
+                for n, x in zip(self._onnx_runner.input_names, self._onnx_runner.inputs, strict=True)
+            }
+        from hotloop.compile.pi_engines import example_observation
+
+        return example_observation(self.cfg, self.shape, torch.device("cpu"))
+
+    @property
+    def _onnx_runner(self) -> Runner:
+        return next(iter(self.runners.values()))
+
+    def validate(self, obs: Any, noise: Tensor | None = None) -> Any:
+        """The observation as the engine's inputs, or ConfigError naming the input that does not fit."""
+        if self.kind == "onnx":
+            return self._validate_onnx(obs)
+        from hotloop.sampling import PiObservation
+
+        if isinstance(obs, PiObservation):
+            fields = {f: getattr(obs, f) for f in OBS_FIELDS}
+        elif isinstance(obs, dict):
+            unknown = sorted(set(obs) - set(OBS_FIELDS))
+            if unknown:
+                raise ConfigError(
+                    f"unknown input(s) {', '.join(unknown)}; this engine takes {', '.join(OBS_FIELDS)}"
+                )
+            fields = {f: obs.get(f) for f in OBS_FIELDS}
+        else:
+            raise ConfigError(f"observation must be a PiObservation or a dict of {', '.join(OBS_FIELDS)}")
+        cfg, s = self.cfg, self.shape
+        size = cfg.vision.image_size
+        expected: dict[str, tuple[tuple[int, ...], str]] = {
+            "images": ((s.batch, s.views, 3, size, size), "float"),
+            "image_masks": ((s.batch, s.views), "bool"),
+            "lang_tokens": ((s.batch, cfg.max_token_len), "int"),
+            "lang_masks": ((s.batch, cfg.max_token_len), "bool"),
+            "state": ((s.batch, cfg.max_state_dim), "float"),
+        }
+        tensors: dict[str, Tensor | None] = {}
+        for name, (shape, kind) in expected.items():
+            value = fields[name]
+            if value is None:
+                if name == "state" and cfg.pi05:
+                    tensors[name] = None
+                    continue
+                raise ConfigError(f"input {name!r} is missing; expected shape {shape} ({kind})")
+            t = _tensor(name, value)
+            if tuple(t.shape) != shape:
+                raise ConfigError(f"input {name!r} has shape {tuple(t.shape)}; this engine takes {shape}")
+            _check_kind(name, t, kind)
+            tensors[name] = t
+        images = tensors["images"]
+        assert images is not None
+        _check_finite("images", images)
+        lo, hi = float(images.min()), float(images.max())
+        if lo < IMAGE_RANGE[0] or hi > IMAGE_RANGE[1]:
+            raise ConfigError(f"input 'images' spans [{lo:.3g}, {hi:.3g}]; expected [-1, 1] (x / 127.5 - 1)")
+        tokens = tensors["lang_tokens"]
+        assert tokens is not None
+        if int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size:
+            raise ConfigError(f"input 'lang_tokens' has ids outside [0, {cfg.vocab_size})")
+        if tensors["state"] is not None:
+            _check_finite("state", tensors["state"])
+        if noise is not None:
+            _check_finite("noise", noise)
+        return PiObservation(**tensors)  # type: ignore[arg-type]
+
+    def _validate_onnx(self, obs: Any) -> list[Tensor]:
+        runner = self._onnx_runner
+        if not isinstance(obs, dict):
+            raise ConfigError(f"inputs must be a dict of {', '.join(runner.input_names)}")
+        missing = [n for n in runner.input_names if n not in obs]
+        unknown = sorted(set(obs) - set(runner.input_names))
+        if missing or unknown:
+            raise ConfigError(
+                f"inputs {'missing ' + ', '.join(missing) if missing else ''}"
+                f"{'; unknown ' + ', '.join(unknown) if unknown else ''}; this engine takes {', '.join(runner.input_names)}"
+            )
+        out = []
+        for name, buf in zip(runner.input_names, runner.inputs, strict=True):
+            t = _tensor(name, obs[name])
+            if t.shape != buf.shape:
+                raise ConfigError(
+                    f"input {name!r} has shape {tuple(t.shape)}; this engine takes {tuple(buf.shape)}"
+                )
+            if t.is_floating_point() != buf.is_floating_point():
+                raise ConfigError(f"input {name!r} has dtype {t.dtype}; this engine takes {buf.dtype}")
+            if t.is_floating_point():
+                _check_finite(name, t)
+            out.append(t)
+        return out
+
+    # ---- running ---------------------------------------------------------------------------------------
+    def infer(self, obs: Any, noise: Tensor | None = None) -> Any:
+        """Actions (B, chunk, max_action_dim) for a pi artifact; {output name: tensor} for an ONNX one.
+
+        `noise` defaults to zeros in deterministic mode, else a fresh N(0, 1) draw. Returned tensors are
+        the engine's buffers: copy them before the next call if you keep them.
+        """
+        checked = self.validate(obs, noise)
+        with self._lock:
+            if self.kind == "onnx":
+                runner = self._onnx_runner
+                outs = runner(*checked)
+                return dict(zip(runner.output_names, outs, strict=True))
+            if noise is None:
+                shape = (self.shape.batch, self.cfg.chunk_size, self.cfg.max_action_dim)
+                noise = torch.zeros(shape) if self.deterministic else torch.randn(shape)
+            return self.pipeline.sample(checked, noise)
+
+    def sample(self, obs: Any, noise: Tensor, timer: Any = None) -> Tensor:
+        """`infer` with stage timing (for `hotloop bench ART`)."""
+        checked = self.validate(obs, noise)
+        with self._lock:
+            return self.pipeline.sample(checked, noise, timer=timer)
+
+    def submit(self, obs: Any, noise: Tensor | None = None) -> Future[Any]:
+        """Queue `infer` on the engine's worker thread; the result is copied out of the buffers."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-engine")
+
+        def run() -> Any:
+            out = self.infer(obs, noise)
+            return {k: v.clone() for k, v in out.items()} if isinstance(out, dict) else out.clone()
+
+        return self._executor.submit(run)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "artifact": str(self.path),
+            "target": self.manifest.get("target"),
+            "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
+        }
+
+
+def link_runners(runners: dict[str, Runner]) -> list[str]:
+    """Bind each consumer input to the producer output of the same name when they agree (no copies)."""
+    linked = []
+    for consumer_name, consumer in runners.items():
+        for producer_name, producer in runners.items():
+            if producer is consumer:
+                continue
+            for j, out_name in enumerate(producer.output_names):
+                if out_name in consumer.input_names:
+                    i = consumer.input_names.index(out_name)
+                    if consumer.bind_input(i, producer.outputs[j]):
+                        linked.append(f"{producer_name}.{out_name} -> {consumer_name}")
+    return linked
+
+
+def _graph_file(backend: str, files: list[str]) -> str:
+    for f in files:
+        if f.endswith((".onnx", ".xml", ".plan")):
+            return f
+    return files[0] if files else ""
+
+
+def _tensor(name: str, value: Any) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    try:
+        return torch.from_numpy(np.ascontiguousarray(value))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"input {name!r} is a {type(value).__name__}; pass a tensor or a numpy array"
+        ) from None
+
+
+def _check_kind(name: str, t: Tensor, kind: str) -> None:
+    ok = {
+        "float": t.is_floating_point(),
+        "bool": t.dtype == torch.bool,
+        "int": t.dtype in (torch.int64, torch.int32),
+    }[kind]
+    if not ok:
+        raise ConfigError(f"input {name!r} has dtype {t.dtype}; this engine takes {kind}")
+
+
+def _check_finite(name: str, t: Tensor) -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        raise ConfigError(f"input {name!r} contains NaN or Inf")

@@ -1,0 +1,58 @@
+"""A loaded engine behind the `Policy` protocol, so `hotloop eval ART` drives the simulator with it.
+
+`EnginePiPolicy` is `PiPolicy` (same preprocessing, same noise stream, same unnormalisation) with the
+sampling done by the compiled engine; `demo:conveyor` artifacts add the demo's state and action transforms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from hotloop.models.pi_policy import PiPolicy
+
+
+class EnginePiPolicy(PiPolicy):
+    def __init__(self, engine: Any, zero_noise: bool = False, **kwargs: Any) -> None:
+        super().__init__(engine.model, engine.cfg, **kwargs)
+        self.engine = engine
+        self.zero_noise = zero_noise
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        model_obs = self.observation(obs)
+        cfg = self.config
+        shape = (1, cfg.chunk_size, cfg.max_action_dim)
+        # Drawn exactly like `sample_actions` draws it, so seeds give the reference's noise.
+        noise = torch.zeros(shape) if self.zero_noise else torch.randn(shape, generator=self._generator)
+        chunk = self.engine.infer(model_obs, noise)
+        actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy().copy()
+        return {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
+
+
+def engine_policy(engine: Any, seed: int = 0) -> Any:
+    """The artifact's policy: a plain `EnginePiPolicy`, or the demo adapter around one."""
+    from hotloop.compile.sources import norm_stats_from_dict
+    from hotloop.errors import ConfigError
+
+    info = engine.manifest.get("policy") or {}
+    if engine.kind != "pi" or not info:
+        raise ConfigError(
+            f"artifact {engine.path} is not a policy (kind {engine.kind}); it can be benched only"
+        )
+    pi = EnginePiPolicy(
+        engine,
+        zero_noise=bool(info.get("zero_noise", False)),
+        norm_stats=norm_stats_from_dict(info.get("norm_stats")),
+        action_dim=info.get("action_dim"),
+        horizon=info.get("horizon"),
+        default_prompt_tokens=list(info.get("default_prompt_tokens") or []),
+        seed=seed,
+    )
+    if info.get("kind") == "demo:conveyor":
+        from hotloop.sim.demo_policy import DemoConveyorPolicy
+
+        # zero noise is handled by EnginePiPolicy, so the adapter takes its plain path.
+        return DemoConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
+    return pi
