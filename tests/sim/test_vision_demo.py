@@ -130,3 +130,13 @@ def test_training_is_seeded_and_repeatable(tmp_path):
     policy = load_vision_policy(tmp_path / "a")
     obs, _ = make_task("conveyor-pick").reset(seed=0)
     assert policy.infer(obs)["actions"].shape == (16, 4)
+
+
+def test_compile_source_uses_the_vision_adapter():
+    from hotloop.compile.sources import check_pi_target, demo_source
+
+    check_pi_target("demo:conveyor-vision")
+    source = demo_source("demo:conveyor-vision", TargetOptions())
+    assert source.policy["kind"] == "demo:conveyor-vision"
+    assert sum(p.numel() for p in source.model.parameters()) > 10_000_000
+    assert int(source.obs.lang_masks.sum()) == 3 + 4  # prompt + proprioceptive state bins only
