@@ -73,6 +73,23 @@ class FakeQuantLinear(nn.Module):
         self.linear = linear
         self.mode = check_mode(mode)
 
+    # Engines read `.weight.dtype` of their layers; the wrapped layer's answers.
+    @property
+    def weight(self) -> Tensor:
+        return self.linear.weight
+
+    @property
+    def bias(self) -> Tensor | None:
+        return self.linear.bias
+
+    @property
+    def in_features(self) -> int:
+        return self.linear.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.linear.out_features
+
     def forward(self, x: Tensor) -> Tensor:
         w = self.linear.weight
         if self.mode == "int4-weight":
