@@ -238,3 +238,12 @@ def main(argv: list[str] | None = None) -> None:
     except UnknownNameError as exc:  # raised outside a command (should not happen), still one line
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _add_compress_commands() -> None:
+    from hotloop.compress.commands import add_commands
+
+    add_commands(app)
+
+
+_add_compress_commands()
