@@ -37,7 +37,9 @@ def test_qat_reduces_its_loss_and_keeps_linears_plain(setup, tmp_path: Path) -> 
     assert result.steps_done == 25 and result.resumed_from == 0
     assert result.eval_loss_after < 0.8 * result.eval_loss_before, result
     assert type(student.expert.layers[0].mlp.down_proj) is torch.nn.Linear  # fake quant detached
-    assert not torch.equal(student.expert.layers[0].mlp.down_proj.weight, model.expert.layers[0].mlp.down_proj.weight)
+    assert not torch.equal(
+        student.expert.layers[0].mlp.down_proj.weight, model.expert.layers[0].mlp.down_proj.weight
+    )
 
 
 def test_interrupted_qat_resumes_to_the_same_weights(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

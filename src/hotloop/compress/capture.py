@@ -65,7 +65,12 @@ def _spread(rows: list[tuple[Tensor, ...]]) -> list[tuple[Tensor, ...]]:
 
 
 def plan_options(
-    precision: str, sub_engine: str, variant: str, engines: Mapping[str, SubEngine], source: Any, config: Any,
+    precision: str,
+    sub_engine: str,
+    variant: str,
+    engines: Mapping[str, SubEngine],
+    source: Any,
+    config: Any,
     cache: dict[int, dict[str, list[tuple[Tensor, ...]]]],
 ) -> dict[str, Any]:
     """Options a quantized candidate is prepared with: its fp32 layers, and calibration inputs for

@@ -39,8 +39,10 @@ def compression_plan_config(
         else:
             adapter = adapter_for(target, source.model, dataset)
         calib = load_calibration(calibration, adapter, spec, "--calibration")
-        log(f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "
-            f"(sha256 {calib.sha256[:12]})")
+        log(
+            f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "
+            f"(sha256 {calib.sha256[:12]})"
+        )
     return replace(config, calibration=calib, fp32_layers=fp32_layers)
 
 
@@ -65,9 +67,7 @@ def read_mixed_plan(path: Path) -> dict[str, list[str]]:
 def sensitivity_cmd(
     target: Annotated[str, typer.Argument(help="pi05:tiny, pi05:small, demo:conveyor...")],
     data: Annotated[Path, typer.Option("--data", help="recorded episodes (LeRobot v3 directory)")],
-    mode: Annotated[
-        str, typer.Option(help="int8, int8-dynamic, int8-weight or int4-weight")
-    ] = "int8",
+    mode: Annotated[str, typer.Option(help="int8, int8-dynamic, int8-weight or int4-weight")] = "int8",
     granularity: Annotated[str, typer.Option(help="layer or block")] = "layer",
     tolerance: Annotated[
         str, typer.Option(help="final-action agreement the mixed plan must meet, e.g. cos:0.99")
@@ -99,7 +99,9 @@ def sensitivity_cmd(
     )
     from hotloop.io import atomic_write_json
 
-    config = SensitivityConfig(mode=mode, granularity=granularity, samples=samples, seed=seed, threads=threads)
+    config = SensitivityConfig(
+        mode=mode, granularity=granularity, samples=samples, seed=seed, threads=threads
+    )
     tol = parse_tolerance(tolerance)
     spec = CalibrationSpec(count=calibration_frames, seed=seed)
     for flag, path in (("--json", json_path), ("--plot", plot)):
@@ -136,7 +138,9 @@ def _print(result: Any, top: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{result.target}: {result.mode} sensitivity ({result.granularity}), most sensitive first")
+    table = Table(
+        title=f"{result.target}: {result.mode} sensitivity ({result.granularity}), most sensitive first"
+    )
     for col in ("unit", "action cos", "worst dim err", "grip flips", "gain ms"):
         table.add_column(col)
     for u in result.units[:top]:

@@ -76,7 +76,13 @@ def velocity(model: PiModel, obs: PiObservation, x_t: Tensor, t: Tensor) -> Tens
 
 
 def qat_losses(
-    student: PiModel, teacher: PiModel, obs: PiObservation, actions: Tensor, noise: Tensor, t: Tensor, mask: Tensor
+    student: PiModel,
+    teacher: PiModel,
+    obs: PiObservation,
+    actions: Tensor,
+    noise: Tensor,
+    t: Tensor,
+    mask: Tensor,
 ) -> tuple[Tensor, Tensor]:
     """(flow-matching loss, distillation loss), each averaged over the real action columns."""
     tt = t[:, None, None]
@@ -99,7 +105,11 @@ def quantized_layer_names(model: PiModel, fp32_layers: dict[str, list[str]] | No
     from hotloop.compile.pi_engines import PiEngineShape, build_pi_subengines
 
     engines = build_pi_subengines(model, PiEngineShape.of(model.cfg), torch.float32)  # shares the modules
-    keep = {id(engines[sub].module.get_submodule(n)) for sub, layer_names in fp32_layers.items() for n in layer_names}
+    keep = {
+        id(engines[sub].module.get_submodule(n))
+        for sub, layer_names in fp32_layers.items()
+        for n in layer_names
+    }
     return sorted(n for n, m in names.items() if id(m) not in keep)
 
 
@@ -162,7 +172,9 @@ def run_qat(
         try:
             state = torch.load(path, weights_only=False)
         except Exception as exc:  # noqa: BLE001 - torch raises several types on a damaged file
-            raise CheckpointError(f"{path} cannot be read ({type(exc).__name__}); delete it to start over") from None
+            raise CheckpointError(
+                f"{path} cannot be read ({type(exc).__name__}); delete it to start over"
+            ) from None
         if state.get("settings") != settings:
             raise CheckpointError(
                 f"{path} was written by a QAT run with other settings; use a new -o folder or delete it"
@@ -209,4 +221,5 @@ def run_qat(
     after = eval_loss()
     student.eval()
     result = QatResult(steps_done, resumed_from, before, after, tuple(losses))
-    return detach_fake_quant(student), result
+    detach_fake_quant(student)
+    return student, result

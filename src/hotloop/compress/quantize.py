@@ -112,30 +112,22 @@ def quantize_openvino(model: Any, precision: str, options: dict[str, Any], graph
     raise ValueError(f"openvino has no precision {precision!r}")
 
 
-def openvino_config(precision: str) -> dict[str, Any]:
-    """CPU plugin settings: quantized graphs run their float parts in f32; int8-dynamic asks the plugin
-    to quantize activations per group of 32 at run time."""
-    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
-    if precision == "int8-dynamic":
-        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
-    return config
-
-
 # ---- ONNX Runtime ------------------------------------------------------------------------------------
 
 
 def _onnx_excluded(path: Path, fp32_layers: Sequence[str]) -> list[str]:
-    """Node names of the MatMul/Gemm nodes of fp32 layers (the exporter names them `/NAME/MatMul`)."""
+    """Node names of the MatMul/Gemm nodes of fp32 layers. The exporter names a node by its module
+    path (`/blocks.1/down_proj/MatMul`), so a layer matches when the node's scope ends with its parts."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    wanted = ["/" + n.replace(".", "/") + "/" for n in fp32_layers] + ["/" + n + "/" for n in fp32_layers]
+    layers = [n.split(".") for n in fp32_layers]
     out = []
     for node in model.graph.node:
         if node.op_type not in ("MatMul", "Gemm"):
             continue
-        parts = node.name.strip("/").split("/")
-        if any(_protected(p) for p in parts) or any(w in node.name for w in wanted):
+        scope = re.split(r"[/.]", node.name.strip("/"))[:-1]
+        if (scope and _protected(scope[-1])) or any(scope[-len(p) :] == p for p in layers if p):
             out.append(node.name)
     return out
 

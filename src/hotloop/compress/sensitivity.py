@@ -163,7 +163,9 @@ class ActionProbe:
         for sub in SUB_ENGINES:
             for name, layer in linear_layers(self.module(sub)).items():
 
-                def hook(mod: nn.Module, args: tuple[Tensor, ...], key: tuple[str, str] = (sub, name)) -> None:
+                def hook(
+                    mod: nn.Module, args: tuple[Tensor, ...], key: tuple[str, str] = (sub, name)
+                ) -> None:
                     x = args[0]
                     rows = max(1, x.numel() // x.shape[-1] // self.batch)
                     calls = seen.get(key, (0, (0, 0, 0)))[0] + 1
@@ -227,9 +229,7 @@ def measure_sensitivity(
     everything = probe.run_with(_by_sub(results), config.mode)
     all_err = action_error(probe.reference, everything, action_dim, gripper_dim)
     return (
-        SensitivityResult(
-            target, config.mode, config.granularity, results, all_err, calib.manifest_entry()
-        ),
+        SensitivityResult(target, config.mode, config.granularity, results, all_err, calib.manifest_entry()),
         probe,
     )
 
@@ -271,7 +271,9 @@ def mixed_precision(
         got = probe.run_with(_by_sub(quantized), result.mode) if quantized else probe.reference
         err = action_error(probe.reference, got, action_dim, gripper_dim)
         agreement = compare_actions(probe.reference[..., :action_dim], got[..., :action_dim])
-        history.append({"fp32_units": len(restored), "cosine": err.cosine, "worst_dim_error": err.worst_dim_error})
+        history.append(
+            {"fp32_units": len(restored), "cosine": err.cosine, "worst_dim_error": err.worst_dim_error}
+        )
         if tolerance.violation(agreement) is None or not quantized:
             break
         unit = order[len(restored)]

@@ -25,6 +25,7 @@ class TorchRunner(Runner):
     backend = "eager"
 
     def __init__(self, graph: Graph, precision: str, fn: Any) -> None:
+        self.options: dict[str, Any] = {}  # what `save` records (a quantized plan's fp32 layers)
         if graph.module is None:
             raise BackendError(
                 f"backend {self.backend} needs a PyTorch module; graph {graph.name!r} is an ONNX file "
@@ -38,7 +39,7 @@ class TorchRunner(Runner):
 
     def save(self, folder: Path) -> PreparedFiles:
         # A torchao plan is rebuilt from the source weights at load; its fp32 layers travel as options.
-        return PreparedFiles(options=dict(getattr(self, "options", {})))
+        return PreparedFiles(options=dict(self.options))
 
     def _run(self) -> None:
         with torch.no_grad():

@@ -26,6 +26,15 @@ _TORCH = {
 }
 
 
+def openvino_config(precision: str) -> dict[str, Any]:
+    """CPU plugin settings: quantized graphs (hotloop.compress.quantize) run their float parts in f32;
+    int8-dynamic asks the plugin to quantize activations per group of 32 at run time."""
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
+    if precision == "int8-dynamic":
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
+    return config
+
+
 def _core() -> Any:
     import openvino as ov
 
@@ -40,8 +49,6 @@ class OpenVinoRunner(Runner):
 
         self.model = model
         self.options = dict(options)
-        from hotloop.compress.quantize import openvino_config
-
         config: dict[str, Any] = {
             **openvino_config(precision),
             "PERFORMANCE_HINT": "LATENCY",
@@ -149,7 +156,9 @@ class OpenVinoBackend:
             if precision not in ("fp32", "bf16"):
                 from hotloop.compress.quantize import quantize_openvino
 
-                model = quantize_openvino(model, precision, {**options, "calibration": calibration}, graph.name)
+                model = quantize_openvino(
+                    model, precision, {**options, "calibration": calibration}, graph.name
+                )
         return OpenVinoRunner(graph, precision, model, options)
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
