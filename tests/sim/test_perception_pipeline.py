@@ -136,3 +136,17 @@ def test_eval_with_the_detector_chain_reports_budgets(tmp_path, monkeypatch):
     assert (tmp_path / "r.budget-sync-fixed0.png").stat().st_size > 0
     r = CliRunner().invoke(app, ["eval", "demo:conveyor", "--pipeline", "camera"])
     assert r.exit_code == 2 and "--pipeline" in r.output
+
+
+def test_waiting_under_rtc_keeps_the_executing_chunk_and_says_so():
+    from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
+
+    env = make_task("conveyor-pick")
+    obs, _ = env.reset(seed=0)  # the box starts out of view: no target yet
+    policy, _ = attach_pipeline(SeeingPolicy(), env, "detector", parse_latency("fixed:0"))
+    prev = np.array([[0.1, 0.0, 0.2, 0.0], [0.11, 0.0, 0.2, 0.0]])
+    out = policy.infer({**obs, PREV_ACTIONS_KEY: prev})
+    assert out[GUIDED_KEY] is True and out["actions"].shape == (SeeingPolicy.horizon, 4)
+    np.testing.assert_allclose(out["actions"][:2], prev)
+    np.testing.assert_allclose(out["actions"][2:], np.tile(prev[-1], (2, 1)))
+    env.close()

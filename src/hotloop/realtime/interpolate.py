@@ -91,6 +91,13 @@ class ChunkInterpolator:
         )
         self._target = self._p.copy()
         self.limited_steps = 0
+        dim = len(self._p)
+        self._vmax = np.broadcast_to(np.asarray(self.config.max_velocity, dtype=np.float64), (dim,)).copy()
+        self._amax = np.broadcast_to(
+            np.asarray(self.config.max_acceleration, dtype=np.float64), (dim,)
+        ).copy()
+        self._braking = np.isfinite(self._amax)  # axes with an acceleration limit need the braking curve
+        self._amax_finite = np.where(self._braking, self._amax, 1.0)
 
     @property
     def position(self) -> np.ndarray:
@@ -104,11 +111,6 @@ class ChunkInterpolator:
         if self._p is None or self._v is None:
             raise ConfigError("the interpolator needs reset(position) before its first chunk")
         return self._p, self._v
-
-    def _limits(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        vmax = np.broadcast_to(np.asarray(self.config.max_velocity, dtype=np.float64), (dim,))
-        amax = np.broadcast_to(np.asarray(self.config.max_acceleration, dtype=np.float64), (dim,))
-        return vmax, amax
 
     def reference(self, chunk: np.ndarray) -> np.ndarray:
         """The unlimited reference (H * ratio, D) for `chunk` (H, D) from the current command."""
@@ -157,20 +159,20 @@ class ChunkInterpolator:
         p, v = self._state()
         assert self._target is not None
         dt = self.config.dt
-        vmax, amax = self._limits(len(p))
+        vmax, amax = self._vmax, self._amax
         follow = (np.asarray(target, dtype=np.float64) - p) / dt  # the velocity that lands on the target
         to_end = self._target - p
         # Fastest speed from which the distance to the endpoint can still be braked away in whole steps:
         # v^2 / (2a) + v * dt / 2 = |d|  ->  v = a * (sqrt(dt^2/4 + 2|d|/a) - dt/2).
-        with np.errstate(invalid="ignore", divide="ignore"):
-            brake = np.where(
-                np.isinf(amax), np.inf, amax * (np.sqrt(dt * dt / 4 + 2 * np.abs(to_end) / amax) - dt / 2)
-            )
+        a = self._amax_finite
+        brake = np.where(self._braking, a * (np.sqrt(dt * dt / 4 + 2 * np.abs(to_end) / a) - dt / 2), np.inf)
         towards_end = np.sign(follow) == np.sign(to_end)
         cap = np.where(towards_end, np.minimum(vmax, brake), vmax)
-        wanted = np.clip(follow, -cap, cap)
-        dv = np.clip(wanted - v, -amax * dt, amax * dt)
-        new_v = np.clip(v + dv, -vmax, vmax)
+        # np.minimum/maximum rather than np.clip: a few microseconds a call matter at 1 kHz.
+        wanted = np.maximum(np.minimum(follow, cap), -cap)
+        dv_max = amax * dt
+        new_v = v + np.maximum(np.minimum(wanted - v, dv_max), -dv_max)
+        new_v = np.maximum(np.minimum(new_v, vmax), -vmax)
         if np.any(np.abs(new_v - follow) > 1e-9):
             self.limited_steps += 1
         self._v = new_v

@@ -72,9 +72,10 @@ class PinholeCamera:
 
 @dataclass(frozen=True)
 class Detection:
-    position: np.ndarray | None  # world xyz of the box centre, None when not seen whole
+    position: np.ndarray | None  # world xyz of the box centre, None when not seen (or only partly)
     pixels: int  # blob size
     completeness: float = 0.0  # blob size / the size a fully visible box at that position would have
+    partial_x: float | None = None  # x of a partly hidden box (the gripper hides its back, not its sides)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,12 @@ class ColourBoxDetector:
         completeness = count / max(1.0, area)
         touches_border = rows.min() == 0 or cols.min() == 0 or rows.max() == img.shape[0] - 1
         touches_border = touches_border or cols.max() == img.shape[1] - 1
-        if completeness < self.min_completeness or touches_border:
+        if touches_border:
             return Detection(None, count, completeness)
+        if completeness < self.min_completeness:
+            # Hovering over the box, the palm hides its top and back: what is left is its front face,
+            # whose centroid is still the box's x but not its y.
+            return Detection(None, count, completeness, partial_x=float(position[0]))
         return Detection(position, count, completeness)
 
     def silhouette(self, position: np.ndarray) -> tuple[float, np.ndarray]:

@@ -132,11 +132,12 @@ def run_episode(
 
 
 def failed_record(seed: int, error: str) -> dict[str, Any]:
-    """A crashed or raising episode: counted as a failure, never skipped."""
+    """A crashed episode (it raised, or its worker died): an error, never a policy failure. It is kept
+    (with its seed and the error) and counted in `errors`, apart from successes and failures."""
     return {
         "seed": seed,
         "success": False,
-        "failed": True,
+        "failed": False,
         "timed_out": False,
         "task_time_s": None,
         "sim_time_s": None,
@@ -152,23 +153,33 @@ def failed_record(seed: int, error: str) -> dict[str, Any]:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate episode records: success rate + Wilson 95% interval; task time over successes;
-    jerk = mean of per-episode RMS jerk (m/s^3); chunk_discontinuity = mean jump (m) of the commanded
-    position at chunk boundaries, over all boundaries of all episodes."""
-    n = len(records)
-    wins = sum(1 for r in records if r["success"])
+    """Aggregate episode records.
+
+    `episodes` counts every record; `errors` the crashed ones (see `failed_record`); `completed` the
+    rest, which either succeeded or `failures`. The success rate and its Wilson 95% interval are over
+    completed episodes: a crash says nothing about the policy, so it is neither a success nor a failure.
+    Task time is over successes; jerk = mean of per-episode RMS jerk (m/s^3); chunk_discontinuity =
+    mean jump (m) of the commanded position at chunk boundaries, over all boundaries of all episodes.
+    """
+    crashed = [r for r in records if r.get("error")]
+    ran = [r for r in records if not r.get("error")]
+    n = len(ran)
+    wins = sum(1 for r in ran if r["success"])
     lo, hi = wilson_interval(wins, n)
-    times = [r["task_time_s"] for r in records if r["success"] and r["task_time_s"] is not None]
-    jerks = [r["jerk"] for r in records if r.get("jerk") is not None]
-    total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in records)
-    boundaries = sum(r["boundaries"] for r in records)
+    times = [r["task_time_s"] for r in ran if r["success"] and r["task_time_s"] is not None]
+    jerks = [r["jerk"] for r in ran if r.get("jerk") is not None]
+    total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in ran)
+    boundaries = sum(r["boundaries"] for r in ran)
     return {
-        "episodes": n,
+        "episodes": len(records),
+        "completed": n,
         "successes": wins,
+        "failures": n - wins,
+        "errors": len(crashed),
+        "error_seeds": [r["seed"] for r in crashed],
         "success_rate": wins / n if n else 0.0,
         "success_ci95": [lo, hi],
         "task_time_s": mean_std(times),
         "jerk": float(np.mean(jerks)) if jerks else None,
         "chunk_discontinuity": total_jump / boundaries if boundaries else None,
-        "errors": sum(1 for r in records if r.get("error")),
     }

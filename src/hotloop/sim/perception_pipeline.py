@@ -6,11 +6,13 @@ cycle (one `infer` call) runs four layers, stamped and budgeted by `hotloop.real
 - perception: `ColourBoxDetector` on the observation's top camera image (or, with `truth`, the
   simulator's box position: the same chain with a perfect sensor, the baseline);
 - estimation: a constant-velocity Kalman tracker over the detections, stamped with the observation's
-  `timestamp`; there is no target until its velocity is known to 5 cm/s (two detections: the policy
-  holds still meanwhile); it predicts through occlusion (no detection) and, once the gripper holds the box (the
+  `timestamp`, starting from the belt's nominal speed; there is no target until the box is seen and its
+  velocity known to 5 cm/s (the policy holds still meanwhile); it predicts through occlusion (no detection) and, once the gripper holds the box (the
   finger gap reads the box's width), takes the box from the gripper's own position. With `predict`, it
   extrapolates the estimate to when the chunk will start (now + the pipeline's known latency), which
-  compensates what latency costs on a moving target;
+  compensates what latency costs on a moving target under strategies that hold while thinking (sync,
+  chunk: the plan starts when it arrives). `async` already runs a chunk on the timeline of its
+  observation (it drops the actions whose time passed), so predicting there aims ahead of the box;
 - decision: the wrapped policy, given the observation with the estimate where the box state was;
 - control: the chunk clipped to the workspace (MuJoCo's position actuators are the servo loop).
 
@@ -20,7 +22,8 @@ added to the delay the closed loop waits for each inference; the decision layer'
 costs in task success. Under `fixed` or `replay` latency only charged time counts towards the delay
 (the chain's real compute time outside the decision layer is reported, not charged), so runs repeat.
 
-The wrapper sees the true box state only to score its estimate (`estimate_error_mm` in the record).
+The wrapper sees the true box state only to score its estimate (`estimate_error_mm` in the record:
+against the box at the observation's time, so with `predict` it includes the deliberate extrapolation).
 
 Spec: `KIND[:key=value,...]`, KIND `detector` or `truth`; keys: perception, estimation, control
 (injected ms), predict (0/1), budget.LAYER (ms; defaults perception 20, estimation 2, decision 100,
@@ -29,6 +32,8 @@ control 2). Example: `--pipeline detector:perception=50,predict=1`.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +48,7 @@ from hotloop.realtime.budget import (
     merge_latencies,
 )
 from hotloop.realtime.filters.kalman import KalmanConfig, KalmanTracker
+from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
 
 KINDS = ("detector", "truth")
 DEFAULT_BUDGETS_MS = {"perception": 20.0, "estimation": 2.0, "decision": 100.0, "control": 2.0}
@@ -59,9 +65,17 @@ class PipelineConfig:
     control_ms: float = 0.0
     predict: bool = False
     budgets_ms: tuple[tuple[str, float], ...] = tuple(DEFAULT_BUDGETS_MS.items())
-    # Detections are good to ~5-8 mm; the belt's speed is constant, so trust the motion model.
+    # Detections are good to ~3-5 mm; the belt carries the box along x at a constant speed, so the motion
+    # model is trusted, and across the belt (y) and vertically (z) the box barely moves at all.
     kalman: KalmanConfig = field(
-        default_factory=lambda: KalmanConfig("cv", 3, process_noise=1e-4, measurement_std=0.006, gate=25.0)
+        default_factory=lambda: KalmanConfig(
+            "cv",
+            3,
+            process_noise=(1e-4, 1e-6, 1e-6),
+            measurement_std=0.005,
+            initial_velocity_std=(1.0, 0.01, 0.01),
+            gate=25.0,
+        )
     )
 
     def __post_init__(self) -> None:
@@ -74,6 +88,10 @@ class PipelineConfig:
     @property
     def budget(self) -> PipelineBudget:
         return PipelineBudget.of(**dict(self.budgets_ms))
+
+    @property
+    def per_axis_velocity_std(self) -> tuple[float, ...]:
+        return tuple(float(v) for v in self.kalman.per_axis("initial_velocity_std"))
 
     @property
     def injected_ms(self) -> float:
@@ -169,17 +187,26 @@ class PipelinePolicy:
             with cycle.layer("perception"):
                 if cfg.kind == "truth":
                     measured: np.ndarray | None = state[4:7].copy()
+                    partial_x = None
                 else:
-                    measured = self.detector.detect(obs["images"]["top"]).position  # type: ignore[union-attr]
+                    detection = self.detector.detect(obs["images"]["top"])  # type: ignore[union-attr]
+                    measured, partial_x = detection.position, detection.partial_x
             cycle.charge("perception", cfg.perception_ms)
             self._detected += int(measured is not None)
             with cycle.layer("estimation"):
-                estimate = self._estimate(t, state, measured)
+                estimate = self._estimate(t, state, measured, partial_x)
             cycle.charge("estimation", cfg.estimation_ms)
+            out: dict[str, Any] = {}
             with cycle.layer("decision"):
                 if estimate is None:  # no target yet: hold still and look again next cycle
                     self._waits += 1
                     actions = np.tile(np.array([*state[:3], 0.0]), (self.horizon, 1))
+                    prev = obs.get(PREV_ACTIONS_KEY)
+                    if prev is not None:  # rtc: keep executing what runs, then hold (exact inpainting)
+                        prev = np.asarray(prev, dtype=np.float64)[: self.horizon]
+                        actions[: len(prev)] = prev
+                        actions[len(prev) :] = prev[-1] if len(prev) else actions[len(prev) :]
+                        out = {GUIDED_KEY: True}
                 else:
                     seen = np.array(state, dtype=np.float32)
                     seen[4:10] = estimate
@@ -189,15 +216,16 @@ class PipelinePolicy:
                             1e3 * float(np.linalg.norm(estimate[3:] - state[7:10])),
                         )
                     )
-                    actions = np.asarray(
-                        self.inner.infer({**obs, "state": seen})["actions"], dtype=np.float64
-                    )
+                    out = dict(self.inner.infer({**obs, "state": seen}))  # other keys (RTC's) pass through
+                    actions = np.asarray(out["actions"], dtype=np.float64)
             with cycle.layer("control"):
                 actions = np.clip(actions, self.action_low, self.action_high)
             cycle.charge("control", cfg.control_ms)
-        return {"actions": actions}
+        return {**out, "actions": actions}
 
-    def _estimate(self, t: float, state: np.ndarray, measured: np.ndarray | None) -> np.ndarray | None:
+    def _estimate(
+        self, t: float, state: np.ndarray, measured: np.ndarray | None, partial_x: float | None = None
+    ) -> np.ndarray | None:
         """[box xyz, box velocity xyz] for the policy, or None before the first detection."""
         ee, gap = state[:3], float(state[3])
         ee_vel = np.zeros(3)
@@ -212,10 +240,15 @@ class PipelinePolicy:
         if self.config.kind == "truth":
             pos, vel = state[4:7] + state[7:10] * ahead, state[7:10]
             return np.concatenate([pos, vel])
-        self.tracker.update(t, measured)
-        # One detection fixes where the box is, not where it goes: a plan on velocity 0 chases it. Wait
-        # (hold still) until the tracker has seen it move.
-        if not self.tracker.initialized or self.tracker.covariance[1, 1] > TRACKED_VELOCITY_STD**2:
+        if measured is None and partial_x is not None:  # half hidden: its x is still good, its y is not
+            self.tracker.update(
+                t, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False])
+            )
+        else:
+            self.tracker.update(t, measured)
+        # A plan on an unknown velocity chases the box: no target until the velocity is known well enough
+        # (at once with the belt's nominal speed as the prior; otherwise after a second detection).
+        if not self.tracker.initialized or self.tracker.velocity_std[0] > TRACKED_VELOCITY_STD:
             return None
         pos, vel = self.tracker.state_at(t + ahead)
         pos[2], vel[2] = self.plane_z, 0.0  # the belt's plane: the detector measures no height
@@ -283,6 +316,17 @@ def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Pip
     detector = ColourBoxDetector(PinholeCamera.from_env(env), plane_z) if config.kind == "detector" else None
     bounds = (env.action_space.low, env.action_space.high)
     wrapper = PipelinePolicy(policy, config, detector, plane_z, bounds)
+    if config.kind == "detector":
+        # The belt's nominal speed is the robot's to know (it is configured, or read from the belt's
+        # encoder): the tracker starts from it (mean and spread of the difficulty's range, a uniform
+        # draw) instead of from rest, so the first detection is already a target; detections refine it.
+        low, high = env.task_config.speed_range
+        kalman = dataclasses.replace(
+            config.kalman,
+            initial_velocity=(0.5 * (low + high), 0.0, 0.0),
+            initial_velocity_std=((high - low) / math.sqrt(12), *config.per_axis_velocity_std[1:]),
+        )
+        wrapper.tracker = KalmanTracker(kalman)
     if config.predict and getattr(latency, "kind", None) == "fixed":
         wrapper.lookahead_ms = config.injected_ms + float(latency.fixed_ms)
     return wrapper, PipelineLatency(latency, wrapper)

@@ -56,6 +56,7 @@ def record(
     action_noise: float = 0.0,
     recovery_starts: float = 0.0,
     progress: Callable[[int, bool], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
@@ -64,7 +65,8 @@ def record(
     small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
     in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
-    Returns {"episodes", "successes", "success_rate", "frames"}.
+    `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
+    Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped"}.
     """
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     env = make_task(task, difficulty=difficulty, image_size=image_size)
@@ -82,6 +84,9 @@ def record(
     successes = frames = 0
     try:
         for i in range(episodes):
+            if stop is not None and stop():
+                episodes = i  # the rest were never started: write the finished ones
+                break
             episode_seed = seed + i
             noise_rng = np.random.default_rng([episode_seed, 0xDA7])
             start_rng = np.random.default_rng([episode_seed, 0x5747])  # apart: noise draws stay the same
@@ -130,4 +135,5 @@ def record(
         "successes": successes,
         "success_rate": successes / max(episodes, 1),
         "frames": frames,
+        "stopped": stop is not None and stop(),
     }

@@ -98,3 +98,22 @@ def test_first_fix_sets_position_and_reset_forgets():
         trk.update(0.5, np.array([0.0, 0.0]))
     with pytest.raises(ConfigError, match="model"):
         KalmanConfig("imm")
+
+
+def test_a_partial_measurement_updates_only_its_axes():
+    cfg = KalmanConfig(
+        "cv", 2, process_noise=(1e-3, 1e-7), measurement_std=0.004, initial_velocity_std=(1.0, 0.01)
+    )
+    trk = KalmanTracker(cfg)
+    for i in range(20):
+        trk.update(i * DT, np.array([0.1 * i * DT, 0.02]))
+    assert trk.velocity_std[1] < trk.velocity_std[0]  # the constrained axis is the surer one
+    y_before = trk.position[1]
+    # The y reading of a half-hidden target is off by 2 cm: used for x only, it cannot move y.
+    assert trk.update(20 * DT, np.array([0.1 * 20 * DT, 0.04]), axes=np.array([True, False])) is True
+    assert trk.position[1] == pytest.approx(y_before, abs=1e-9)
+    assert trk.position[0] == pytest.approx(0.1 * 20 * DT, abs=2e-3)
+    fresh = KalmanTracker(cfg)
+    assert (
+        fresh.update(0.0, np.array([0.0, 0.0]), axes=np.array([True, False])) is False
+    )  # no partial first fix
