@@ -157,7 +157,8 @@ def _print(result: Any, top: int) -> None:
     m = result.mixed
     console.print(
         f"all quantized: action cos {result.all_quantized.cosine:.6f}; mixed plan ({m['tolerance']}): "
-        f"{len(m['fp32_units'])} of {len(result.units)} units fp32, action cos {m['error']['cosine']:.6f}, "
+        f"{len(m['fp32_units'])} of {len(result.units)} units returned to fp32 for accuracy, "
+        f"{len(m['fp32_no_gain_units'])} kept fp32 for no measured gain; action cos {m['error']['cosine']:.6f}, "
         f"{'met' if m['met'] else 'NOT met'}"
     )
 

@@ -260,10 +260,14 @@ def mixed_precision(
     action_dim: int,
     gripper_dim: int | None = None,
 ) -> dict[str, Any]:
-    """Return units to fp32 (see `restore_order`) until the whole quantized plan meets `tolerance`."""
-    quantized = list(result.units)
+    """Return units to fp32 (see `restore_order`) until the whole quantized plan meets `tolerance`.
+
+    Units whose measured gain is not positive stay fp32 from the start: quantizing them costs accuracy
+    and buys nothing on this machine."""
+    no_gain = [u for u in result.units if u.gain_ms is not None and u.gain_ms <= 0]
+    quantized = [u for u in result.units if u not in no_gain]
     history = []
-    order = restore_order(result.units)
+    order = restore_order(quantized)
     err = result.all_quantized
     restored: list[UnitResult] = []
     agreement = compare_actions(probe.reference[..., :action_dim], probe.reference[..., :action_dim])
@@ -280,13 +284,14 @@ def mixed_precision(
         restored.append(unit)
         quantized = [u for u in quantized if u.key != unit.key]
     fp32_layers: dict[str, list[str]] = {}
-    for u in restored:
+    for u in no_gain + restored:
         fp32_layers.setdefault(u.sub_engine, []).extend(u.layers)
     gain = [u.gain_ms for u in quantized]
     return {
         "tolerance": tolerance.spec,
         "met": tolerance.violation(agreement) is None,
         "fp32_units": [u.key for u in restored],
+        "fp32_no_gain_units": [u.key for u in no_gain],
         "fp32_layers": fp32_layers,
         "quantized_units": [u.key for u in quantized],
         "error": err.to_dict(),
