@@ -123,7 +123,16 @@ def _check_realtime_options(
 
 
 def record_cmd(
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")],
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ],
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
@@ -144,9 +153,11 @@ def record_cmd(
     from hotloop.io import check_output_dir
     from hotloop.progress import Progress
     from hotloop.sim.recorder import check_record_options, record
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
 
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
@@ -175,6 +186,7 @@ def record_cmd(
             recovery_starts=recovery_starts,
             progress=tick,
             stop=stop,
+            task_kwargs=task_kwargs,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
@@ -189,7 +201,16 @@ def eval_cmd(
     target: Annotated[
         str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
     ],
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ] = "conveyor-pick",
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
         list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
@@ -247,7 +268,8 @@ def eval_cmd(
     from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
     from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
@@ -256,7 +278,8 @@ def eval_cmd(
     registry = default_strategies()
     for name in names:
         registry.get(name)
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     find_target(target)
     if sweep_latency is not None and latency is not None:
         raise ConfigError(
@@ -279,6 +302,7 @@ def eval_cmd(
         EvalRequest(
             target=target,
             task=task,
+            task_kwargs=task_kwargs,
             difficulty=difficulty,
             strategy=name,
             latency=spec,

@@ -38,6 +38,7 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    task_kwargs: str | None = None  # JSON object for gym:/plugin tasks (--task-kwargs)
     blend: str = "latest"
     fallback: str = "hold"
     deadline_ms: float | None = None
@@ -102,6 +103,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        task_kwargs=request.task_kwargs,
         blend=request.blend,
         fallback=request.fallback,
         deadline_ms=request.deadline_ms,

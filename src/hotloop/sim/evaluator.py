@@ -33,7 +33,8 @@ class SimPlant:
     """The MuJoCo task behind the runner's `Plant` protocol; samples the end effector for jerk."""
 
     env: Any
-    ee: list[np.ndarray] = field(default_factory=list)
+    ee: list[np.ndarray] = field(default_factory=list)  # [None, ...] for a task that tracks no position
+    sample: int = SAMPLE_TICKS  # ticks between samples (gym: tasks, whose tick is a whole step: 1)
     success: bool = False
     failed: bool = False
     _action: np.ndarray | None = None
@@ -52,9 +53,9 @@ class SimPlant:
         env = self.env
         while env.tick < tick:
             # Sample on one 10 ms grid whatever the segment boundaries (jerk needs a uniform step).
-            step = min(SAMPLE_TICKS - env.tick % SAMPLE_TICKS, tick - env.tick)
+            step = min(self.sample - env.tick % self.sample, tick - env.tick)
             self.success, self.failed = env.advance(self._action, step)
-            if env.tick % SAMPLE_TICKS == 0:
+            if env.tick % self.sample == 0:
                 self.ee.append(env.ee_pos())
             if self.success or self.failed:
                 return True
@@ -90,7 +91,7 @@ def run_episode(
         fallback_policy=fallback_policy,
     )
     engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
-    plant = SimPlant(env, [env.ee_pos()])
+    plant = SimPlant(env, [env.ee_pos()], sample=min(SAMPLE_TICKS, env.config.ticks_per_control))
     segments: list[tuple[int, int, int, int]] = []
     by_tick: list[np.ndarray] = []
 
@@ -116,7 +117,7 @@ def run_episode(
             "max": float(np.max(latencies)) if latencies else 0.0,
         },
         "infer_wall_ms": {"mean": float(np.mean(measured)) if measured else 0.0},
-        "jerk": rms_jerk(np.asarray(plant.ee), SAMPLE_TICKS * dt),
+        "jerk": None if plant.ee[0] is None else rms_jerk(np.asarray(plant.ee), plant.sample * dt),
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
         "watchdog": scheduler.watchdog.counters(env.tick),

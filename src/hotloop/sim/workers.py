@@ -40,6 +40,7 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    task_kwargs: str | None = None  # JSON object of keyword arguments for the task (gym:ENV_ID, plugins)
     blend: str = "latest"
     fallback: str = "hold"
     deadline_ms: float | None = None
@@ -81,8 +82,10 @@ class EpisodeRunner:
             import torch
 
             torch.set_num_threads(job.threads)
-        self.env = make_task(job.task, difficulty=job.difficulty)
-        self.policy = build_policy(job)
+        self.env = make_task(job.task, difficulty=job.difficulty, task_kwargs=job.task_kwargs)
+        self.policy = build_policy(
+            job, self.env
+        )  # adapted to the task; a pipeline feeds it task observations
         if job.pipeline:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
@@ -110,17 +113,23 @@ class EpisodeRunner:
             return failed_record(seed, _describe(e))
 
 
-def build_policy(job: EpisodeJob) -> Any:
+def build_policy(job: EpisodeJob, env: Any) -> Any:
+    """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
+    from hotloop.sim.adapter import adapt
     from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
         import importlib
 
         module, attr = job.policy_factory.split(":")
-        return getattr(importlib.import_module(module), attr)()
-    return find_target(job.target).build_policy(
-        job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
-    )
+        policy = getattr(importlib.import_module(module), attr)()
+    else:
+        policy = find_target(job.target).build_policy(
+            job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
+        )
+    if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
+        policy.bind_task(env)
+    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
 
 
 def _worker(conn: Connection, job: EpisodeJob) -> None:
