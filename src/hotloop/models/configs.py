@@ -8,7 +8,7 @@ Registered names:
 - `pi05:small`: the same structure at CPU-benchmark scale, ~103 M parameters (see `_PI05_SMALL`).
 - `pi0:tiny`, `pi05:tiny`: the parity-fixture sizes (< 1 M parameters), for tests.
 - `pi05:nano`: ~1.0 M parameters, 64 px views (patch 8), for the trained conveyor demo policy.
-- `pi05:mini`: ~11 M parameters, 64 px views (patch 16), for the vision-only conveyor demo policy.
+- `pi05:mini`: 10.3 M parameters, 64 px views (patch 16), for the vision-only conveyor demo policy.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ _PI05_NANO = PiConfig(
     max_state_dim=16,
 )
 
-# pi05:mini: the vision-only demo policy (demo:conveyor-vision), ~11 M parameters, large enough that
+# pi05:mini: the vision-only demo policy (demo:conveyor-vision), 10.28 M parameters, large enough that
 # compression has something to remove, small enough to train on two CPU cores. 64 px views with patch 16
 # -> 16 tokens/view (the 16x16x3 patch kernel still places a 3-4 px box inside its patch); the state is
 # only 4 numbers, so the prefix is ~23 tokens and training cost stays proportional to the weights.
