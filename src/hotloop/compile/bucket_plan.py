@@ -91,8 +91,16 @@ def plan_buckets(
     the bucket's actions checked against the fp32 reference and its end-to-end latency measured."""
     from hotloop.compile.pi_plan import pipeline
 
-    out = []
+    out: list[BucketRunners] = []
     cfg = source.cfg
+    quantized = [chosen[s].label for s in BUCKETED if chosen[s].precision not in ("fp32", "bf16")]
+    if quantized and bucket_sizes(config, source.shape.prompt_slots):
+        # A quantized engine's calibration is for the full prompt; re-calibrating per bucket is not built
+        # yet. The full-prompt plan is still written (finished work is never lost), and the log says why.
+        log(
+            f"--buckets skipped: the plan's {', '.join(quantized)} is quantized (calibrated at the full prompt)"
+        )
+        return out
     for bucket in bucket_sizes(config, source.shape.prompt_slots):
         runners: dict[str, Runner] = {"vision": _runner(chosen["vision"])}
         denoise_set = None
