@@ -134,3 +134,34 @@ def test_resize_with_pad_keeps_the_aspect_ratio():
     assert (out[20:36] == 200).all()  # the picture, unchanged in colour
     square = image[:, :32]
     assert resize_with_pad(square, 32, 32) is square  # already the size: untouched
+
+
+def test_rtc_guidance_reaches_the_policy_in_its_own_action_space_and_its_answer_comes_back():
+    """`--strategy rtc` sends the executing chunk's actions (task space, absolute) with the observation;
+    the adapter must hand them to the policy (ee deltas again) and return its `rtc_guided` answer."""
+    from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, MAX_GUIDANCE_WEIGHT_KEY, PREV_ACTIONS_KEY
+
+    class Guided(Recorder):
+        def infer(self, obs):
+            return {**super().infer(obs), GUIDED_KEY: PREV_ACTIONS_KEY in obs}
+
+    inner = Guided(PolicySpec(state_dim=10, action_dim=4, action_meaning="ee_delta"), [[0.1, 0, 0, 1]])
+    obs = _obs()
+    prev = np.array([[0.2, 0.1, 0.15, 1.0], [0.25, 0.1, 0.15, 0.0]], dtype=np.float32)
+    out = adapt(inner, GANTRY).infer(
+        {**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 1, MAX_GUIDANCE_WEIGHT_KEY: 5.0}
+    )
+    assert out[GUIDED_KEY] is True
+    seen = inner.seen
+    assert seen[DELAY_KEY] == 1 and seen[MAX_GUIDANCE_WEIGHT_KEY] == 5.0
+    np.testing.assert_allclose(seen[PREV_ACTIONS_KEY][:, :3], prev[:, :3] - obs["state"][:3], atol=1e-6)
+    np.testing.assert_array_equal(seen[PREV_ACTIONS_KEY][:, 3], prev[:, 3])
+    assert GUIDED_KEY in adapt(inner, GANTRY).infer(obs) and PREV_ACTIONS_KEY not in inner.seen
+
+
+def test_rtc_cannot_guide_a_policy_whose_extra_actions_the_task_drops():
+    from hotloop.realtime.rtc import PREV_ACTIONS_KEY
+
+    inner = Recorder(PolicySpec(action_dim=6, action_meaning="absolute"), np.zeros((2, 6)))
+    with pytest.raises(ConfigError, match="--strategy rtc cannot guide.*--strategy async"):
+        adapt(inner, GANTRY).infer({**_obs(), PREV_ACTIONS_KEY: np.zeros((2, 4), dtype=np.float32)})

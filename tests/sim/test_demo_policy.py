@@ -57,3 +57,21 @@ def test_closed_loop_smoke():
     # The shipped policy picked 50/50 under sync and under async at 0 ms (docs/closed-loop.md); a change to
     # the model code, the adapter or the evaluator that costs it an episode here is a regression.
     assert summary["successes"] == 3, [r["success"] for r in records]
+
+
+def test_rtc_guidance_reaches_the_demo_policy_through_the_evaluators_adapter():
+    """`hotloop eval` wraps every policy in the adapter; the RTC inputs must cross it both ways, or
+    `--strategy rtc` stops with "this policy ignored them" (it did after the adapter landed)."""
+    from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, PREV_ACTIONS_KEY
+    from hotloop.sim.adapter import adapt
+
+    env = make_task("conveyor-pick")
+    policy = adapt(load_demo_policy(), env.task_spec)
+    obs, _ = env.reset(seed=0)
+    policy.reset()
+    free = policy.infer(obs)["actions"]
+    prev = free[:8].copy()
+    prev[:, 0] += 0.03  # an executing chunk 3 cm off this one: the guided chunk must move toward it
+    out = policy.infer({**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 2})
+    assert out[GUIDED_KEY] is True and out["actions"].shape == free.shape
+    assert np.abs(out["actions"][:2, 0] - prev[:2, 0]).mean() < np.abs(free[:2, 0] - prev[:2, 0]).mean()

@@ -176,11 +176,40 @@ class AdaptedPolicy:
             x[:, :3] += np.asarray(state, dtype=np.float64)[list(a.ee_delta)]
         return x.astype(np.float32)
 
-    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
-        out = self.policy.infer(self.observation(obs))
+    def guidance(self, obs: dict[str, Any]) -> dict[str, Any]:
+        """RTC's inputs (`hotloop.realtime.rtc`) carried over: the previous chunk's actions, which the
+        scheduler keeps in the task's action space, mapped back into the policy's (the inverse of
+        `actions`). Without this the policy never sees them and `--strategy rtc` cannot run."""
+        from hotloop.realtime.rtc import DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY, PREV_ACTIONS_KEY
+
+        if PREV_ACTIONS_KEY not in obs:
+            return {}
+        a = self.adaptation
+        if a.action_dim > a.task_action_dim:
+            raise ConfigError(
+                f"--strategy rtc cannot guide this policy: it returns {a.action_dim} action dimensions and "
+                f"the task keeps {a.task_action_dim}, so the rest of the executing chunk is unknown; use "
+                "--strategy async"
+            )
+        prev = np.asarray(obs[PREV_ACTIONS_KEY], dtype=np.float64)[:, : a.action_dim].copy()
+        if a.ee_delta:
+            prev[:, :3] -= np.asarray(obs["state"], dtype=np.float64)[list(a.ee_delta)]
+        out: dict[str, Any] = {PREV_ACTIONS_KEY: prev.astype(np.float32)}
+        for key in (DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY):
+            if key in obs:
+                out[key] = obs[key]
+        return out
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        from hotloop.realtime.rtc import GUIDED_KEY
+
+        out = self.policy.infer({**self.observation(obs), **self.guidance(obs)})
         if not isinstance(out, dict) or "actions" not in out:
             raise ConfigError("policy.infer must return a dict with an 'actions' array (horizon, action_dim)")
-        return {"actions": self.actions(out["actions"], obs.get("state"))}
+        result: dict[str, Any] = {"actions": self.actions(out["actions"], obs.get("state"))}
+        if GUIDED_KEY in out:
+            result[GUIDED_KEY] = out[GUIDED_KEY]  # the scheduler checks that the guidance was applied
+        return result
 
 
 def policy_spec_of(policy: Any) -> PolicySpec | None:
