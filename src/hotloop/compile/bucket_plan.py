@@ -22,7 +22,6 @@ from hotloop.compile.buckets import prompt_buckets
 from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, reshape_subengines
 from hotloop.compile.planner import Candidate, PlanConfig, prepare, time_calls
 from hotloop.compile.validate import compare_actions
-from hotloop.errors import ConfigError
 from hotloop.sampling import PiObservation
 
 if TYPE_CHECKING:
@@ -122,11 +121,9 @@ def plan_buckets(
         ref = ref_pipeline.sample(obs, source.noise).clone()
         agreement = compare_actions(ref, pipe.sample(obs, source.noise))
         violation = config.tolerance.violation(agreement)
-        if violation:
-            raise ConfigError(
-                f"--buckets {bucket}: the plan's engines at {bucket} prompt slots are outside tolerance "
-                f"({violation}); drop this bucket"
-            )
+        if violation:  # this bucket is left out (the full prompt still serves it); finished work is kept
+            log(f"bucket {bucket} left out: its engines are outside tolerance ({violation})")
+            continue
         lat = time_calls(_sampler(pipe, obs, source.noise), config.warmup, config.iterations)
         log(f"bucket {bucket}: action cos {agreement.cosine:.6f}, p50 {lat.p50:.2f} ms")
         out.append(
