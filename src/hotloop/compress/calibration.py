@@ -1,0 +1,202 @@
+"""Calibration observations from recorded episodes (hotloop's LeRobotDataset v3 directories).
+
+Frames are sampled across episodes and across task phases (each episode split into `phases` equal
+stretches of time, each stretch given its share), after dropping near-duplicate consecutive frames
+(a robot that waits, a box that has not moved: the same observation twice teaches the quantizer nothing).
+The selection's sha256 (dataset identity, chosen frames, and the model-space tensors themselves) goes
+into the artifact manifest, so a plan names exactly the data it was calibrated on.
+
+Bad input (a missing, empty or unreadable directory, data shaped for another model) raises a
+`ConfigError` naming `--data` before any frame is decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hotloop.compress.adapters import TargetAdapter, check_fits, select, stack
+from hotloop.errors import ConfigError
+from hotloop.sampling import PiObservation
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """How many frames, how they are spread, and what counts as a near duplicate."""
+
+    count: int = 256
+    phases: int = 4
+    min_change: float = 0.02  # max |change| of the std-normalised state and action between kept frames
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"--calibration-frames must be >= 1 (got {self.count})")
+        if self.phases < 1:
+            raise ConfigError(f"calibration phases must be >= 1 (got {self.phases})")
+        if not self.min_change >= 0:
+            raise ConfigError(f"calibration min_change must be >= 0 (got {self.min_change})")
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Selected frames as one batch of model observations plus their flow-matching targets."""
+
+    obs: PiObservation  # batch N
+    actions: Tensor  # (N, chunk_size, max_action_dim) normalised targets (QAT, statistics)
+    frames: tuple[tuple[int, int], ...]  # (episode index, frame index) per row
+    sha256: str
+    dataset: str
+    dropped_duplicates: int
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def batch(self, index: slice | list[int]) -> PiObservation:
+        return select(self.obs, index)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        episodes = sorted({e for e, _ in self.frames})
+        return {
+            "sha256": self.sha256,
+            "dataset": self.dataset,
+            "frames": len(self.frames),
+            "episodes": len(episodes),
+            "dropped_near_duplicates": self.dropped_duplicates,
+        }
+
+
+def open_dataset(data: str | Path, flag: str = "--data") -> Any:
+    """The dataset at `data`, or a ConfigError naming `flag` (missing, empty, unreadable, no episodes)."""
+    from hotloop.sim.dataset import Dataset
+
+    root = Path(data)
+    if not root.exists():
+        raise ConfigError(f"{flag} {root} does not exist; record episodes with `hotloop record TASK -o DIR`")
+    if not root.is_dir():
+        raise ConfigError(f"{flag} {root} is a file; pass a dataset directory (from `hotloop record`)")
+    try:
+        empty = not any(root.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"{flag} {root} cannot be read ({exc.strerror}); check its permissions") from None
+    if empty:
+        raise ConfigError(f"{flag} {root} is empty; record episodes with `hotloop record TASK -o {root}`")
+    try:
+        dataset = Dataset(root)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag} {root} cannot be read ({exc}); check its permissions") from None
+    if len(dataset) == 0:
+        raise ConfigError(f"{flag} {root} holds no episodes; record some with `hotloop record`")
+    return dataset
+
+
+def kept_frames(state: np.ndarray, action: np.ndarray, scale: np.ndarray, min_change: float) -> list[int]:
+    """Indices left after dropping frames that barely differ from the last kept one."""
+    x = np.concatenate([state, action], axis=1) / scale
+    kept = [0]
+    for t in range(1, len(x)):
+        if np.abs(x[t] - x[kept[-1]]).max() >= min_change:
+            kept.append(t)
+    return kept
+
+
+def choose_frames(
+    kept: dict[int, tuple[list[int], int]], spec: CalibrationSpec
+) -> list[tuple[int, int]]:
+    """(episode, frame) pairs spread evenly over (episode, phase) cells, seeded."""
+    rng = np.random.default_rng(spec.seed)
+    cells: list[list[int]] = []
+    owners: list[int] = []
+    for ep, (frames, length) in sorted(kept.items()):
+        for p in range(spec.phases):
+            lo, hi = p * length / spec.phases, (p + 1) * length / spec.phases
+            cell = [f for f in frames if lo <= f < hi]
+            if cell:
+                rng.shuffle(cell)
+                cells.append(cell)
+                owners.append(ep)
+    chosen: list[tuple[int, int]] = []
+    depth = 0
+    while len(chosen) < spec.count and any(depth < len(c) for c in cells):
+        for cell, ep in zip(cells, owners, strict=True):  # round-robin: every cell before any twice
+            if depth < len(cell) and len(chosen) < spec.count:
+                chosen.append((ep, cell[depth]))
+        depth += 1
+    return sorted(chosen)
+
+
+def load_calibration(
+    data: str | Path, adapter: TargetAdapter, spec: CalibrationSpec | None = None, flag: str = "--data"
+) -> CalibrationSet:
+    """Sample `spec.count` frames of the dataset at `data` into model observations for `adapter`."""
+    spec = spec or CalibrationSpec()
+    dataset = open_dataset(data, flag)
+    check_fits(adapter, dataset, flag)
+    cfg = adapter.cfg
+    std = dataset.stats
+    scale = np.concatenate(
+        [
+            np.asarray(std.get("observation.state", {}).get("std", [1.0]), dtype=np.float32),
+            np.asarray(std.get("action", {}).get("std", [1.0]), dtype=np.float32),
+        ]
+    )
+    kept: dict[int, tuple[list[int], int]] = {}
+    dropped = 0
+    for i in range(len(dataset)):
+        ep = dataset.episode(i, images=False)
+        s = scale if scale.size == ep.state.shape[1] + ep.action.shape[1] else np.ones(1, np.float32)
+        frames = kept_frames(ep.state, ep.action, np.maximum(s, 1e-6), spec.min_change)
+        dropped += len(ep.state) - len(frames)
+        kept[i] = (frames, len(ep.state))
+    chosen = choose_frames(kept, spec)
+    observations: list[PiObservation] = []
+    targets: list[np.ndarray] = []
+    h = cfg.chunk_size
+    for i in sorted({e for e, _ in chosen}):
+        ep = dataset.episode(i)
+        t_len = len(ep.action)
+        for _, f in (c for c in chosen if c[0] == i):
+            images = {k: v[f] for k, v in ep.images.items()}
+            try:
+                observations.append(adapter.observe(images, ep.state[f], _task_index(dataset, ep)))
+            except ConfigError as exc:
+                raise ConfigError(f"{flag} {dataset.root}: {exc} (data shaped for another model?)") from None
+            idx = np.minimum(np.arange(f, f + h), t_len - 1)
+            targets.append(adapter.targets(ep.action[idx], ep.state[f]))
+    obs = stack(observations)
+    actions = torch.from_numpy(np.stack(targets))
+    return CalibrationSet(
+        obs=obs,
+        actions=actions,
+        frames=tuple(chosen),
+        sha256=_hash(dataset, chosen, obs, actions, spec),
+        dataset=str(Path(data).resolve()),
+        dropped_duplicates=dropped,
+    )
+
+
+def _task_index(dataset: Any, ep: Any) -> int:
+    for index, task in dataset.tasks.items():
+        if task == ep.task:
+            return int(index)
+    return 0
+
+
+def _hash(
+    dataset: Any, chosen: list[tuple[int, int]], obs: PiObservation, actions: Tensor, spec: CalibrationSpec
+) -> str:
+    h = hashlib.sha256()
+    h.update(f"episodes={len(dataset)};frames={dataset.info.get('total_frames')};{spec}\n".encode())
+    h.update(repr(chosen).encode())
+    for t in (obs.images, obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state, actions):
+        if t is not None:
+            h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
