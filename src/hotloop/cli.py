@@ -232,6 +232,15 @@ def _add_compile_commands() -> None:
 _add_compile_commands()
 
 
+def _add_compress_commands() -> None:
+    from hotloop.compress.recipe_commands import add_commands
+
+    add_commands(app)
+
+
+_add_compress_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="hotloop")

@@ -208,14 +208,14 @@ def train_resumable(
             loss.backward()
             optimizer.step()
             state.step += 1
-            state.losses.append(float(loss))
+            state.losses.append(float(loss.detach()))
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{float(loss):.4g}")
+                bar.set_postfix(loss=f"{float(loss.detach()):.4g}")
             if state.step % config.checkpoint_every == 0 or state.step == config.steps:
                 save()
             if on_step is not None:
-                on_step(state.step, float(loss))
+                on_step(state.step, float(loss.detach()))
     except KeyboardInterrupt:
         save()  # the finished steps are kept; the next run resumes from here
         raise
