@@ -18,12 +18,16 @@ def pair():  # type: ignore[no-untyped-def]
     cfg = resolve_config("pi05:tiny", TargetOptions())
     teacher = build_model(cfg, torch.float32, "cpu", 0)
     obs = random_observation(cfg, 6, "cpu", 0)
-    actions = torch.randn(6, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(1)) * 0.5
+    actions = (
+        torch.randn(6, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(1)) * 0.5
+    )
     student, _ = prune(teacher, obs, actions, PruneConfig(0.5, 0.5, 0.5, 0.5, 0.5))
     return teacher, student, obs, actions
 
 
-CONFIG = DistillConfig(steps=12, batch=4, lr=1e-3, checkpoint_every=3, feature_layers=("vision", "vlm.0", "expert.last"))
+CONFIG = DistillConfig(
+    steps=12, batch=4, lr=1e-3, checkpoint_every=3, feature_layers=("vision", "vlm.0", "expert.last")
+)
 
 
 def test_distillation_reduces_the_students_loss(pair) -> None:  # type: ignore[no-untyped-def]
@@ -55,7 +59,9 @@ def test_interrupted_distillation_resumes_where_it_stopped(pair, tmp_path: Path)
     assert saved["step"] == 7  # the interrupted run kept its finished steps
     resumed = copy.deepcopy(student)  # a fresh process: the student starts from the pruned weights again
     steps_run: list[int] = []
-    report = distill(teacher, resumed, obs, actions, CONFIG, tmp_path / "b", on_step=lambda s, _: steps_run.append(s))
+    report = distill(
+        teacher, resumed, obs, actions, CONFIG, tmp_path / "b", on_step=lambda s, _: steps_run.append(s)
+    )
     assert steps_run == list(range(8, 13))
     assert report["steps"] == 12
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):

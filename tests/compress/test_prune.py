@@ -72,11 +72,17 @@ def test_pruned_checkpoint_reloads_at_the_new_shapes(tiny, tmp_path: Path) -> No
     model, obs, actions = tiny
     small, _ = prune(model, obs, actions, PruneConfig(0.25, 0.5, 0.5, 0.5, 0.5))
     save_lerobot_checkpoint(small, small.cfg, tmp_path / "ckpt")
-    loaded = load_checkpoint(tmp_path / "ckpt", chunk_size=small.cfg.chunk_size, max_token_len=small.cfg.max_token_len)
+    loaded = load_checkpoint(
+        tmp_path / "ckpt", chunk_size=small.cfg.chunk_size, max_token_len=small.cfg.max_token_len
+    )
     assert loaded.config.vlm == small.cfg.vlm and loaded.config.expert == small.cfg.expert
     assert loaded.config.vision.mlp_dim == small.cfg.vision.mlp_dim
-    noise = torch.randn(4, small.cfg.chunk_size, small.cfg.max_action_dim, generator=torch.Generator().manual_seed(2))
-    torch.testing.assert_close(sample_actions(loaded.model, obs, noise=noise), sample_actions(small, obs, noise=noise))
+    noise = torch.randn(
+        4, small.cfg.chunk_size, small.cfg.max_action_dim, generator=torch.Generator().manual_seed(2)
+    )
+    torch.testing.assert_close(
+        sample_actions(loaded.model, obs, noise=noise), sample_actions(small, obs, noise=noise)
+    )
 
 
 def test_semi_structured_2_4_zeroes_two_of_every_four(tiny) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,9 @@ FAST = ["--calibration-frames", "2", "--eval-observations", "2", "--bench-iters"
 
 
 def test_unknown_step_exits_2_listing_the_known_steps(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", "prune,quantise", "-o", str(tmp_path / "a")])
+    res = runner.invoke(
+        app, ["compress", "pi05:tiny", "--recipe", "prune,quantise", "-o", str(tmp_path / "a")]
+    )
     assert res.exit_code == 2
     assert "unknown step 'quantise'" in res.output and "did you mean 'quantize'" in res.output
     for name in STEPS:
@@ -29,7 +31,11 @@ def test_bad_step_arguments_are_refused() -> None:
         parse_recipe("steps:fast")
     with pytest.raises(ConfigError, match="takes no argument"):
         parse_recipe("quantize:int8")
-    assert [s.label for s in parse_recipe("prune:0.25, distill,steps:4")] == ["prune:0.25", "distill", "steps:4"]
+    assert [s.label for s in parse_recipe("prune:0.25, distill,steps:4")] == [
+        "prune:0.25",
+        "distill",
+        "steps:4",
+    ]
 
 
 def test_recipe_writes_an_artifact_the_engine_loads(tmp_path: Path) -> None:
@@ -58,7 +64,8 @@ def test_recipe_writes_an_artifact_the_engine_loads(tmp_path: Path) -> None:
 def test_a_step_that_breaks_the_tolerance_exits_3_keeping_the_best(tmp_path: Path) -> None:
     out = tmp_path / "art"
     res = runner.invoke(
-        app, ["compress", "pi05:tiny", "--recipe", "steps:1", "--tolerance", "cos:0.999", "-o", str(out), *FAST]
+        app,
+        ["compress", "pi05:tiny", "--recipe", "steps:1", "--tolerance", "cos:0.999", "-o", str(out), *FAST],
     )
     assert res.exit_code == 3, res.output
     assert "steps:1 broke the tolerance" in res.output

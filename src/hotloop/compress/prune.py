@@ -108,7 +108,7 @@ def _readers(model: PiModel) -> dict[str, nn.Linear]:
             out[f"{stack}.{i}.mlp"] = layer.mlp.down_proj
             out[f"{stack}.{i}.heads"] = layer.self_attn.o_proj
     for i, vlayer in enumerate(model.vision_tower.layers):
-        out[f"vision.{i}.mlp"] = vlayer.mlp.fc2
+        out[f"vision.{i}.mlp"] = vlayer.mlp.fc2  # type: ignore[union-attr, assignment]
     return out
 
 
@@ -188,7 +188,9 @@ def pruned_config(cfg: PiConfig, config: PruneConfig) -> PiConfig:
         cfg,
         vision=replace(cfg.vision, mlp_dim=_kept(cfg.vision.mlp_dim, config.vision_mlp)),
         vlm=replace(
-            cfg.vlm, mlp_dim=_kept(cfg.vlm.mlp_dim, config.vlm_mlp), num_heads=heads(cfg.vlm, config.vlm_heads)
+            cfg.vlm,
+            mlp_dim=_kept(cfg.vlm.mlp_dim, config.vlm_mlp),
+            num_heads=heads(cfg.vlm, config.vlm_heads),
         ),
         expert=replace(
             cfg.expert,
@@ -225,7 +227,10 @@ def prune_model(model: PiModel, scores: dict[str, Tensor], config: PruneConfig) 
         for i in range(cfg.vision.depth):
             p = f"vision_tower.layers.{i}.mlp"
             idx = _top(scores[f"vision.{i}.mlp"], new_cfg.vision.mlp_dim)
-            state[f"{p}.fc1.weight"], state[f"{p}.fc1.bias"] = state[f"{p}.fc1.weight"][idx], state[f"{p}.fc1.bias"][idx]
+            state[f"{p}.fc1.weight"], state[f"{p}.fc1.bias"] = (
+                state[f"{p}.fc1.weight"][idx],
+                state[f"{p}.fc1.bias"][idx],
+            )
             state[f"{p}.fc2.weight"] = state[f"{p}.fc2.weight"][:, idx]
     with torch.device("meta"):
         small = PiModel(new_cfg)
@@ -244,7 +249,10 @@ def prune(
     before, after = count_parameters(model), count_parameters(small)
     report = {
         "importance": config.importance,
-        "fractions": {k: getattr(config, k) for k in ("vlm_mlp", "expert_mlp", "vision_mlp", "vlm_heads", "expert_heads")},
+        "fractions": {
+            k: getattr(config, k)
+            for k in ("vlm_mlp", "expert_mlp", "vision_mlp", "vlm_heads", "expert_heads")
+        },
         "parameters_before": before,
         "parameters_after": after,
         "shapes": {

@@ -78,7 +78,9 @@ def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
             raise ConfigError(f"--recipe {part}: step {name} takes no argument")
         steps.append(RecipeStep(name, arg))
     if not steps:
-        raise ConfigError(f"--recipe is empty; give steps such as prune:0.25,distill,quantize ({', '.join(STEPS)})")
+        raise ConfigError(
+            f"--recipe is empty; give steps such as prune:0.25,distill,quantize ({', '.join(STEPS)})"
+        )
     return tuple(steps)
 
 
@@ -144,8 +146,12 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         from hotloop.compress.adapters import load_target
         from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 
-        _, adapter = load_target(config.target, open_dataset(config.data), config.seed, source.shape.num_steps)
-        calib = load_calibration(config.data, adapter, CalibrationSpec(count=config.calibration_frames, seed=config.seed))
+        _, adapter = load_target(
+            config.target, open_dataset(config.data), config.seed, source.shape.num_steps
+        )
+        calib = load_calibration(
+            config.data, adapter, CalibrationSpec(count=config.calibration_frames, seed=config.seed)
+        )
         return Inputs(calib.obs, calib.actions, calib.manifest_entry())
     n = config.calibration_frames
     if config.target.startswith("demo:"):
@@ -167,7 +173,9 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
 
 
 # ---- the steps ---------------------------------------------------------------------------------------------
-def apply_step(step: RecipeStep, cand: Candidate, teacher: PiModel, inputs: Inputs, config: RecipeConfig, work: Path) -> Candidate:
+def apply_step(
+    step: RecipeStep, cand: Candidate, teacher: PiModel, inputs: Inputs, config: RecipeConfig, work: Path
+) -> Candidate:
     from hotloop.compress.distill import DistillConfig
 
     dcfg = DistillConfig(steps=config.distill_steps, batch=config.distill_batch, seed=config.seed)
@@ -211,7 +219,9 @@ def apply_step(step: RecipeStep, cand: Candidate, teacher: PiModel, inputs: Inpu
 
 
 # ---- judging a candidate ---------------------------------------------------------------------------------
-def write_candidate(cand: Candidate, source: Any, config: RecipeConfig, dest: Path, extra: dict[str, Any]) -> dict[str, Any]:
+def write_candidate(
+    cand: Candidate, source: Any, config: RecipeConfig, dest: Path, extra: dict[str, Any]
+) -> dict[str, Any]:
     """Plan (compile's planner, this candidate's backends x precisions) and write its artifact."""
     from dataclasses import replace
 
@@ -234,7 +244,12 @@ def write_candidate(cand: Candidate, source: Any, config: RecipeConfig, dest: Pa
     )
     plan = plan_pi(src, plan_config)
     precision_plan = {
-        stage: {"sub_engine": c.sub_engine, "backend": c.backend, "precision": c.precision, "variant": c.variant}
+        stage: {
+            "sub_engine": c.sub_engine,
+            "backend": c.backend,
+            "precision": c.precision,
+            "variant": c.variant,
+        }
         for stage, c in plan.chosen.items()
     }
     write_pi_artifact(src, plan, dest, plan_config, extra={**extra, "precision_plan": precision_plan})
@@ -260,10 +275,16 @@ def judge(
 
     engine = Engine.load(art, threads=config.threads, warmup=1)
     got = torch.stack(
-        [engine.sample(select(inputs.obs, [i]), noise[i : i + 1]).clone()[0] for i in range(reference.shape[0])]
+        [
+            engine.sample(select(inputs.obs, [i]), noise[i : i + 1]).clone()[0]
+            for i in range(reference.shape[0])
+        ]
     )
     worst = min(
-        (compare_actions(reference[i, :, :action_dim], got[i, :, :action_dim]) for i in range(reference.shape[0])),
+        (
+            compare_actions(reference[i, :, :action_dim], got[i, :, :action_dim])
+            for i in range(reference.shape[0])
+        ),
         key=lambda a: a.cosine,
     )
     del engine
@@ -282,7 +303,13 @@ def judge(
         from hotloop.sim.eval_run import EvalRequest, run_eval
 
         run = run_eval(
-            EvalRequest(target=str(art), task=config.task, episodes=config.episodes, workers=config.workers, seed=config.seed),
+            EvalRequest(
+                target=str(art),
+                task=config.task,
+                episodes=config.episodes,
+                workers=config.workers,
+                seed=config.seed,
+            ),
             progress=config.progress,
         )
         figures["success"] = {
@@ -359,7 +386,9 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             rows.append(row)
             log(_row_line(row))
             if figures["violation"] is not None:
-                stopped = f"step {step.label} broke the tolerance {config.tolerance.spec}: {figures['violation']}"
+                stopped = (
+                    f"step {step.label} broke the tolerance {config.tolerance.spec}: {figures['violation']}"
+                )
                 log(stopped)
                 break
             best = dest
@@ -391,9 +420,19 @@ def _finalize(best: Path, out: Path, report: dict[str, Any]) -> None:
 
     manifest_path = best / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    history = [{k: r[k] for k in ("step", "num_steps", "parameters", "action", "latency_ms", "smoothness") if k in r} | ({"success": r["success"]} if "success" in r else {}) for r in report["rows"]]
-    manifest["compression"] = {**(manifest.get("compression") or {}), "history": history, "stopped": report["stopped"]}
-    atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")  # the manifest is not in its own hash list
+    history = [
+        {k: r[k] for k in ("step", "num_steps", "parameters", "action", "latency_ms", "smoothness") if k in r}
+        | ({"success": r["success"]} if "success" in r else {})
+        for r in report["rows"]
+    ]
+    manifest["compression"] = {
+        **(manifest.get("compression") or {}),
+        "history": history,
+        "stopped": report["stopped"],
+    }
+    atomic_write_text(
+        manifest_path, json.dumps(manifest, indent=2) + "\n"
+    )  # the manifest is not in its own hash list
     if out.exists():
         shutil.rmtree(out)
     shutil.move(str(best), str(out))
@@ -421,7 +460,15 @@ def plot_recipe(report: dict[str, Any], path: Path) -> Path:
     p50 = [r["latency_ms"]["p50"] for r in rows]
     p99 = [r["latency_ms"]["p99"] for r in rows]
     axes[0].bar(x, p50, color="tab:blue", label="p50")
-    axes[0].errorbar(x, p50, yerr=[[0] * len(rows), [b - a for a, b in zip(p50, p99, strict=True)]], fmt="none", color="k", capsize=3, label="p99")
+    axes[0].errorbar(
+        x,
+        p50,
+        yerr=[[0] * len(rows), [b - a for a, b in zip(p50, p99, strict=True)]],
+        fmt="none",
+        color="k",
+        capsize=3,
+        label="p99",
+    )
     axes[0].set_ylabel("latency (ms)")
     axes[0].legend()
     axes[1].plot(x, [r["action"]["cosine"] for r in rows], "o-")

@@ -98,7 +98,18 @@ def _print(report: dict) -> None:  # type: ignore[type-arg]
     from rich.table import Table
 
     table = Table(title=f"compress {report['target']} (tolerance {report['tolerance']})")
-    for col in ("step", "steps", "params", "p50 ms", "p99 ms", "action cos", "max/std", "smooth", "success", "plan"):
+    for col in (
+        "step",
+        "steps",
+        "params",
+        "p50 ms",
+        "p99 ms",
+        "action cos",
+        "max/std",
+        "smooth",
+        "success",
+        "plan",
+    ):
         table.add_column(col, overflow="fold")
     for r in report["rows"]:
         s = r.get("success")
@@ -111,7 +122,9 @@ def _print(report: dict) -> None:  # type: ignore[type-arg]
             f"{r['action']['cosine']:.5f}",
             f"{r['action']['max_abs_normalized']:.3g}",
             f"{r['smoothness']:.3g}",
-            f"{s['success_rate']:.2f} [{s['success_ci95'][0]:.2f}, {s['success_ci95'][1]:.2f}] n={s['episodes']}" if s else "",
+            f"{s['success_rate']:.2f} [{s['success_ci95'][0]:.2f}, {s['success_ci95'][1]:.2f}] n={s['episodes']}"
+            if s
+            else "",
             ", ".join(f"{k}:{v['backend']} {v['precision']}" for k, v in r["precision_plan"].items()),
         )
     Console(width=max(Console().width, 150)).print(table)

@@ -65,7 +65,11 @@ def step_sweep(
     ref = sample_actions(model, obs, noise=noise, num_steps=reference_steps)
     rows = []
     for n in ladder:
-        got = ref if n == reference_steps else sample_actions(model, obs, noise=noise, num_steps=n, validate=False)
+        got = (
+            ref
+            if n == reference_steps
+            else sample_actions(model, obs, noise=noise, num_steps=n, validate=False)
+        )
         rows.append({"steps": n, **action_agreement(ref, got, dim), "smoothness": smoothness(got[..., :dim])})
     return rows
 
@@ -145,7 +149,9 @@ def step_distill(
         return float(F.mse_loss(integrate(student, obs, noise, small_steps), targets(noise, obs)))
 
     before = held_out()
-    state = train_resumable(student, loss_fn, config, checkpoint_dir, f"step-distill:{small_steps}", on_step, progress)
+    state = train_resumable(
+        student, loss_fn, config, checkpoint_dir, f"step-distill:{small_steps}", on_step, progress
+    )
     return {
         "small_steps": small_steps,
         "teacher_steps": teacher_steps,
