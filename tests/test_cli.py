@@ -68,6 +68,8 @@ def test_bench_compare(tmp_path):
     assert len(data["samples_ms"]) == 4
     assert 0 < compare["latency_ms"]["p50"] <= compare["latency_ms"]["max"]
     assert data["info"]["horizon"] == 4  # the shared options reached both targets
+    # The comparison's raw samples are saved too (a replay or re-analysis needs them).
+    assert len(compare["samples_ms"]) == 4 and compare["latency_ms"]["max"] == max(compare["samples_ms"])
 
 
 def test_unknown_target_exits_2_with_known_list():
@@ -79,8 +81,8 @@ def test_unknown_target_exits_2_with_known_list():
 def test_bad_values_are_one_line_errors(tmp_path):
     out = tmp_path / "never.json"
     for args, needle in (
-        (["--iters", "0"], "--iters 200"),
-        (["--warmup", "-1"], "warmup must be >= 0 (got -1)"),
+        (["--iters", "0"], "--iters must be >= 1 (got 0)"),
+        (["--warmup", "-1"], "--warmup must be >= 0 (got -1)"),
         (["--pin", "zero"], "cannot read CPU list 'zero'"),
         (["--pin", "4096"], "4096"),
         (["--device", "tpu"], "device 'tpu'"),
@@ -105,6 +107,7 @@ def test_doctor_reports_every_backend(tmp_path):
     out = tmp_path / "doctor.json"
     res = runner.invoke(app, ["doctor", "--json", str(out), "--roofline-cache", str(tmp_path / "peaks")])
     assert res.exit_code == 0, res.output
+    assert f"wrote {out}" in res.stdout  # says where the checks went
     checks = {c["name"]: c for c in json.loads(out.read_text())}
     assert set(checks) >= {
         "eager",
@@ -139,9 +142,72 @@ def test_demo_unknown_rung():
     assert res.exit_code == 2 and "unknown demo rung(s) nope" in res.output
 
 
+def test_demo_output_folder_is_checked_before_any_rung(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = runner.invoke(app, ["demo", "--out", str(blocker), "--rung", "harness", "--quiet"])
+    assert res.exit_code == 2 and "--out" in res.output and "is a file" in res.output, res.output
+    assert "done in" not in res.output and blocker.read_text() == "x"
+
+
 def test_entry_point_exit_code():
     proc = subprocess.run(
         [sys.executable, "-m", "hotloop", "bench", "nope:x"], capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: unknown target 'nope:x'")
+
+
+def test_version():
+    import hotloop
+
+    proc = subprocess.run([sys.executable, "-m", "hotloop", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"hotloop {hotloop.__version__}"
+
+
+def test_malformed_numbers_are_one_line_naming_flag_and_value(capsys):
+    import pytest
+
+    from hotloop.cli import main
+
+    for argv, needle in (
+        (["eval", "demo:conveyor", "--episodes", "abc"], "'--episodes' got 'abc'"),
+        (["bench", "toy:mlp", "--iters", "1.5"], "'--iters' got '1.5'"),
+        (["record", "--task", "reach", "--seed", "x"], "'--seed' got 'x'"),
+        (["bench", "toy:mlp", "--bogus"], "No such option: --bogus"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert e.value.code == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error: ") and needle in lines[0] and "--help" in lines[0], err
+
+
+def test_main_returns_the_command_exit_code(capsys):
+    import pytest
+
+    from hotloop.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["targets"])
+    assert e.value.code == 0 and "toy:mlp" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "nope:x"])
+    assert e.value.code == 2
+
+
+def test_bench_output_paths_are_checked_before_timing(tmp_path):
+    for args, needle in (
+        (["--json", str(tmp_path)], "--json"),
+        (["--plot", "/proc/hotloop.png"], "--plot /proc/hotloop.png: cannot write in /proc"),
+    ):
+        res = runner.invoke(app, ["bench", "toy:mlp", "--iters", "100000", "--quiet", *args])
+        assert res.exit_code == 2 and needle in res.output and "control rate" not in res.output, res.output
+
+
+def test_bench_progress_off_a_terminal_is_plain_lines():
+    res = runner.invoke(app, ["bench", "toy:mlp", "--warmup", "2", "--iters", "8"])
+    assert res.exit_code == 0, res.output
+    assert "\r" not in res.output
+    assert "bench toy:mlp: 10/10 it (100%)" in res.stderr and "control rate" in res.stdout

@@ -20,6 +20,24 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import hotloop
+
+        typer.echo(f"hotloop {hotloop.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """Make robot policies meet their deadline: measure, compress, compile, run on a deadline, prove in closed loop."""
+
+
 @app.command()
 @user_errors
 def bench(
@@ -66,6 +84,7 @@ def bench(
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
 
+    from hotloop.io import check_output_file
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
     from hotloop.targets import TargetOptions, find_target
@@ -95,6 +114,8 @@ def bench(
     )
     _check_device(device)
     _warn_oversubscription(threads)
+    check_output_file(json_path, "--json")
+    check_output_file(plot, "--plot")
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
         other = other_entry.build_bench(compare, options) if other_entry is not None and compare else None
@@ -170,8 +191,9 @@ def doctor(
     from rich.table import Table
 
     from hotloop.doctor import checks_to_dict, run_checks
-    from hotloop.io import atomic_write_json
+    from hotloop.io import atomic_write_json, check_output_file
 
+    check_output_file(json_path, "--json")
     checks = run_checks(roofline_cache)
     table = Table(title="hotloop doctor")
     for col in ("check", "usable", "detail", "advice"):
@@ -180,7 +202,7 @@ def doctor(
         table.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]no[/red]", c.detail, c.advice)
     Console().print(table)
     if json_path is not None:
-        atomic_write_json(json_path, checks_to_dict(checks))
+        typer.echo(f"wrote {atomic_write_json(json_path, checks_to_dict(checks))}")
 
 
 @app.command()
@@ -241,9 +263,41 @@ def _add_compress_commands() -> None:
 _add_compress_commands()
 
 
+def _usage_line(exc: Exception) -> str:
+    """One line for a usage error; a value that failed to convert is named with its flag."""
+    command = getattr(getattr(exc, "ctx", None), "command_path", None) or "hotloop"
+    text = exc.format_message().strip()  # type: ignore[attr-defined]
+    param = getattr(exc, "param", None)
+    errors = getattr(exc.__cause__, "errors", None)  # typer converts values with pydantic
+    if param is not None and callable(errors):
+        details = errors()
+        if details and "input" in details[0]:
+            reason = str(details[0].get("msg", "")).strip()
+            reason = reason[:1].lower() + reason[1:]
+            text = f"{param.get_error_hint()} got {str(details[0]['input'])!r}: {reason}"
+    return f"{text} (see `{command} --help`)"
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The `hotloop` entry point: every usage error (a malformed number, an unknown option) is one
+    `error:` line naming the value, exit code 2, instead of the framework's multi-line box."""
     try:
-        app(args=argv, prog_name="hotloop")
+        from typer import TyperException as UsageProblem  # typer vendors click and re-exports its base
+    except ImportError:  # pragma: no cover - older typer on top of click
+        from click import ClickException as UsageProblem  # type: ignore[assignment,no-redef]
+    try:
+        code = app(args=argv, prog_name="hotloop", standalone_mode=False)
+    except UsageProblem as exc:
+        message = exc.format_message()
+        if "\n" in message.strip():  # the help text itself (no command given): show it as it is
+            typer.echo(message, err=True)
+        else:
+            typer.echo(f"error: {_usage_line(exc)}", err=True)
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        raise SystemExit(130) from None
     except UnknownNameError as exc:  # raised outside a command (should not happen), still one line
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

@@ -125,7 +125,10 @@ def selected_rungs(only: tuple[str, ...]) -> list[Callable[[DemoConfig], Rung]]:
 
 
 def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Rung]:
+    from hotloop.io import check_output_dir
+
     makers = selected_rungs(config.only)
+    check_output_dir(config.out_dir, "--out")  # before minutes of measuring, not at the first write
     config.out_dir.mkdir(parents=True, exist_ok=True)
     rungs: list[Rung] = []
     for make_rung in makers:

@@ -180,12 +180,18 @@ def check_matmul_peaks(cache_dir: Path | None = None) -> Check:
     except OSError as exc:
         cached = f"not cached ({exc})"
     figures = ", ".join(
-        f"{name} {'n/a' if value is None else f'{value:.1f}'}" for name, value in peaks.gflops.items()
+        f"{name} n/a" if value is None else f"{name} {value:.1f} ({peaks.sources.get(name, '?')})"
+        for name, value in peaks.gflops.items()
     )
     fp32, bf16 = peaks.gflops.get("float32"), peaks.gflops.get("bfloat16")
     advice = ""
     if fp32 and bf16 and bf16 < fp32:
         advice = "bf16 matmuls are slower than fp32 here (no native bf16): plan fp32 on this CPU"
+    if peaks.load_avg is not None and peaks.load_avg >= 0.5:
+        advice = (
+            f"measured under load (load average {peaks.load_avg:.1f}): the peaks are low; rerun "
+            "hotloop doctor on a quiet machine. " + advice
+        ).strip()
     return Check("matmul peaks", True, f"GFLOP/s at {peaks.threads} threads: {figures}; {cached}", advice)
 
 

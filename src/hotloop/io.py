@@ -1,30 +1,62 @@
-"""Small file helpers: every result file is written whole or not at all."""
+"""Small file helpers: every result file is written whole or not at all, and checked before the work.
+
+`check_output_file` / `check_output_dir` run at the start of a command, so a path that cannot be
+written (a read-only or missing-permission directory, a directory given as a file, a path under /proc)
+is an `error:` line before minutes of work, not a traceback after it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from hotloop.errors import ConfigError
+
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write to a temporary file beside `path`, then rename: a crash never leaves a partial file."""
+    """Write to a temporary file beside `path`, then rename: a crash never leaves a partial file.
+
+    The file gets the mode a plain `open(path, "w")` would give (0666 minus the umask), or keeps the mode
+    of the file it replaces. A symlink at `path` stays a link: the temporary file is written beside the
+    link's target and renamed onto it, so the write is atomic and goes where the link points.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    real = Path(os.path.realpath(target)) if target.is_symlink() else target
+    real.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(real.stat().st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)  # mkstemp makes 0600 files: readers expect the usual mode
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _umask() -> int:
+    # Reading the umask means setting it; /proc gives it without the (thread-unsafe) round trip.
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -59,3 +91,61 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _probe_writable(directory: Path, flag: str, path: Path) -> None:
+    """Create and delete a file in `directory`: the only test that holds for root, ACLs and /proc."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hotloop-check.", dir=directory)
+    except OSError as e:
+        raise ConfigError(
+            f"{flag} {path}: cannot write in {directory} ({e.strerror or e}); pick a writable location"
+        ) from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_output_file(path: str | os.PathLike[str] | None, flag: str) -> None:
+    """Fail now, naming `flag`, if `path` could not be written as a file later."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; give a file path such as {Path(path) / 'out'}")
+    if target.exists() and not target.is_file():
+        raise ConfigError(f"{flag} {path} is not a regular file; give a file path")
+    base = _nearest_existing(target.parent)
+    if not base.is_dir():
+        raise ConfigError(f"{flag} {path}: {base} is a file, not a directory; pick another path")
+    _probe_writable(base, flag, Path(path))
+
+
+def check_output_dir(
+    path: str | os.PathLike[str], flag: str, *, must_be_empty: bool = False, allow: tuple[str, ...] = ()
+) -> None:
+    """Fail now, naming `flag`, if `path` cannot be made or written as a directory.
+
+    `must_be_empty`: an existing directory must be empty apart from the names in `allow` (a command that
+    fills a directory of its own, like a dataset, must not mix its files into someone else's).
+    """
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{flag} {path} is a file, not a directory; give a new directory")
+    if target.is_dir() and must_be_empty:
+        others = sorted(p.name for p in target.iterdir() if p.name not in allow)
+        if others:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise ConfigError(f"{flag} {path} is not empty (holds {shown}); give a new or empty directory")
+    base = _nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(f"{flag} {path}: {base} is a file, not a directory; pick another path")
+    _probe_writable(base, flag, target)

@@ -180,6 +180,14 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
         ),
     ),
     (
+        "expert:scripted",
+        TargetEntry(
+            "the task's scripted expert (privileged state, horizon 1): what the task allows at a latency",
+            "hotloop.sim.expert_policy:build_bench",
+            "hotloop.sim.expert_policy:build_policy",
+        ),
+    ),
+    (
         "demo:conveyor",
         TargetEntry(
             "the shipped pi0.5-nano policy trained on conveyor-pick",

@@ -42,7 +42,7 @@ def test_each_transform_keeps_every_subengine_output(tiny: TinyFactory, name: st
         variants["time"] = fold_pi0_time(base)
     for label, engines in variants.items():
         assert set(engines) == set(base)
-        for n in ("prefix", "denoise_step", "denoise_loop"):
+        for n in ("vision", "prefix", "denoise_step", "denoise_loop"):
             want = base[n].module(*base[n].example_inputs)
             got = engines[n].module(*engines[n].example_inputs)
             for w, g in zip(
@@ -66,6 +66,7 @@ def test_fast_pipeline_matches_sample_actions(tiny: TinyFactory, name: str, loop
     block = engines["denoise_step"].module.blocks[0]
     assert len(block.qkv) == 1 and len(block.gate_up) == 1 and block.attn_norm.factor is None
     assert engines["prefix"].module.blocks[-1].kv_proj is not None
+    assert len(engines["vision"].module.blocks[0].qkv) == 1
     expected = sample_actions(model, obs, noise=noise)
     actions = PiPipeline.eager(cfg, shape, engines, loop=loop).sample(obs, noise)
     torch.testing.assert_close(actions, expected, rtol=1e-5, atol=1e-5)

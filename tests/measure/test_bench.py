@@ -29,7 +29,7 @@ def test_warmup_and_iterations_are_counted():
     result = run_bench(_case(calls=calls), BenchConfig(warmup=3, iterations=7, progress=False))
     assert len(calls) == 10
     assert result.iterations == 7 and len(result.samples_ms) == 7
-    assert list(result.stages) == ["first", "second/inner", "second", "total"]
+    assert list(result.stages) == ["first", "second", "second/inner", "total"]  # parent first
 
 
 def test_schema(tmp_path):
@@ -104,8 +104,8 @@ def test_gc_is_held_off_only_while_timing():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"iterations": 0}, "iterations must be >= 1 \\(got 0\\)"),
-        ({"warmup": -1}, "warmup must be >= 0 \\(got -1\\)"),
+        ({"iterations": 0}, "--iters must be >= 1 \\(got 0\\)"),
+        ({"warmup": -1}, "--warmup must be >= 0 \\(got -1\\)"),
         ({"threads": 0}, "--threads must be from 1 to 1024 \\(got 0\\)"),
         ({"threads": 100_000}, "--threads must be from 1 to 1024 \\(got 100000\\)"),
         ({"pin": (9999,)}, "9999"),

@@ -115,9 +115,9 @@ def test_roofline_shares() -> None:
 
 
 def test_peaks_cache_round_trip_and_keys(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    gflops, n = measure_matmul_peak("float32", budget_s=0.0, max_n=256)
-    assert gflops > 0 and n == 256
-    int8, _ = measure_matmul_peak("int8", budget_s=0.0, max_n=256)
+    gflops, n, kernel = measure_matmul_peak("float32", budget_s=0.0, max_n=256)
+    assert gflops > 0 and n == 256 and kernel in ("torch.mm", "F.linear")
+    int8, _, _ = measure_matmul_peak("int8", budget_s=0.0, max_n=256)
     assert int8 > 0
     key = peak_key(1)
     assert key != peak_key(2)  # another thread count is another machine configuration

@@ -26,7 +26,7 @@ def test_nested_stages_get_paths_and_add_up():
     # The parent contains its children: never less than their sum, and only timer overhead more.
     assert host["outer"] >= children
     assert host["outer"] - children < 0.5 * host["outer"]
-    assert timer.stage_order == ["outer/a", "outer/b", "outer"]
+    assert timer.stage_order == ["outer", "outer/a", "outer/b"]  # a parent before its children
 
 
 def test_repeated_stage_is_summed_within_an_iteration():

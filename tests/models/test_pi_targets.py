@@ -44,13 +44,38 @@ def test_bench_is_seeded_and_family_specific() -> None:
     assert build_bench("pi05:tiny", TargetOptions()).info["family"] == "pi05"
 
 
+def _compute_dtypes(case) -> dict[str, set]:
+    """The dtypes every convolution, linear layer, matmul and attention call really received."""
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    watched = {F.conv2d, F.linear, torch.matmul, torch.Tensor.__matmul__, F.scaled_dot_product_attention}
+    seen: dict[str, set] = {}
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in watched:
+                dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor)}
+                seen.setdefault(getattr(func, "__name__", str(func)), set()).update(dtypes)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        out = case.run(StageTimer())
+    assert torch.isfinite(out).all()
+    return seen
+
+
 def test_bench_bfloat16_runs_in_bfloat16() -> None:
-    """Not the label: the info is read off the parameters, and the actions carry bf16 rounding."""
+    """Not the label: the heavy operations run in bf16, and the actions carry bf16 rounding."""
     case = build_pi05_bench("tiny", TargetOptions(dtype="bfloat16", num_steps=2))
     assert case.info["dtype"] == "bfloat16"
+    seen = _compute_dtypes(case)
+    assert {"conv2d", "linear", "scaled_dot_product_attention"} <= set(seen)
+    assert set().union(*seen.values()) == {torch.bfloat16}, seen
+    fp32_case = build_pi05_bench("tiny", TargetOptions(num_steps=2))
+    assert set().union(*_compute_dtypes(fp32_case).values()) == {torch.float32}
     bf16 = case.run(StageTimer())
-    fp32 = build_pi05_bench("tiny", TargetOptions(num_steps=2)).run(StageTimer())
-    assert torch.isfinite(bf16).all()
+    fp32 = fp32_case.run(StageTimer())
     diff = (bf16 - fp32).abs().max().item()
     assert 1e-4 < diff < 0.1 * fp32.abs().max().item()  # bf16 has ~3 significant digits, fp32 ~7
 

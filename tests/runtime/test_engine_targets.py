@@ -115,6 +115,11 @@ def test_eval_compiled_demo_policy(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(js.read_text())["episodes"] == 1
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.targets import TargetOptions
+
+    served = load_served_policy(str(out), TargetOptions())  # an artifact can be served too
+    assert served.action_spec["actions"].shape == (16, 4)
 
 
 @pytest.mark.gpu

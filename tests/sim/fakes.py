@@ -88,6 +88,68 @@ class InterruptingPolicy(CountingPolicy):
             raise KeyboardInterrupt
 
 
+class RaisingPolicy(CountingPolicy):
+    """Raises a plain Python error in every second episode (in-process runs: episodes 2, 4, ...), a
+    stand-in for a policy bug: those episodes are errors, the others run normally."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self.episodes += 1
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        if self.episodes % 2 == 0:
+            raise RuntimeError("policy exploded\nwith a second line")
+        return super().infer(obs)
+
+
+def raising() -> RaisingPolicy:
+    return RaisingPolicy()
+
+
+def slow_to_stop() -> CountingPolicy:
+    """A policy whose worker takes 2 s to stop when terminated (a native library flushing, say): a
+    window in which a second Ctrl-C used to lose every finished episode."""
+    import signal
+    import time
+
+    def stop_slowly(signum: int, frame: Any) -> None:
+        time.sleep(2.0)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop_slowly)
+    return CountingPolicy()
+
+
+def refusing() -> CountingPolicy:
+    """A policy that refuses its configuration when built (in a worker: the parent reports it)."""
+    from hotloop.errors import ConfigError
+
+    raise ConfigError("this policy needs --steps 10 or more")
+
+
+class FolderTakingPolicy(CountingPolicy):
+    """Replaces the folder named in $HOTLOOP_TEST_TAKE_FOLDER by a file on its first episode: the
+    results folder disappearing mid-run (an unmounted disk, a cleaned-up directory)."""
+
+    def reset(self) -> None:
+        super().reset()
+        folder = os.environ.get("HOTLOOP_TEST_TAKE_FOLDER")
+        if folder and os.path.isdir(folder):
+            import shutil
+
+            shutil.rmtree(folder)
+            with open(folder, "w") as f:
+                f.write("not a folder any more")
+
+
+def folder_taking() -> FolderTakingPolicy:
+    return FolderTakingPolicy()
+
+
 def counting() -> CountingPolicy:
     return CountingPolicy()
 
@@ -102,3 +164,17 @@ def crashing() -> CrashingPolicy:
 
 def interrupting() -> InterruptingPolicy:
     return InterruptingPolicy()
+
+
+class WristCameraPolicy(CountingPolicy):
+    """Declares that it needs a 'wrist' view, which no gantry task renders: the adapter must refuse it."""
+
+    @property
+    def spec(self) -> Any:
+        from hotloop.policy_spec import ImageSpec, PolicySpec
+
+        return PolicySpec(images=(ImageSpec("wrist", 64, 64),), min_views=1, state_dim=10, action_dim=4)
+
+
+def wrist_camera() -> WristCameraPolicy:
+    return WristCameraPolicy()

@@ -114,6 +114,194 @@ def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
     # The interrupt hit episode 3 of the first point: two episodes are kept, async never started.
     assert len(runs) == 1 and runs[0]["interrupted"] is True and runs[0]["strategy"]["name"] == "sync"
     assert [e["seed"] for e in runs[0]["per_episode"]] == [0, 1] and runs[0]["episodes"] == 2
+    assert runs[0]["seeds"] == [0, 1]  # only the seeds that ran, not the five asked for
+
+
+def _with_fake_policy(monkeypatch, factory):
+    from hotloop.sim import eval_run
+
+    real = eval_run.EvalRequest
+    monkeypatch.setattr(eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": factory}))
+
+
+def _one_error_line(r):
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    return lines[0]
+
+
+def test_crashed_episodes_are_errors_not_failures_and_exit_1(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:raising")  # episodes 2 and 4 (seeds 1 and 3) raise
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "4", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    run = json.loads(out.read_text())
+    assert run["errors"] == 2 and run["error_seeds"] == [1, 3]
+    assert run["completed"] == 2 and run["successes"] + run["failures"] == 2
+    assert run["success_rate"] == run["successes"] / 2  # crashes are left out of the rate
+    crashed = [e for e in run["per_episode"] if e["error"]]
+    assert [e["seed"] for e in crashed] == [1, 3]
+    assert all(not e["failed"] and "policy exploded" in e["error"] for e in crashed)
+    # The table (stdout) has an errors column; the one-line verdict (stderr) names the seeds.
+    assert "errors" in r.stdout and "closed-loop evaluation" not in r.stderr
+    assert "error: 2 episode(s) crashed (seeds 1, 3)" in r.stderr and "policy exploded" in r.stderr
+
+
+def test_a_clean_run_prints_its_table_on_stdout(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:counting")
+    args = ["eval", "demo:conveyor", "--episodes", "1", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "closed-loop evaluation" in r.stdout and r.stderr == ""
+    run = json.loads((tmp_path / "r.json").read_text())
+    # The default difficulty is reported as what ran, not null; seeds are those that ran.
+    assert run["difficulty"] == "medium" and run["seeds"] == [0] and run["errors"] == 0
+
+
+def test_impossible_eval_options_fail_before_any_episode(tmp_path):
+    out = tmp_path / "never.json"
+    base = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--json", str(out)]
+    for extra, needle in (
+        (["--seed", "-1"], "--seed must be >= 0 (got -1)"),
+        (["--seed", "4294967295", "--episodes", "2"], "passes 4294967295, the largest seed"),
+        (["--workers", "-3"], "--workers must be >= 0 (got -3)"),
+        (["--episodes", "0"], "--episodes must be >= 1 (got 0)"),
+        (["--steps", "0"], "--steps must be >= 1"),
+        (["--strategy", ""], "names no strategy"),
+        (["--strategy", " , "], "names no strategy"),
+        (["--latency", "fixed:inf"], "finite"),
+        (["--latency", "fixed:nan"], "finite"),
+        (["--latency", "fixed:-5"], "finite and >= 0"),
+        (["--trigger-remaining", "2"], "--trigger-remaining 2 does nothing with --strategy sync"),
+        (["--strategy", "async", "--execute-steps", "3"], "--execute-steps 3 does nothing"),
+        (["--strategy", "chunk", "--trigger-remaining", "3"], "--trigger-remaining 3 does nothing"),
+        (["--strategy", "async", "--guidance-weight", "2"], "--guidance-weight 2 does nothing"),
+        (["--strategy", "sync", "--execute-steps", "3"], "sync executes one action per inference"),
+        (["--latency", "fixed:50", "--sweep-latency", "0,100"], "--latency fixed:50 and --sweep-latency"),
+        (["--sweep-latency", "0,inf"], "--sweep-latency"),
+        (["--difficulty", "hard"], "task 'reach' has no difficulty levels"),
+        (["--json", str(tmp_path)], "is a directory"),
+        (["--plot", "/proc/hotloop-test.png"], "cannot write in /proc"),
+        (["--json", str(tmp_path / "file.txt" / "r.json")], "is a file, not a directory"),
+    ):
+        (tmp_path / "file.txt").write_text("x")
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        assert needle in _one_error_line(r), (extra, r.output)
+    assert not out.exists()
+
+
+def test_strategy_options_are_accepted_where_they_act(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:counting")
+    base = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "0", "--quiet"]
+    for extra in (
+        ["--strategy", "chunk", "--execute-steps", "1"],
+        ["--strategy", "async", "--trigger-remaining", "5"],
+        ["--strategy", "sync,async", "--trigger-remaining", "0"],  # async reads it
+        ["--strategy", "async", "--trigger-remaining", "8"],  # the default for this horizon (16 // 2)
+    ):
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 0, (extra, r.output)
+
+
+def test_record_output_directory_is_checked_before_recording(tmp_path):
+    regular = tmp_path / "a-file"
+    regular.write_text("mine")
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    base = ["record", "--task", "reach", "--episodes", "1", "--quiet"]
+    for extra, needle in (
+        (["-o", str(regular)], "is a file, not a directory"),
+        (["-o", str(busy)], "is not empty (holds notes.txt)"),
+        (["-o", "/proc/hotloop-test-ds"], "cannot write in /proc"),
+        (["-o", str(tmp_path / "new"), "--seed", "-1"], "--seed must be"),
+        (["-o", str(tmp_path / "new"), "--action-noise", "nan"], "--action-noise"),
+        (
+            ["-o", str(tmp_path / "new"), "--task", "conveyor-pick", "--difficulty", "x"],
+            "use easy, medium, hard",
+        ),
+    ):
+        r = CliRunner().invoke(_app(), [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        assert needle in _one_error_line(r), (extra, r.output)
+    assert regular.read_text() == "mine" and sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "new").exists()
+
+
+def test_record_progress_is_plain_lines_off_a_terminal(tmp_path):
+    r = CliRunner().invoke(
+        _app(), ["record", "--task", "reach", "--episodes", "2", "-o", str(tmp_path / "ds")]
+    )
+    assert r.exit_code == 0, r.output
+    assert "\r" not in r.output
+    assert "record reach: 2/2 ep (100%)" in r.stderr and "wrote 2 episodes" in r.stdout
+    quiet = CliRunner().invoke(
+        _app(), ["record", "--task", "reach", "--episodes", "1", "-o", str(tmp_path / "q"), "--quiet"]
+    )
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+
+
+def test_a_worker_that_cannot_start_reports_the_message_not_the_exception_class(monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:refusing")  # raises a ConfigError in the worker process
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "1"]
+    r = CliRunner().invoke(_app(), [*args, "--quiet"])
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r)
+    assert "this policy needs --steps" in line and "Error" not in line, line
+
+
+def test_eval_progress_is_plain_lines_off_a_terminal(monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:raising")
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "2", "--workers", "0"]
+    r = CliRunner().invoke(_app(), [*args, "--latency", "fixed:0", "--strategy", "sync,chunk"])
+    assert r.exit_code == 1 and "\r" not in r.output
+    assert "sync fixed:0: 2/2 ep (100%), success 0/1, 1 crashed" in r.stderr, r.stderr
+    # With several points the verdict names each crashed episode's point, not just its seed.
+    assert "2 episode(s) crashed (sync fixed:0 seed 1, chunk fixed:0 seed 1)" in r.stderr, r.stderr
+
+
+def test_ctrl_c_during_record_writes_the_finished_episodes(tmp_path):
+    # A real `hotloop record` process, interrupted the way a terminal does it (SIGINT to the process
+    # group, twice): it stops after the episode in progress and writes a readable dataset of the rest.
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hotloop
+    from hotloop.sim.dataset import Dataset
+
+    out = tmp_path / "ds"
+    src = str(Path(hotloop.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "hotloop", "record", "--task", "reach", "--episodes", "400", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first progress line: a tenth of the episodes are done
+    assert "record reach: 40/400 ep" in first, first
+    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, rest
+    assert "interrupted: wrote the" in rest and "Traceback" not in rest, rest
+    dataset = Dataset(out)
+    assert 40 <= dataset.info["total_episodes"] < 400
+
+
+def test_an_output_lost_during_the_run_does_not_stop_the_evaluation(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:folder_taking")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    monkeypatch.setenv("HOTLOOP_TEST_TAKE_FOLDER", str(folder))
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--strategy", "sync,chunk", "--json", str(folder / "r.json")])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.count("error: cannot write --json") == 1 and "Traceback" not in r.output
+    assert "sync" in r.stdout and "chunk" in r.stdout  # both points ran and are in the table
+    assert "wrote" not in r.stdout
 
 
 def test_realtime_options_are_checked_before_any_episode():

@@ -1,7 +1,7 @@
 from hotloop.sim.workers import EpisodeJob, run_episodes
 
 
-def test_a_crashing_worker_is_a_failed_episode_and_the_run_continues():
+def test_a_crashing_worker_is_an_error_episode_and_the_run_continues():
     job = EpisodeJob(
         target="demo:conveyor",
         task="reach",
@@ -18,3 +18,38 @@ def test_a_crashing_worker_is_a_failed_episode_and_the_run_continues():
     assert crashed, "the fake policy should have killed at least one worker"
     for r in crashed:
         assert not r["success"] and f"seed {r['seed']}" in r["error"]
+        assert not r["failed"]  # a crash says nothing about the policy: an error, not a failure
+
+
+def test_repeated_ctrl_c_while_workers_stop_keeps_the_finished_episodes():
+    # The first press stops the run; two more land while the worker takes 2 s to stop. Before the
+    # fix the second press escaped from the shutdown and every finished episode was lost.
+    import os
+    import signal
+    import threading
+
+    job = EpisodeJob(
+        target="demo:conveyor",
+        task="reach",
+        difficulty=None,
+        strategy="sync",
+        latency="fixed:0",
+        policy_factory="fakes:slow_to_stop",
+    )
+    timers: list[threading.Timer] = []
+    finished: list[int] = []
+
+    def on_result(record):
+        finished.append(record["seed"])
+        if len(finished) == 2:
+            timers.extend(threading.Timer(t, os.kill, (os.getpid(), signal.SIGINT)) for t in (0.3, 0.8))
+            for t in timers:
+                t.start()
+            os.kill(os.getpid(), signal.SIGINT)  # the first press, delivered to this (the main) thread
+
+    records, interrupted = run_episodes(job, list(range(20)), workers=1, on_result=on_result)
+    for t in timers:
+        t.join()
+    assert interrupted
+    assert [r["seed"] for r in records] == [0, 1] and not any(r["error"] for r in records)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored

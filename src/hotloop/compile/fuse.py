@@ -29,6 +29,8 @@ from hotloop.compile.pi_engines import (
     PrefixEngine,
     SubEngine,
     SuffixEmbed,
+    VisionBlock,
+    VisionEngine,
 )
 
 
@@ -159,7 +161,8 @@ def fold_norms(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
 
 
 def fuse_projections(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
-    """One q/k/v linear and one gate/up linear per decoder block (prefix and expert)."""
+    """One q/k/v linear and one gate/up linear per decoder block (prefix and expert), one q/k/v linear
+    per SigLIP block (vision)."""
 
     def prefix_fn(prefix: PrefixEngine) -> None:
         for block in prefix.blocks:
@@ -169,7 +172,12 @@ def fuse_projections(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
         for block in step.blocks:
             _fuse_block(cast(DecoderBlock, block))
 
-    return _rewrite(engines, prefix_fn, step_fn)
+    out = _rewrite(engines, prefix_fn, step_fn)
+    vision = cast(VisionEngine, shallow_clone(engines["vision"].module))
+    for block in vision.blocks:
+        cast(VisionBlock, block).qkv = _concat(cast(VisionBlock, block).qkv)
+    out["vision"] = replace_module(engines["vision"], vision)
+    return out
 
 
 def drop_unused_query(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:

@@ -47,12 +47,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hotloop.compile.pi_blocks import BlockNorm, DecoderBlock, blocks_from_stack, norm_from_model
+from hotloop.compile.pi_blocks import (
+    BlockNorm,
+    DecoderBlock,
+    blocks_from_stack,
+    norm_from_model,
+    split_outputs,
+)
 from hotloop.compile.precompute import observation_tables, time_table
 from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
+from hotloop.models.siglip import SiglipLayer
 from hotloop.sampling import PiObservation
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
@@ -115,17 +122,48 @@ class SubEngine:
 # ---- the modules -------------------------------------------------------------------------------------
 
 
+class VisionBlock(nn.Module):
+    """One SigLIP layer as the model computes it, with its q/k/v a list (`compile.fuse` fuses them)."""
+
+    def __init__(self, layer: SiglipLayer) -> None:
+        super().__init__()
+        attn = layer.self_attn
+        self.num_heads, self.head_dim = attn.num_heads, attn.head_dim
+        self.layer_norm1, self.layer_norm2, self.mlp = layer.layer_norm1, layer.layer_norm2, layer.mlp
+        self.qkv = nn.ModuleList([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.out_proj = attn.out_proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, n, w = x.shape
+        h = self.layer_norm1(x)
+        q, k, v = (
+            t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+            for t in split_outputs(self.qkv, [w, w, w], h)
+        )
+        out = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+        return x + cast(Tensor, self.mlp(self.layer_norm2(x)))
+
+
 class VisionEngine(nn.Module):
     """images (B, V, 3, H, W) -> image tokens (B, V*T, vlm width): the model's own vision path."""
 
     def __init__(self, model: PiModel) -> None:
         super().__init__()
-        self.vision_tower = model.vision_tower
+        tower = model.vision_tower
+        self.patch_embedding = tower.patch_embedding
+        self.position_embedding = tower.position_embedding
+        self.blocks = nn.ModuleList(VisionBlock(cast(SiglipLayer, layer)) for layer in tower.layers)
+        self.post_layernorm = tower.post_layernorm
         self.projector = model.projector
 
     def forward(self, images: Tensor) -> Tensor:
         b, nv = images.shape[:2]
-        feats = self.vision_tower(images.flatten(0, 1))
+        x = self.patch_embedding(images.flatten(0, 1).to(self.patch_embedding.weight.dtype))
+        x = x.flatten(2).transpose(1, 2) + self.position_embedding.weight
+        for block in self.blocks:
+            x = block(x)
+        feats = self.post_layernorm(x)
         return cast(Tensor, self.projector(feats)).reshape(b, nv * feats.shape[1], -1)
 
 

@@ -195,7 +195,9 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         log(f"[{i + 1}/{len(pending)}] {cand.label}")
         t0 = time.perf_counter()
         check_candidate(cand, source, sets, ref_runners, ref_actions, config)
-        log(f"    {cand.status} {cand.reason} ({time.perf_counter() - t0:.1f} s)")
+        lat = f" p50 {cand.latency.p50:.2f} / p99 {cand.latency.p99:.2f} ms" if cand.latency else ""
+        cos = f" action cos {cand.action.cosine:.6f}" if cand.action else ""
+        log(f"    {cand.status}{lat}{cos} {cand.reason} (checked in {time.perf_counter() - t0:.1f} s)")
         if cand.status != "accepted":
             cand.runner = None
         _release_runners(candidates, cand.stage)

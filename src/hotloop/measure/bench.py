@@ -40,9 +40,9 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
-            raise ConfigError(f"iterations must be >= 1 (got {self.iterations}); use e.g. --iters 200")
+            raise ConfigError(f"--iters must be >= 1 (got {self.iterations}); use e.g. --iters 200")
         if self.warmup < 0:
-            raise ConfigError(f"warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
+            raise ConfigError(f"--warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
         if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
             raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
         if self.pin is not None:
@@ -96,6 +96,7 @@ class CompareResult:
             "latency_ms": self.latency.to_dict(),
             "ratio_p50": self.ratio_p50,
             "ratio_p99": self.ratio_p99,
+            "samples_ms": self.samples_ms,  # raw, like the target's: a replay or a re-analysis needs them
         }
 
 
@@ -226,13 +227,15 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
     timers = [StageTimer(cuda=c.device.startswith("cuda")) for c in cases]
     records = [_Samples() for _ in cases]
 
-    progress = _progress(config.progress)
-    with progress:
-        task = progress.add_task(f"bench {case.name}", total=config.warmup + config.iterations)
+    from hotloop.progress import Progress
+
+    with Progress(
+        config.warmup + config.iterations, f"bench {case.name}", "it", enabled=config.progress
+    ) as bar:
         for _ in range(config.warmup):
             for c, t in zip(cases, timers, strict=True):
                 _time_once(c, t, None)
-            progress.advance(task)
+            bar.update(1, "warm-up")
         gc.collect()
         gc_was_enabled = gc.isenabled()
         if not config.gc_enabled:
@@ -243,7 +246,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
                 order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
                 for k in order:
                     _time_once(cases[k], timers[k], records[k])
-                progress.advance(task)
+                bar.update(1, "timed")
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -294,16 +297,3 @@ def _roofline(case: BenchCase, stages: dict[str, LatencyStats], config: BenchCon
         peaks,
     )
     return {"peaks": peaks.to_dict() if peaks is not None else None, "stages": rows}
-
-
-def _progress(enabled: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=not enabled,
-        transient=True,
-    )

@@ -10,15 +10,14 @@ Three parts:
 - `roofline(work, stage_p50_ms, peaks)`: per stage the achieved GFLOP/s and its share of the peak of the
   stage's precision.
 
-fp32 and bf16 are measured with `torch.mm` (what eager runs; without native bf16 the bf16 figure is low,
-and that is the point). int8 is measured with ONNX Runtime's MatMulInteger when it is installed (what a
+fp32 and bf16 take the best of `torch.mm` and `F.linear` (they reach different kernels; without native
+bf16 both are slow, and that is the point). int8 is measured with ONNX Runtime's MatMulInteger when it is installed (what a
 quantized ONNX plan runs), else `torch._int_mm`, which on many CPUs is a slow reference kernel; the
 source is recorded with the figures.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,7 +33,9 @@ if TYPE_CHECKING:
     from hotloop.models.configs import PiConfig
 
 PRECISIONS = ("float32", "bfloat16", "int8")
-PEAKS_SCHEMA = 2  # bump when what a peak measures changes (2: int8 through ONNX Runtime), so old caches miss
+# Bump when what a peak measures changes, so old caches miss (3: int8 through ONNX Runtime, best of
+# torch.mm and F.linear for fp32 / bf16).
+PEAKS_SCHEMA = 3
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 
 
@@ -59,6 +60,7 @@ class MatmulPeaks:
     key: str
     sizes: dict[str, int]
     sources: dict[str, str] = field(default_factory=dict)
+    load_avg: float | None = None  # 1-minute load average when measured: other work lowers the peak
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +73,7 @@ class MatmulPeaks:
             key=str(data["key"]),
             sizes={k: int(v) for k, v in dict(data.get("sizes", {})).items()},
             sources={k: str(v) for k, v in dict(data.get("sources", {})).items()},
+            load_avg=None if data.get("load_avg") is None else float(data["load_avg"]),
         )
 
 
@@ -112,21 +115,30 @@ def int8_source() -> str:
     return "onnxruntime MatMulInteger" if found else "torch._int_mm"
 
 
-def _matmul_fn(precision: str, n: int) -> Any:
+def _matmul_fns(precision: str, n: int) -> dict[str, Any]:
+    """The kernels that can run an n x n x n matmul at `precision`, by name.
+
+    For fp32 and bf16 both `torch.mm` and `F.linear` are tried: they reach different kernels (without
+    native bf16, measured here: `F.linear` bf16 2.0 GFLOP/s against `torch.mm` 0.3), and the models'
+    matmuls are mostly linears.
+    """
     import torch
 
     g = torch.Generator().manual_seed(0)
     if precision == "int8":
         if int8_source().startswith("onnxruntime"):
-            return _ort_int8_matmul(n, torch.get_num_threads())
-        a = torch.randint(-128, 127, (n, n), dtype=torch.int8, generator=g)
-        b = torch.randint(-128, 127, (n, n), dtype=torch.int8, generator=g)
-        return lambda: torch._int_mm(a, b)
+            return {int8_source(): _ort_int8_matmul(n, torch.get_num_threads())}
+        a8 = torch.randint(-128, 127, (n, n), dtype=torch.int8, generator=g)
+        b8 = torch.randint(-128, 127, (n, n), dtype=torch.int8, generator=g)
+        return {"torch._int_mm": lambda: torch._int_mm(a8, b8)}
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
     a = torch.randn(n, n, generator=g).to(dtype)
     b = torch.randn(n, n, generator=g).to(dtype)
     out = torch.empty(n, n, dtype=dtype)
-    return lambda: torch.mm(a, b, out=out)
+    return {
+        "torch.mm": lambda: torch.mm(a, b, out=out),
+        "F.linear": lambda: torch.nn.functional.linear(a, b),
+    }
 
 
 def _best_seconds(fn: Any, budget_s: float, min_runs: int = 3) -> float:
@@ -141,20 +153,24 @@ def _best_seconds(fn: Any, budget_s: float, min_runs: int = 3) -> float:
     return best
 
 
-def measure_matmul_peak(precision: str, budget_s: float = 0.4, max_n: int = 2048) -> tuple[float, int]:
-    """(GFLOP/s, n): best time of an n x n x n matmul, n grown from 256 while one run stays under 50 ms."""
+def measure_matmul_peak(precision: str, budget_s: float = 0.4, max_n: int = 2048) -> tuple[float, int, str]:
+    """(GFLOP/s, n, kernel): the best kernel's best time of an n x n x n matmul, n grown from 256 while
+    one run stays under 50 ms."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     n = 256
     while True:
-        fn = _matmul_fn(precision, n)
-        fn()  # first call: allocation, kernel selection
-        seconds = _best_seconds(fn, 0.0, min_runs=1)
-        if seconds > 0.05 or n >= max_n:
+        fns = _matmul_fns(precision, n)
+        seconds = {}
+        for name, fn in fns.items():
+            fn()  # first call: allocation, kernel selection
+            seconds[name] = _best_seconds(fn, 0.0, min_runs=1)
+        if min(seconds.values()) > 0.05 or n >= max_n:
             break
         n *= 2
-    seconds = _best_seconds(fn, budget_s)
-    return 2.0 * n**3 / seconds / 1e9, n
+    best = {name: _best_seconds(fn, budget_s / len(fns)) for name, fn in fns.items()}
+    kernel = min(best, key=lambda k: best[k])
+    return 2.0 * n**3 / best[kernel] / 1e9, n, kernel
 
 
 def peak_key(threads: int) -> str:
@@ -187,13 +203,20 @@ def measure_peaks(precisions: tuple[str, ...] = PRECISIONS, budget_s: float = 0.
     threads = torch.get_num_threads()
     gflops: dict[str, float | None] = {}
     sizes: dict[str, int] = {}
+    sources: dict[str, str] = {}
     for precision in precisions:
         try:
-            gflops[precision], sizes[precision] = measure_matmul_peak(precision, budget_s)
-        except (RuntimeError, NotImplementedError):  # e.g. no int8 matmul kernel in this build
+            gflops[precision], sizes[precision], sources[precision] = measure_matmul_peak(precision, budget_s)
+        except (RuntimeError, NotImplementedError, ImportError):  # e.g. no int8 kernel in this build
             gflops[precision] = None
-    sources = {p: (int8_source() if p == "int8" else "torch.mm") for p in precisions}
-    return MatmulPeaks(gflops=gflops, threads=threads, key=peak_key(threads), sizes=sizes, sources=sources)
+    return MatmulPeaks(
+        gflops=gflops,
+        threads=threads,
+        key=peak_key(threads),
+        sizes=sizes,
+        sources=sources,
+        load_avg=os.getloadavg()[0],
+    )
 
 
 def default_cache_dir() -> Path:
@@ -213,17 +236,15 @@ def save_peaks(cache_dir: Path, peaks: MatmulPeaks) -> Path:
 
 
 def cached_peaks(cache_dir: Path | None = None, measure: bool = True) -> MatmulPeaks | None:
-    """This machine's peaks at the current thread count: from the cache, else measured and cached."""
+    """This machine's peaks at the current thread count: from the cache `hotloop doctor` writes, else
+    measured now (not cached: only doctor, run deliberately on a quiet machine, writes the cache, so a
+    bench on a busy machine never leaves a low peak behind)."""
     import torch
 
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    key = peak_key(torch.get_num_threads())
-    peaks = load_peaks(cache_dir, key)
+    peaks = load_peaks(cache_dir, peak_key(torch.get_num_threads()))
     if peaks is None and measure:
         peaks = measure_peaks()
-        # An unwritable cache costs a re-measurement next time, nothing else.
-        with contextlib.suppress(OSError):
-            save_peaks(cache_dir, peaks)
     return peaks
 
 

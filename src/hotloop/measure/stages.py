@@ -46,6 +46,8 @@ class StageTimer:
         if "/" in name:
             raise ValueError(f"stage name {name!r} must not contain '/': nesting makes the path")
         path = "/".join([*self._stack, name])
+        if path not in self._order:
+            self._order.append(path)  # on entry: a parent is listed before the stages nested in it
         self._stack.append(name)
         span = None
         if self.cuda:
@@ -65,8 +67,6 @@ class StageTimer:
             elapsed = (time.perf_counter_ns() - t0) / 1e6
             self._stack.pop()
             self._host_ms[path] = self._host_ms.get(path, 0.0) + elapsed
-            if path not in self._order:
-                self._order.append(path)
 
     def end_iteration(self) -> tuple[dict[str, float], dict[str, float]]:
         """Return (host_ms, device_ms) per stage path for the iteration just finished."""

@@ -143,6 +143,32 @@ class PiPolicy:
     def reset(self) -> None:
         self._generator.manual_seed(self.seed)
 
+    @property
+    def spec(self) -> Any:
+        """What it consumes (see hotloop.policy_spec): up to `views` square views of any name (absent
+        ones are masked, so one is enough), the state at the normalised or model size (pi0.5: no more
+        than fits in the prompt beside the default prompt ids, one token per entry), no text prompt
+        without a tokenizer; the actions' meaning is unknown here ("any")."""
+        from hotloop.policy_spec import ImageSpec, PolicySpec
+
+        cfg = self.config
+        size = cfg.vision.image_size
+        stats = self.norm_stats.state
+        known = stats.mean if stats is not None and stats.mean is not None else None
+        state_dim = len(known) if known is not None else cfg.max_state_dim
+        if cfg.pi05:
+            state_dim = max(0, min(state_dim, cfg.max_token_len - len(self.default_prompt_tokens)))
+        return PolicySpec(
+            images=tuple(ImageSpec("*", size, size) for _ in range(cfg.views)),
+            min_views=1,
+            images_as="array",
+            state_dim=state_dim,
+            action_dim=self.action_dim,
+            action_meaning="any",
+            horizon=self.horizon,
+            prompt=self.tokenizer is not None,
+        )
+
     def _images(self, images: Any) -> tuple[torch.Tensor, torch.Tensor]:
         arr = np.asarray(images)
         if arr.ndim == 3:

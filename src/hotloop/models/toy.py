@@ -92,6 +92,16 @@ class ToyPolicy:
     def reset(self) -> None:
         pass
 
+    @property
+    def spec(self) -> Any:
+        """A state vector in, an untrained action chunk out (no images, no meaning)."""
+        from hotloop.policy_spec import PolicySpec
+
+        cfg = self.model.config
+        return PolicySpec(
+            state_dim=cfg.state_dim, action_dim=cfg.action_dim, action_meaning="any", horizon=cfg.horizon
+        )
+
     @torch.inference_mode()
     def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         cfg = self.model.config

@@ -41,9 +41,10 @@ DELAY_KEY = "rtc_delay"
 MAX_GUIDANCE_WEIGHT_KEY = "rtc_max_guidance_weight"
 GUIDED_KEY = "rtc_guided"
 
-# The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor, 10
-# pulled the spliced action closer to the executing chunk than 5 and as close as 20 or 50 (4 states).
-DEFAULT_MAX_GUIDANCE_WEIGHT = 10.0
+# The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor
+# (20 episodes, docs/realtime.md) 20 was the best trade: at 300 ms async's success (15/20) with half its
+# chunk jump; 50 smoothed more but lost success at 300 ms (8/20), 100 lost it at 200 ms, 200 diverged.
+DEFAULT_MAX_GUIDANCE_WEIGHT = 20.0
 
 
 def prefix_weights(delay: int, overlap: int, horizon: int) -> np.ndarray:

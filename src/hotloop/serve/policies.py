@@ -17,14 +17,14 @@ from hotloop.serve.spec import ArraySpec, spec_of, zero_observation
 
 def load_served_policy(target_or_artifact: str, options: Any) -> ServedPolicy:
     """`options` is a `hotloop.targets.TargetOptions`; the policy is built, warmed up and its spec taken."""
-    if Path(target_or_artifact).exists():
+    if Path(target_or_artifact).exists() and not (Path(target_or_artifact) / "manifest.json").is_file():
         raise ConfigError(
-            f"{target_or_artifact!r} is a path; serving a compiled artifact needs hotloop's compile "
-            "package, which this build lacks: pass a target name instead (see `hotloop targets`)"
+            f"{target_or_artifact!r} is a path but not a compiled artifact (no manifest.json): pass a "
+            "target name (see `hotloop targets`) or an artifact from `hotloop compile`"
         )
-    from hotloop.targets import default_targets
+    from hotloop.targets import find_target
 
-    policy = default_targets().get(target_or_artifact).build_policy(target_or_artifact, options)
+    policy = find_target(target_or_artifact).build_policy(target_or_artifact, options)
     return serve_policy(target_or_artifact, policy)
 
 

@@ -15,6 +15,8 @@ from hotloop.cli_errors import user_errors
 
 
 def _parse_sweep(text: str) -> list[float]:
+    import math
+
     from hotloop.errors import ConfigError
 
     try:
@@ -23,9 +25,83 @@ def _parse_sweep(text: str) -> list[float]:
         raise ConfigError(
             f"--sweep-latency {text!r}: write milliseconds separated by commas, e.g. 0,50,100,200"
         ) from None
-    if not values or any(v < 0 for v in values):
-        raise ConfigError(f"--sweep-latency {text!r}: need one or more non-negative milliseconds")
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise ConfigError(f"--sweep-latency {text!r}: need one or more finite, non-negative milliseconds")
     return values
+
+
+def _check_difficulty(task: str, difficulty: str | None) -> None:
+    """`--difficulty` checked against the task's levels now, not in a worker after start-up."""
+    from hotloop.errors import ConfigError
+    from hotloop.sim.tasks import default_tasks
+
+    registry = default_tasks()
+    if difficulty is None or task not in registry:  # other tasks check their own options when made
+        return
+    levels = registry.get(task).difficulties
+    if not levels:
+        raise ConfigError(f"task {task!r} has no difficulty levels; drop --difficulty")
+    if difficulty not in levels:
+        raise ConfigError(f"--difficulty {difficulty!r} is not a level of {task}; use {', '.join(levels)}")
+
+
+def _check_strategy_options(
+    names: list[str],
+    execute_steps: int | None,
+    trigger_remaining: int | None,
+    guidance_weight: float | None = None,
+) -> None:
+    """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
+    when two values of it give two different strategies (their descriptions differ), or when it checks
+    the value (refuses one of them); a value every chosen strategy refuses fails here, before any
+    episode."""
+    import dataclasses
+
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
+
+    options = (  # flag, StrategyConfig field, the value given, a second value to compare with
+        (
+            "--execute-steps",
+            "execute_steps",
+            execute_steps,
+            None if execute_steps is None else execute_steps + 1,
+        ),
+        (
+            "--trigger-remaining",
+            "trigger_remaining",
+            trigger_remaining,
+            None if trigger_remaining is None else trigger_remaining + 1,
+        ),
+        (
+            "--guidance-weight",
+            "max_guidance_weight",
+            guidance_weight,
+            None if guidance_weight is None else 2 * guidance_weight + 1,
+        ),
+    )
+    horizon = 2 + max(int(v) for v in (execute_steps, trigger_remaining, 0) if v is not None)
+    for flag, field, value, other in options:
+        if value is None:
+            continue
+        users = []
+        for name in names:
+            base = StrategyConfig(horizon)
+            first: dict[str, Any] = {field: value}
+            second: dict[str, Any] = {field: other}
+            given = make_strategy(name, dataclasses.replace(base, **first)).describe()
+            try:
+                changed = given != make_strategy(name, dataclasses.replace(base, **second)).describe()
+            except ConfigError:
+                changed = True  # it checks this option: it reads it
+            if changed:
+                users.append(name)
+        if not users:
+            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async or rtc"}.get(flag, "rtc")
+            raise ConfigError(
+                f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
+                f"drop it or add that strategy"
+            )
 
 
 def _check_realtime_options(
@@ -47,7 +123,16 @@ def _check_realtime_options(
 
 
 def record_cmd(
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")],
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ],
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
@@ -60,48 +145,80 @@ def record_cmd(
     recovery_starts: Annotated[
         float, typer.Option(help="fraction of episodes started in a recovery state (box past the gripper)")
     ] = 0.0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.errors import ConfigError
+    from hotloop.interrupts import stop_at_next_boundary
+    from hotloop.io import check_output_dir
+    from hotloop.progress import Progress
     from hotloop.sim.recorder import check_record_options, record
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
 
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
-    from tqdm import tqdm
+    _check_difficulty(task, difficulty)
+    check_output_dir(out, "-o", must_be_empty=True)
+    wins = 0
 
-    bar = tqdm(total=episodes, desc=f"record {task}", unit="ep", dynamic_ncols=True)
-    result = record(
-        task,
-        episodes,
-        out,
-        difficulty=difficulty,
-        seed=seed,
-        action_noise=action_noise,
-        recovery_starts=recovery_starts,
-        progress=lambda i, ok: bar.update(1),
-    )
-    bar.close()
+    def tick(i: int, ok: bool) -> None:
+        nonlocal wins
+        wins += int(ok)
+        bar.update(1, f"expert success {wins}/{i + 1}")
+
+    # Ctrl-C stops after the episode in progress and writes the finished ones (a dataset is written whole
+    # at the end: an exception there would lose every episode).
+    with (
+        stop_at_next_boundary("episode") as stop,
+        Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar,
+    ):
+        result = record(
+            task,
+            episodes,
+            out,
+            difficulty=difficulty,
+            seed=seed,
+            action_noise=action_noise,
+            recovery_starts=recovery_starts,
+            progress=tick,
+            stop=stop,
+            task_kwargs=task_kwargs,
+        )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
         f"expert success {result['successes']}/{result['episodes']}"
     )
+    if result["stopped"]:
+        typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
+        raise typer.Exit(130)
 
 
 def eval_cmd(
     target: Annotated[
         str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
     ],
-    task: Annotated[str, typer.Option(help="task name: conveyor-pick or reach")] = "conveyor-pick",
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ] = "conveyor-pick",
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
         list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
-        str, typer.Option(help="measured, fixed:MS, or a bench JSON (replay:PATH)")
-    ] = "measured",
+        str | None,
+        typer.Option(help="measured (the default), fixed:MS, or a bench JSON (replay:PATH)"),
+    ] = None,
     sweep_latency: Annotated[
         str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
     ] = None,
@@ -139,21 +256,39 @@ def eval_cmd(
         ),
     ] = None,
 ) -> None:
-    """Closed-loop evaluation: simulated time advances while the policy thinks."""
-    from hotloop.io import atomic_write_json
+    """Closed-loop evaluation: simulated time advances while the policy thinks.
+
+    The table goes to stdout, progress and errors to stderr. Exit code 0 when every episode ran (whatever
+    its outcome), 1 when any episode crashed (counted apart from failures), 2 for bad input, 130 when
+    interrupted (the finished episodes are written first).
+    """
+    from hotloop.errors import ConfigError
+    from hotloop.interrupts import first_interrupt_only
+    from hotloop.io import atomic_write_json, check_output_file
     from hotloop.realtime.strategies import default_strategies
     from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
     from hotloop.targets import find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(f"--strategy {','.join(strategy)!r} names no strategy; use sync, chunk or async")
     registry = default_strategies()
     for name in names:
         registry.get(name)
-    default_tasks().get(task)
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
     find_target(target)
-    latencies = [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency]
+    if sweep_latency is not None and latency is not None:
+        raise ConfigError(
+            f"--latency {latency} and --sweep-latency {sweep_latency} both given; the sweep sets the "
+            "latency of each point: drop one"
+        )
+    latencies = (
+        [f"fixed:{ms:g}" for ms in _parse_sweep(sweep_latency)] if sweep_latency else [latency or "measured"]
+    )
     for spec in latencies:
         parse_latency(spec)  # bad specs and files fail before any episode runs
     _check_realtime_options(blend, fallback, deadline_ms, guidance_weight)
@@ -161,61 +296,97 @@ def eval_cmd(
         from hotloop.sim.perception_pipeline import parse_pipeline
 
         parse_pipeline(pipeline)
-    if episodes < 1:
-        from hotloop.errors import ConfigError
-
-        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    _check_strategy_options(names, execute_steps, trigger_remaining, guidance_weight)
+    _check_difficulty(task, difficulty)
+    requests = [
+        EvalRequest(
+            target=target,
+            task=task,
+            task_kwargs=task_kwargs,
+            difficulty=difficulty,
+            strategy=name,
+            latency=spec,
+            episodes=episodes,
+            seed=seed,
+            workers=workers,
+            execute_steps=execute_steps,
+            trigger_remaining=trigger_remaining,
+            num_steps=steps,
+            blend=blend,
+            fallback=fallback,
+            deadline_ms=deadline_ms,
+            guidance_weight=guidance_weight,
+            pipeline=pipeline,
+        )
+        for name in names
+        for spec in latencies
+    ]  # built first: their checks run before any episode
+    check_output_file(json_path, "--json")
+    check_output_file(plot, "--plot")
     runs: list[dict[str, Any]] = []
     interrupted = False
 
-    single = len(names) == 1 and len(latencies) == 1 and not sweep_latency  # the file's shape: by request
+    single = len(requests) == 1 and not sweep_latency  # the file's shape: by request
+
+    write_failed: list[str] = []
 
     def write() -> None:
-        if json_path is not None and runs:
+        if json_path is None or not runs:
+            return
+        try:
             atomic_write_json(json_path, runs[0] if single else {"runs": runs})
+        except OSError as e:  # checked writable at the start, lost since: keep evaluating, show the table
+            if not write_failed:
+                typer.echo(
+                    f"error: cannot write --json {json_path} ({e.strerror or e}); the evaluation goes on "
+                    "and the table shows its results",
+                    err=True,
+                )
+            write_failed.append(str(e))
 
-    for name in names:
-        for spec in latencies:
-            request = EvalRequest(
-                target=target,
-                task=task,
-                difficulty=difficulty,
-                strategy=name,
-                latency=spec,
-                episodes=episodes,
-                seed=seed,
-                workers=workers,
-                execute_steps=execute_steps,
-                trigger_remaining=trigger_remaining,
-                num_steps=steps,
-                blend=blend,
-                fallback=fallback,
-                deadline_ms=deadline_ms,
-                guidance_weight=guidance_weight,
-                pipeline=pipeline,
-            )
+    # The first Ctrl-C stops the point in progress; later presses cannot cut short the save below.
+    with first_interrupt_only():
+        for request in requests:
             result = run_eval(request, progress=not quiet)
             runs.append(result)
             write()  # after every point: Ctrl-C later keeps what finished
             if result["interrupted"]:
                 interrupted = True
                 break
-        if interrupted:
-            break
-    print_table(runs)
-    if plot is not None and runs:
-        plot_sweep(runs, plot)
-        typer.echo(f"wrote {plot}")
-    if pipeline is not None and runs:
-        from hotloop.sim.perception_pipeline import report_budgets
+        print_table(runs)
+        if plot is not None and runs:
+            plot_sweep(runs, plot)
+            typer.echo(f"wrote {plot}")
+        if pipeline is not None and runs:
+            from hotloop.sim.perception_pipeline import report_budgets
 
-        for path in report_budgets(runs, plot):
-            typer.echo(f"wrote {path}")
-    if json_path is not None:
-        typer.echo(f"wrote {json_path}")
+            for path in report_budgets(runs, plot):
+                typer.echo(f"wrote {path}")
+        if json_path is not None and runs and not write_failed:
+            typer.echo(f"wrote {json_path}")
     if interrupted:
         typer.echo("interrupted: wrote the episodes that finished", err=True)
         raise typer.Exit(130)
+    if write_failed:
+        raise typer.Exit(1)
+    crashed = [(r, s) for r in runs for s in r["error_seeds"]]
+    if crashed:
+        first_run, first_seed = crashed[0]
+        reason = next(e["error"] for e in first_run["per_episode"] if e["seed"] == first_seed)
+        reason = reason.strip().splitlines()[-1] if reason.strip() else "no message"
+        if len(runs) == 1:
+            where = "seeds " + ", ".join(str(s) for _, s in crashed[:10])
+        else:  # name the point too: the same seed runs once per point
+            where = ", ".join(
+                f"{r['strategy']['name']} {r['latency']['spec']} seed {s}" for r, s in crashed[:10]
+            )
+        where += ", ..." if len(crashed) > 10 else ""
+        typer.echo(
+            f"error: {len(crashed)} episode(s) crashed ({where}); they are errors, not policy "
+            f"failures, and left out of the success rate. First: {reason}",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def train_demo_cmd(
@@ -234,8 +405,10 @@ def train_demo_cmd(
     """Train the pi0.5-nano demo policy (demo:conveyor) on conveyor-pick expert episodes, on CPU."""
     import dataclasses
 
+    from hotloop.io import check_output_dir
     from hotloop.sim.train_demo import TrainDemoConfig, ship_assets, train_demo
 
+    check_output_dir(out, "-o")
     cfg = TrainDemoConfig(seed=seed)
     updates: dict[str, Any] = {}
     if steps is not None:

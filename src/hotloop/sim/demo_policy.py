@@ -69,6 +69,23 @@ class DemoConveyorPolicy:
     def reset(self) -> None:
         self.pi.reset()
 
+    @property
+    def spec(self) -> Any:
+        """The conveyor-pick observation exactly: the 64 px top view, the 10-number gantry state, and
+        absolute `[x, y, z, grip]` targets."""
+        from hotloop.policy_spec import ImageSpec, PolicySpec
+
+        size = int(self.pi.config.vision.image_size)
+        return PolicySpec(
+            images=(ImageSpec("top", size, size),),
+            min_views=1,
+            images_as="dict",
+            state_dim=10,
+            action_dim=int(self.pi.action_dim),
+            action_meaning="absolute",
+            horizon=self.horizon,
+        )
+
     def model_inputs(self, obs: dict[str, Any]) -> dict[str, Any]:
         """Env observation -> the PiPolicy observation (one view, transformed state, fixed prompt)."""
         return {

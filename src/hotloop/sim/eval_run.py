@@ -7,8 +7,10 @@ strategies or a latency sweep)::
      "episodes", "successes", "success_rate", "success_ci95": [lo, hi],
      "task_time_s": {"mean", "std"}  (successful episodes only),
      "jerk" (m/s^3, mean of per-episode RMS), "chunk_discontinuity" (m, mean jump at chunk boundaries),
-     "errors" (episodes that raised or whose worker died; counted as failures),
-     "interrupted", "wall_s", "seeds": [first, last], "per_episode": [...], "env": {machine fingerprint}}
+     "completed", "failures" (completed episodes that did not succeed), "errors" and "error_seeds"
+     (episodes that raised or whose worker died: neither successes nor failures, and the success rate is
+     over completed episodes), "interrupted", "wall_s", "seeds" (those that ran, each with a record),
+     "per_episode": [...], "env": {machine fingerprint}}
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hotloop.errors import ConfigError
 from hotloop.sim.workers import EpisodeJob, run_episodes
 
 
@@ -35,15 +38,54 @@ class EvalRequest:
     trigger_remaining: int | None = None
     num_steps: int | None = None
     policy_factory: str | None = None
+    task_kwargs: str | None = None  # JSON object for gym:/plugin tasks (--task-kwargs)
     blend: str = "latest"
     fallback: str = "hold"
     deadline_ms: float | None = None
     guidance_weight: float | None = None
     pipeline: str | None = None
 
+    def __post_init__(self) -> None:
+        # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
+        from hotloop.targets import MAX_SEED
+
+        for flag, value, low in (
+            ("--episodes", self.episodes, 1),
+            ("--seed", self.seed, 0),
+            ("--workers", self.workers, 0),
+            ("--steps", self.num_steps, 1),
+            ("--execute-steps", self.execute_steps, 1),
+            ("--trigger-remaining", self.trigger_remaining, 0),
+        ):
+            if value is not None and value < low:
+                raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if self.seed + self.episodes - 1 > MAX_SEED:
+            raise ConfigError(
+                f"--seed {self.seed} with --episodes {self.episodes} passes {MAX_SEED}, the largest seed"
+            )
+
+
+def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
+    """The difficulty an episode really runs at: the one asked for, or the task's default."""
+    if difficulty is not None:
+        return difficulty
+    import importlib
+
+    from hotloop.sim.tasks import default_tasks
+
+    registry = default_tasks()
+    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
+        return None
+    entry = registry.get(task)
+    if not entry.difficulties:
+        return None
+    module, attr = entry.config.split(":")
+    return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
+
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.progress import Progress
     from hotloop.realtime.strategies import make_strategy
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
@@ -61,6 +103,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         num_steps=request.num_steps,
         policy_factory=request.policy_factory,
         threads=threads,
+        task_kwargs=request.task_kwargs,
         blend=request.blend,
         fallback=request.fallback,
         deadline_ms=request.deadline_ms,
@@ -69,32 +112,18 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     )
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=len(seeds),
-            desc=f"{request.strategy} {latency.spec}",
-            unit="ep",
-            dynamic_ncols=True,
-            leave=False,
-        )
-    wins = 0
+    bar = Progress(len(seeds), f"{request.strategy} {latency.spec}", "ep", enabled=progress)
+    wins = crashes = 0
 
     def on_result(record: dict[str, Any]) -> None:
-        nonlocal wins
+        nonlocal wins, crashes
         wins += int(record["success"])
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(success=f"{wins}/{bar.n}")
+        crashes += int(bool(record.get("error")))
+        bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))
 
     t0 = time.perf_counter()
-    try:
+    with bar:
         records, interrupted = run_episodes(job, seeds, request.workers, on_result)
-    finally:
-        if bar is not None:
-            bar.close()
     # Describe the strategy with the horizon the policy showed (or a placeholder when nothing ran).
     try:
         strategy_info = make_strategy(request.strategy, job.strategy_config(16)).describe()
@@ -109,14 +138,14 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     return {
         "target": request.target,
         "task": request.task,
-        "difficulty": request.difficulty,
+        "difficulty": resolved_difficulty(request.task, request.difficulty),
         "strategy": strategy_info,
         "latency": latency.describe(),
         **summarize(records),
         **extra,
         "interrupted": interrupted,
         "wall_s": round(time.perf_counter() - t0, 2),
-        "seeds": [seeds[0], seeds[-1]],
+        "seeds": [r["seed"] for r in records],  # interrupted: only those that ran
         "request": asdict(request),
         "per_episode": records,
         "env": machine_fingerprint(threads),
@@ -132,6 +161,8 @@ def _latency_ms(run: dict[str, Any]) -> float | None:
 
 
 def print_table(runs: list[dict[str, Any]]) -> None:
+    """The results table, on stdout (it is the command's output; progress and errors go to stderr).
+    Success counts are over completed episodes; crashed ones are in their own column."""
     from rich.console import Console
     from rich.table import Table
 
@@ -141,6 +172,7 @@ def print_table(runs: list[dict[str, Any]]) -> None:
         "latency",
         "success",
         "95% CI",
+        "errors",
         "task time s",
         "jerk m/s³",
         "chunk jump mm",
@@ -153,14 +185,15 @@ def print_table(runs: list[dict[str, Any]]) -> None:
         table.add_row(
             r["strategy"]["name"],
             r["latency"]["spec"],
-            f"{r['successes']}/{r['episodes']} ({100 * r['success_rate']:.0f}%)",
-            f"{100 * lo:.0f}–{100 * hi:.0f}%",
+            f"{r['successes']}/{r['completed']} ({100 * r['success_rate']:.0f}%)" if r["completed"] else "-",
+            f"{100 * lo:.0f}–{100 * hi:.0f}%" if r["completed"] else "-",
+            f"[red]{r['errors']}[/red]" if r["errors"] else "0",
             "-" if tt["mean"] is None else f"{tt['mean']:.2f} ± {tt['std']:.2f}",
             "-" if r["jerk"] is None else f"{r['jerk']:.0f}",
             "-" if r["chunk_discontinuity"] is None else f"{1000 * r['chunk_discontinuity']:.1f}",
             f"{r['wall_s']:.0f}",
         )
-    Console(stderr=True, width=max(120, Console(stderr=True).width)).print(table)
+    Console(width=max(120, Console().width)).print(table)
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:

@@ -33,7 +33,8 @@ class SimPlant:
     """The MuJoCo task behind the runner's `Plant` protocol; samples the end effector for jerk."""
 
     env: Any
-    ee: list[np.ndarray] = field(default_factory=list)
+    ee: list[np.ndarray] = field(default_factory=list)  # [None, ...] for a task that tracks no position
+    sample: int = SAMPLE_TICKS  # ticks between samples (gym: tasks, whose tick is a whole step: 1)
     success: bool = False
     failed: bool = False
     _action: np.ndarray | None = None
@@ -52,9 +53,9 @@ class SimPlant:
         env = self.env
         while env.tick < tick:
             # Sample on one 10 ms grid whatever the segment boundaries (jerk needs a uniform step).
-            step = min(SAMPLE_TICKS - env.tick % SAMPLE_TICKS, tick - env.tick)
+            step = min(self.sample - env.tick % self.sample, tick - env.tick)
             self.success, self.failed = env.advance(self._action, step)
-            if env.tick % SAMPLE_TICKS == 0:
+            if env.tick % self.sample == 0:
                 self.ee.append(env.ee_pos())
             if self.success or self.failed:
                 return True
@@ -90,7 +91,7 @@ def run_episode(
         fallback_policy=fallback_policy,
     )
     engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
-    plant = SimPlant(env, [env.ee_pos()])
+    plant = SimPlant(env, [env.ee_pos()], sample=min(SAMPLE_TICKS, env.config.ticks_per_control))
     segments: list[tuple[int, int, int, int]] = []
     by_tick: list[np.ndarray] = []
 
@@ -116,7 +117,7 @@ def run_episode(
             "max": float(np.max(latencies)) if latencies else 0.0,
         },
         "infer_wall_ms": {"mean": float(np.mean(measured)) if measured else 0.0},
-        "jerk": rms_jerk(np.asarray(plant.ee), SAMPLE_TICKS * dt),
+        "jerk": None if plant.ee[0] is None else rms_jerk(np.asarray(plant.ee), plant.sample * dt),
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
         "watchdog": scheduler.watchdog.counters(env.tick),
@@ -132,11 +133,12 @@ def run_episode(
 
 
 def failed_record(seed: int, error: str) -> dict[str, Any]:
-    """A crashed or raising episode: counted as a failure, never skipped."""
+    """A crashed episode (it raised, or its worker died): an error, never a policy failure. It is kept
+    (with its seed and the error) and counted in `errors`, apart from successes and failures."""
     return {
         "seed": seed,
         "success": False,
-        "failed": True,
+        "failed": False,
         "timed_out": False,
         "task_time_s": None,
         "sim_time_s": None,
@@ -152,23 +154,33 @@ def failed_record(seed: int, error: str) -> dict[str, Any]:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Aggregate episode records: success rate + Wilson 95% interval; task time over successes;
-    jerk = mean of per-episode RMS jerk (m/s^3); chunk_discontinuity = mean jump (m) of the commanded
-    position at chunk boundaries, over all boundaries of all episodes."""
-    n = len(records)
-    wins = sum(1 for r in records if r["success"])
+    """Aggregate episode records.
+
+    `episodes` counts every record; `errors` the crashed ones (see `failed_record`); `completed` the
+    rest, which either succeeded or `failures`. The success rate and its Wilson 95% interval are over
+    completed episodes: a crash says nothing about the policy, so it is neither a success nor a failure.
+    Task time is over successes; jerk = mean of per-episode RMS jerk (m/s^3); chunk_discontinuity =
+    mean jump (m) of the commanded position at chunk boundaries, over all boundaries of all episodes.
+    """
+    crashed = [r for r in records if r.get("error")]
+    ran = [r for r in records if not r.get("error")]
+    n = len(ran)
+    wins = sum(1 for r in ran if r["success"])
     lo, hi = wilson_interval(wins, n)
-    times = [r["task_time_s"] for r in records if r["success"] and r["task_time_s"] is not None]
-    jerks = [r["jerk"] for r in records if r.get("jerk") is not None]
-    total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in records)
-    boundaries = sum(r["boundaries"] for r in records)
+    times = [r["task_time_s"] for r in ran if r["success"] and r["task_time_s"] is not None]
+    jerks = [r["jerk"] for r in ran if r.get("jerk") is not None]
+    total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in ran)
+    boundaries = sum(r["boundaries"] for r in ran)
     return {
-        "episodes": n,
+        "episodes": len(records),
+        "completed": n,
         "successes": wins,
+        "failures": n - wins,
+        "errors": len(crashed),
+        "error_seeds": [r["seed"] for r in crashed],
         "success_rate": wins / n if n else 0.0,
         "success_ci95": [lo, hi],
         "task_time_s": mean_std(times),
         "jerk": float(np.mean(jerks)) if jerks else None,
         "chunk_discontinuity": total_jump / boundaries if boundaries else None,
-        "errors": sum(1 for r in records if r.get("error")),
     }

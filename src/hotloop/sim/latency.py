@@ -14,6 +14,7 @@ Draws use the episode's generator, so replayed runs are repeatable per seed.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,8 @@ class LatencyModel:
 
 
 def parse_latency(spec: str) -> LatencyModel:
-    """Parse `measured`, `fixed:MS`, `replay:PATH` or `PATH.json`."""
+    """Parse `measured`, `fixed:MS`, `replay:PATH` or `PATH.json`; anything else is a one-line
+    `ConfigError` naming the value (never a traceback)."""
     spec = spec.strip()
     if spec == "measured":
         return LatencyModel("measured")
@@ -73,50 +75,103 @@ def parse_latency(spec: str) -> LatencyModel:
             ms = float(spec.split(":", 1)[1])
         except ValueError:
             raise ConfigError(
-                f"latency {spec!r}: write fixed:MS with MS a number of milliseconds, e.g. fixed:100"
+                f"--latency {_show(spec)}: write fixed:MS with MS a number of milliseconds, e.g. fixed:100"
             ) from None
-        if not ms >= 0:
-            raise ConfigError(f"latency {spec!r}: milliseconds must be >= 0")
+        if not (math.isfinite(ms) and ms >= 0):
+            raise ConfigError(
+                f"--latency {_show(spec)}: milliseconds must be finite and >= 0, e.g. fixed:100"
+            )
         return LatencyModel("fixed", fixed_ms=ms)
     if spec.startswith("replay:") or spec.endswith(".json"):
-        return load_bench_latency(spec.removeprefix("replay:"))
+        path = spec.removeprefix("replay:").strip()
+        if not path:
+            raise ConfigError(
+                "--latency replay: needs a file, e.g. replay:bench.json from `hotloop bench TARGET --json bench.json`"
+            )
+        return load_bench_latency(path)
     raise ConfigError(
-        f"latency {spec!r} is not understood; use measured, fixed:MS (e.g. fixed:100) or a bench file "
+        f"--latency {_show(spec)} is not understood; use measured, fixed:MS (e.g. fixed:100) or a bench file "
         "(replay:PATH or PATH.json from `hotloop bench --json`)"
     )
 
 
+def _show(value: object) -> str:
+    # Quoted and escaped: a value with a newline or a control character still makes one line.
+    return repr(str(value))
+
+
+def _is_ms(value: object) -> bool:
+    """A latency in milliseconds: a JSON number (not a boolean), finite, >= 0."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
+
+
 def load_bench_latency(path: str | Path) -> LatencyModel:
+    """Read a `hotloop bench --json` result as a latency distribution (see the module doc).
+
+    Every defect of the file (missing, a directory, unreadable, not UTF-8, not JSON, the wrong shape, a
+    value that is not a finite non-negative number of milliseconds) is a one-line `ConfigError`."""
     path = Path(path)
+    name = _show(path)
+    if path.is_dir():
+        raise ConfigError(
+            f"latency file {name} is a directory; pass the JSON file `hotloop bench --json` wrote"
+        )
+    if path.exists() and not path.is_file():
+        raise ConfigError(
+            f"latency file {name} is not a regular file; pass the JSON file `hotloop bench --json` wrote"
+        )
     if not path.is_file():
         raise ConfigError(
-            f"latency file {path} does not exist; write one with `hotloop bench TARGET --json {path}`"
+            f"latency file {name} does not exist; write one with `hotloop bench TARGET --json {path}`"
         )
     try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        text = path.read_bytes().decode("utf-8")
+        doc = json.loads(text)
+    except OSError as e:
+        raise ConfigError(f"latency file {name} cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
         raise ConfigError(
-            f"latency file {path} is not JSON ({e}); pass a `hotloop bench --json` result"
+            f"latency file {name} is not a JSON text file; pass a `hotloop bench --json` result"
         ) from None
-    if isinstance(doc, dict) and isinstance(doc.get("samples_ms"), list) and doc["samples_ms"]:
-        samples = tuple(float(x) for x in doc["samples_ms"])
-        if any(not np.isfinite(x) or x < 0 for x in samples):
-            raise ConfigError(f"latency file {path}: samples_ms must be finite, non-negative milliseconds")
-        return LatencyModel("replay", source=str(path), samples_ms=samples)
-    lat = doc.get("latency_ms") if isinstance(doc, dict) else None
+    except (json.JSONDecodeError, RecursionError) as e:
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        raise ConfigError(
+            f"latency file {name} is not JSON ({reason}); pass a `hotloop bench --json` result"
+        ) from None
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"latency file {name} holds a JSON {type(doc).__name__}, not the object `hotloop bench --json` writes"
+        )
+    samples = doc.get("samples_ms")
+    if samples is not None and samples != []:
+        if not isinstance(samples, list) or not all(_is_ms(x) for x in samples):
+            raise ConfigError(
+                f"latency file {name}: samples_ms must be a list of finite, non-negative milliseconds"
+            )
+        return LatencyModel("replay", source=str(path), samples_ms=tuple(float(x) for x in samples))
+    lat = doc.get("latency_ms")
     if not isinstance(lat, dict):
         raise ConfigError(
-            f"latency file {path} has no 'latency_ms' object (nor 'samples_ms'); it must be the output of "
+            f"latency file {name} has no 'latency_ms' object (nor 'samples_ms'); it must be the output of "
             "`hotloop bench --json`"
         )
-    missing = [k for k, _ in _QUANTILES if not isinstance(lat.get(k), int | float)]
+    missing = [k for k, _ in _QUANTILES if k not in lat]
     if missing:
         raise ConfigError(
-            f"latency file {path}: latency_ms lacks {', '.join(missing)}; re-run `hotloop bench --json`"
+            f"latency file {name}: latency_ms lacks {', '.join(missing)}; re-run `hotloop bench --json`"
         )
-    low = float(lat["min"]) if isinstance(lat.get("min"), int | float) else float(lat["p50"])
+    keys = [k for k, _ in _QUANTILES] + (["min"] if lat.get("min") is not None else [])
+    bad = [k for k in keys if not _is_ms(lat[k])]
+    if bad:
+        raise ConfigError(
+            f"latency file {name}: latency_ms {', '.join(bad)} must be finite, non-negative milliseconds"
+        )
+    low = float(lat["min"]) if lat.get("min") is not None else float(lat["p50"])
     knots = [(0.0, low)] + [(q, float(lat[k])) for k, q in _QUANTILES]
     values = [v for _, v in knots]
     if any(b < a for a, b in zip(values, values[1:], strict=False)):
-        raise ConfigError(f"latency file {path}: latency_ms quantiles must not decrease (got {values})")
+        shown = ", ".join(f"{v:g}" for v in values)
+        raise ConfigError(f"latency file {name}: latency_ms quantiles must not decrease (got {shown})")
     return LatencyModel("replay", source=str(path), quantiles=tuple(knots))

@@ -13,7 +13,6 @@ from hotloop.errors import ConfigError
 from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
-from hotloop.sim.tasks.gantry import ACTION_NAMES, STATE_NAMES
 from hotloop.targets import MAX_SEED
 
 
@@ -56,6 +55,8 @@ def record(
     action_noise: float = 0.0,
     recovery_starts: float = 0.0,
     progress: Callable[[int, bool], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    task_kwargs: str | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
@@ -64,24 +65,35 @@ def record(
     small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
     in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
-    Returns {"episodes", "successes", "success_rate", "frames"}.
+    `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
+    `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
+    Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped"}.
     """
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
-    env = make_task(task, difficulty=difficulty, image_size=image_size)
+    env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs)
     expert = make_expert(task, env)
-    size = env.config.image_size
+    spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
+    shapes = {(i.height, i.width) for i in spec.images}
+    if len(shapes) > 1:
+        raise ConfigError(
+            f"task {task!r} renders views of different sizes {sorted(shapes)}; record needs one size"
+        )
+    height, width = shapes.pop() if shapes else (0, 0)
     writer = DatasetWriter(
         out,
         fps=env.config.control_hz,
-        robot_type="hotloop-gantry",
-        state_names=STATE_NAMES,
-        action_names=ACTION_NAMES,
-        image_keys=["top"],
-        image_shape=(size, size, 3),
+        robot_type=spec.robot_type,
+        state_names=list(spec.state_names),
+        action_names=list(spec.action_names),
+        image_keys=[i.key for i in spec.images],
+        image_shape=(height, width, 3),
     )
     successes = frames = 0
     try:
         for i in range(episodes):
+            if stop is not None and stop():
+                episodes = i  # the rest were never started: write the finished ones
+                break
             episode_seed = seed + i
             noise_rng = np.random.default_rng([episode_seed, 0xDA7])
             start_rng = np.random.default_rng([episode_seed, 0x5747])  # apart: noise draws stay the same
@@ -95,7 +107,8 @@ def record(
                 frames += 1
                 executed = action.copy()
                 if action_noise > 0:
-                    executed[:3] += noise_rng.normal(0.0, action_noise, 3)
+                    xyz = min(3, len(executed))  # the position part of the target
+                    executed[:xyz] += noise_rng.normal(0.0, action_noise, 3)[:xyz]
                 success, failed = env.advance(executed, env.config.ticks_per_control)
                 if success or failed:
                     break
@@ -115,6 +128,7 @@ def record(
             extra_info={
                 "recorder": {
                     "task": task,
+                    "task_kwargs": task_kwargs,
                     "difficulty": difficulty,
                     "seed": seed,
                     "action_noise": action_noise,
@@ -130,4 +144,5 @@ def record(
         "successes": successes,
         "success_rate": successes / max(episodes, 1),
         "frames": frames,
+        "stopped": stop is not None and stop(),
     }

@@ -3,9 +3,10 @@
 Each worker builds its environment and policy once, then runs the episode seeds it is handed one at a
 time over a pipe. The parent waits on every pipe and every process sentinel at once, so a worker that
 dies (a segfault in a native library, an out-of-memory kill) is noticed at once: its episode is recorded
-as a failure with its seed and the error, and a fresh worker takes over the remaining seeds. A Python
-exception inside an episode is a failed episode too (the worker survives). Ctrl-C stops the workers and
-returns what finished, flagged `interrupted`.
+as an error (not a policy failure) with its seed and the error, and a fresh worker takes over the
+remaining seeds. A Python exception inside an episode is an error episode too (the worker survives). Ctrl-C stops the workers and
+returns what finished, flagged `interrupted`; further Ctrl-C presses while the workers stop are noted,
+not raised (`hotloop.interrupts`), so the finished episodes always come back.
 
 Workers ignore SIGINT (the terminal sends it to the whole process group); only the parent decides.
 `workers=0` runs everything in this process (for debugging and tests).
@@ -39,6 +40,7 @@ class EpisodeJob:
     policy_factory: str | None = None  # "module:function" -> Policy, instead of the target table
     threads: int | None = None  # torch threads per worker
     seed: int = 0
+    task_kwargs: str | None = None  # JSON object of keyword arguments for the task (gym:ENV_ID, plugins)
     blend: str = "latest"
     fallback: str = "hold"
     deadline_ms: float | None = None
@@ -71,15 +73,19 @@ class EpisodeRunner:
 
         strategies = default_strategies()
         strategies.get(job.strategy)  # unknown name: fail before building anything
-        job.strategy_config(1)  # bad settings fail here too
+        # Settings that do not depend on the chunk length (the guidance weight) fail here; the ranges of
+        # --execute-steps / --trigger-remaining need the policy's horizon and are checked at its first chunk.
+        job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
         self.scheduler_config = job.scheduler_config()
         self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
         if job.threads is not None:
             import torch
 
             torch.set_num_threads(job.threads)
-        self.env = make_task(job.task, difficulty=job.difficulty)
-        self.policy = build_policy(job)
+        self.env = make_task(job.task, difficulty=job.difficulty, task_kwargs=job.task_kwargs)
+        self.policy = build_policy(
+            job, self.env
+        )  # adapted to the task; a pipeline feeds it task observations
         if job.pipeline:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
@@ -104,28 +110,37 @@ class EpisodeRunner:
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
-            return failed_record(seed, f"{type(e).__name__}: {e}")
+            return failed_record(seed, _describe(e))
 
 
-def build_policy(job: EpisodeJob) -> Any:
+def build_policy(job: EpisodeJob, env: Any) -> Any:
+    """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
+    from hotloop.sim.adapter import adapt
     from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
         import importlib
 
         module, attr = job.policy_factory.split(":")
-        return getattr(importlib.import_module(module), attr)()
-    return find_target(job.target).build_policy(
-        job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
-    )
+        policy = getattr(importlib.import_module(module), attr)()
+    else:
+        policy = find_target(job.target).build_policy(
+            job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
+        )
+    if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
+        policy.bind_task(env)
+    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
 
 
 def _worker(conn: Connection, job: EpisodeJob) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         runner = EpisodeRunner(job)
+    except HotloopError as e:  # bad input: the parent prints the message as it is
+        conn.send(("init_error", str(e), True))
+        return
     except BaseException as e:  # noqa: BLE001 - report why the worker cannot start
-        conn.send(("init_error", f"{type(e).__name__}: {e}", isinstance(e, HotloopError)))
+        conn.send(("init_error", _describe(e), False))
         return
     conn.send(("ready", None, None))
     while True:
@@ -139,6 +154,12 @@ def _worker(conn: Connection, job: EpisodeJob) -> None:
             return
         except BaseException:  # noqa: BLE001
             conn.send(("done", seed, _crash_record(seed, traceback.format_exc(limit=3))))
+
+
+def _describe(e: BaseException) -> str:
+    """An unexpected exception as a user reads it: the message, the kind in brackets for a bug report."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+    return f"{text} ({type(e).__name__})"
 
 
 def _crash_record(seed: int, error: str) -> dict[str, Any]:
@@ -162,6 +183,18 @@ def run_episodes(
     on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Play every seed; returns (records in seed order, interrupted)."""
+    from hotloop.interrupts import first_interrupt_only
+
+    with first_interrupt_only():
+        return _run_episodes(job, seeds, workers, on_result)
+
+
+def _run_episodes(
+    job: EpisodeJob,
+    seeds: list[int],
+    workers: int,
+    on_result: Callable[[dict[str, Any]], None] | None,
+) -> tuple[list[dict[str, Any]], bool]:
     results: dict[int, dict[str, Any]] = {}
 
     def finish(record: dict[str, Any]) -> None:

@@ -1,7 +1,14 @@
 """The task registry: names to environment factories, imported only when a task is made.
 
 `make_task("conveyor-pick", difficulty="hard")` builds an environment; an unknown task or difficulty is
-answered with the known names (exit 2 at the CLI).
+answered with the known names (exit 2 at the CLI). Three kinds of task names:
+
+- the built-in gantry tasks (`conveyor-pick`, `reach`);
+- `gym:ENV_ID`: any registered gymnasium environment, keyword arguments from `--task-kwargs` (a JSON
+  object), wrapped by `hotloop.sim.tasks.gym_task.GymTask`;
+- a name from the `hotloop.tasks` entry-point group: a user's package declares, in its pyproject,
+  `[project.entry-points."hotloop.tasks"] my-task = "my_pkg.tasks:make"`; `make(**task_kwargs)` returns
+  either a gymnasium env (wrapped like `gym:`) or an object with the task interface of `GymTask`.
 """
 
 from __future__ import annotations
@@ -59,10 +66,68 @@ def _resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def make_task(name: str, difficulty: str | None = None, image_size: int | None = None) -> Any:
-    """Build the environment for task `name` (a `GantryEnv`)."""
+ENTRY_POINT_GROUP = "hotloop.tasks"
+GYM_PREFIX = "gym:"
+
+
+def plugin_tasks() -> dict[str, Any]:
+    """Installed `hotloop.tasks` entry points by name (not loaded)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def check_task(name: str) -> None:
+    """Raise the CLI's one-line error if `name` is no task (cheap: builds nothing)."""
+    if name.startswith(GYM_PREFIX):
+        if not name[len(GYM_PREFIX) :].strip():
+            raise ConfigError("--task gym: needs an environment id, e.g. gym:FetchReach-v4")
+        from hotloop.sim.tasks.gym_task import env_spec
+
+        env_spec(name[len(GYM_PREFIX) :])  # an unknown id fails here, before any worker starts
+        return
+    registry = default_tasks()
+    if name in registry or name in plugin_tasks():
+        return
+    plugins = sorted(plugin_tasks())
+    extra = f" Plugins ({ENTRY_POINT_GROUP}): {', '.join(plugins)}." if plugins else ""
+    from hotloop.errors import UnknownNameError
+
+    raise UnknownNameError(f"{registry.unknown_message(name)}.{extra} Or gym:ENV_ID for a gymnasium env.")
+
+
+def make_task(
+    name: str,
+    difficulty: str | None = None,
+    image_size: int | None = None,
+    task_kwargs: str | dict[str, Any] | None = None,
+) -> Any:
+    """Build the environment for task `name` (a `GantryEnv`, or a `GymTask` for gym: and plugins)."""
     import dataclasses
 
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
+
+    kwargs = task_kwargs if isinstance(task_kwargs, dict) else parse_task_kwargs(task_kwargs)
+    builtin = name in default_tasks()
+    if difficulty is not None and not builtin:
+        raise ConfigError(f"task {name!r} has no difficulty levels; drop --difficulty")
+    if name.startswith(GYM_PREFIX):
+        check_task(name)
+        from hotloop.sim.tasks.gym_task import GymTask
+
+        return GymTask.make(name[len(GYM_PREFIX) :], kwargs, image_size=image_size)
+    if not builtin and name in plugin_tasks():
+        try:
+            env = plugin_tasks()[name].load()(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"--task-kwargs for plugin task {name!r} were not accepted: {e}") from None
+        if hasattr(env, "advance") and hasattr(env, "task_spec"):
+            return env
+        from hotloop.sim.tasks.gym_task import GymTask
+
+        return GymTask.wrap(env, name, image_size=image_size)
+    if kwargs:
+        raise ConfigError(f"task {name!r} takes no --task-kwargs (gym: and plugin tasks do)")
     entry = default_tasks().get(name)
     config_cls = _resolve(entry.config)
     config = config_cls()
@@ -76,4 +141,14 @@ def make_task(name: str, difficulty: str | None = None, image_size: int | None =
 
 
 def make_expert(name: str, env: Any) -> Any:
+    profile = getattr(env, "profile", None)
+    if profile is not None:  # a GymTask: its profile names the expert, if hotloop has one
+        if not profile.expert:
+            raise ConfigError(f"task {name!r} has no scripted expert in hotloop; record one of your own")
+        return _resolve(profile.expert)(env)
+    if name not in default_tasks():
+        expert = getattr(env, "make_expert", None)
+        if expert is None:
+            raise ConfigError(f"task {name!r} has no scripted expert (its env has no make_expert())")
+        return expert()
     return _resolve(default_tasks().get(name).expert)(env)

@@ -256,6 +256,25 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
             self._renderer.close()
             self._renderer = None
 
+    @property
+    def task_spec(self) -> Any:
+        """What this task provides to a policy (see hotloop.policy_spec)."""
+        from hotloop.policy_spec import ImageSpec, TaskSpec
+
+        size = self.config.image_size
+        return TaskSpec(
+            name=self.task_name,
+            images=(ImageSpec("top", size, size),),  # the key observe() uses
+            state_names=tuple(STATE_NAMES),
+            action_names=tuple(ACTION_NAMES),
+            ee_state=(0, 1, 2),
+            action_low=(*map(float, WORKSPACE_LOW), 0.0),
+            action_high=(*map(float, WORKSPACE_HIGH), 1.0),
+            prompt=self.prompt,
+            fps=self.config.control_hz,
+            robot_type="hotloop-gantry",
+        )
+
     def hold_action(self) -> np.ndarray:
         """The last commanded target: what the robot keeps doing while nobody tells it otherwise."""
         return self._hold.copy()

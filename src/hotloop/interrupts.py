@@ -1,0 +1,74 @@
+"""Ctrl-C that cannot lose finished work.
+
+The first Ctrl-C stops the work as usual (KeyboardInterrupt); what follows it (stopping workers,
+writing the episodes that finished) must not be cut short by an impatient second or third press, which
+used to lose every finished episode. Inside `first_interrupt_only()` later presses are counted and
+reported on stderr, not raised. Nested uses share the outer count, so an inner block that has handled
+the first press does not make the next one raise again in the outer block's save.
+
+Work made of short units (recording expert episodes) uses `stop_at_next_boundary()` instead: Ctrl-C
+never raises there, the loop stops after the unit in progress and writes the rest.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+
+class _FirstOnly:
+    """A SIGINT handler: raise on the first press, note the later ones."""
+
+    def __init__(self) -> None:
+        self.presses = 0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        self.presses += 1
+        if self.presses == 1:
+            raise KeyboardInterrupt
+        print("interrupt noted: saving the finished work first", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def first_interrupt_only() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; elsewhere nothing changes
+        return
+    if isinstance(signal.getsignal(signal.SIGINT), _FirstOnly):
+        yield  # an outer block already counts the presses
+        return
+    previous = signal.signal(signal.SIGINT, _FirstOnly())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def stop_at_next_boundary(what: str) -> Iterator[Callable[[], bool]]:
+    """Ctrl-C asks the work to stop at its next boundary (the end of the `what` in progress) instead of
+    raising: the loop polls the returned function and writes what finished. For work made of short
+    units (an expert episode takes seconds) that keeps everything but the unit in progress."""
+    presses = [0]
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        presses[0] += 1
+        print(
+            f"interrupt: stopping after the {what} in progress, then writing the finished ones",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: presses[0] > 0
+    finally:
+        signal.signal(signal.SIGINT, previous)

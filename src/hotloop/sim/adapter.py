@@ -1,0 +1,196 @@
+"""The one adapter between a policy and a task: `adapt(policy, task_spec)`.
+
+It reads the policy's `PolicySpec` and the task's `TaskSpec` once, decides every mapping up front
+(which task view feeds which policy view, at what size; how the state is padded or cropped; how the
+actions are cropped, padded or turned absolute) and then applies it on every observation. What it
+cannot map is a `ConfigError` naming the mismatch, raised before any episode runs:
+
+- the policy needs more camera views (or a named view) than the task renders;
+- the policy needs a state and the task has none;
+- a trained policy returns fewer action dimensions than the task needs (only "any"-meaning, i.e.
+  untrained, policies are padded);
+- "ee_delta" actions on a task that does not say where its end effector is.
+
+A policy without a spec (a user's `--policy-factory`) gets the task's observation unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError
+from hotloop.policy_spec import ImageSpec, PolicySpec, TaskSpec
+
+
+def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(H, W, 3) uint8 -> (height, width, 3) uint8: keep the aspect ratio, pad with black (openpi's
+    resize_with_pad), bilinear."""
+    h, w = image.shape[:2]
+    if (h, w) == (height, width):
+        return image
+    from PIL import Image
+
+    ratio = max(h / height, w / width)
+    nh, nw = max(1, round(h / ratio)), max(1, round(w / ratio))
+    resized = np.asarray(
+        Image.fromarray(np.ascontiguousarray(image)).resize((nw, nh), Image.Resampling.BILINEAR)
+    )
+    out = np.zeros((height, width, 3), dtype=np.uint8)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    out[top : top + nh, left : left + nw] = resized
+    return out
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """Every mapping decided once: `views[i]` = (task view key, policy view spec)."""
+
+    views: tuple[tuple[str, ImageSpec], ...]
+    images_as: str
+    state_dim: int | None
+    task_state_dim: int
+    action_dim: int
+    task_action_dim: int
+    action_pad: tuple[float, ...]  # values for the task's action dims the policy does not produce
+    ee_delta: tuple[int, ...]  # state indices added to the first actions ("ee_delta" policies)
+    prompt: bool
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "views": [
+                {"task": key, "policy": spec.key, "size": [spec.height, spec.width]}
+                for key, spec in self.views
+            ],
+            "state": f"{self.task_state_dim} -> {self.state_dim}"
+            if self.state_dim is not None
+            else "not used",
+            "actions": f"{self.action_dim} -> {self.task_action_dim}",
+            "action_pad": list(self.action_pad),
+            "ee_delta": bool(self.ee_delta),
+        }
+
+
+def plan(policy_spec: PolicySpec, task: TaskSpec, policy_name: str = "the policy") -> Adaptation:
+    """Decide the mapping, or raise ConfigError naming what cannot be adapted."""
+    where = f"{policy_name} on task {task.name!r}"
+    provided = {i.key: i for i in task.images}
+    used: set[str] = set()
+    views: list[tuple[str, ImageSpec]] = []
+    for want in policy_spec.images:  # named views first take their own; "*" views take the rest in order
+        if want.key != "*" and want.key in provided:
+            used.add(want.key)
+    free = [i.key for i in task.images if i.key not in used]
+    for want in policy_spec.images:
+        if want.key == "*":
+            if free:
+                views.append((free.pop(0), want))
+        elif want.key in provided:
+            views.append((want.key, want))
+    if len(views) < policy_spec.min_views:
+        needed = [i.key for i in policy_spec.images[: policy_spec.min_views]]
+        raise ConfigError(
+            f"cannot adapt {where}: it needs {policy_spec.min_views} camera view(s) {needed} and the task "
+            f"renders {[i.key for i in task.images] or 'none'}"
+        )
+    if policy_spec.state_dim and task.state_dim == 0:
+        raise ConfigError(
+            f"cannot adapt {where}: it needs a state of {policy_spec.state_dim} numbers and the task has none"
+        )
+    d_policy, d_task = policy_spec.action_dim, task.action_dim
+    pad: tuple[float, ...] = ()
+    if d_policy < d_task:
+        if policy_spec.action_meaning != "any":
+            raise ConfigError(
+                f"cannot adapt {where}: it returns {d_policy} action dimension(s) and the task needs "
+                f"{d_task} ({', '.join(task.action_names)})"
+            )
+        lo = np.asarray(task.action_low or [0.0] * d_task, dtype=np.float64)
+        hi = np.asarray(task.action_high or [0.0] * d_task, dtype=np.float64)
+        pad = tuple(float(v) for v in ((lo + hi) / 2)[d_policy:])
+    ee: tuple[int, ...] = ()
+    if policy_spec.action_meaning == "ee_delta":
+        if len(task.ee_state) != 3:
+            raise ConfigError(
+                f"cannot adapt {where}: its actions are end-effector deltas and the task does not name "
+                "its end-effector position in the state"
+            )
+        ee = task.ee_state
+    return Adaptation(
+        views=tuple(views),
+        images_as=policy_spec.images_as,
+        state_dim=policy_spec.state_dim,
+        task_state_dim=task.state_dim,
+        action_dim=d_policy,
+        task_action_dim=d_task,
+        action_pad=pad,
+        ee_delta=ee,
+        prompt=policy_spec.prompt,
+    )
+
+
+class AdaptedPolicy:
+    """A policy seen through an `Adaptation`: takes the task's observation, returns the task's actions."""
+
+    def __init__(self, policy: Any, adaptation: Adaptation) -> None:
+        self.policy = policy
+        self.adaptation = adaptation
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def observation(self, obs: dict[str, Any]) -> dict[str, Any]:
+        a = self.adaptation
+        out: dict[str, Any] = {}
+        if a.views:
+            images = {
+                spec.key if spec.key != "*" else key: resize_with_pad(
+                    np.asarray(obs["images"][key], dtype=np.uint8), spec.height, spec.width
+                )
+                for key, spec in a.views
+            }
+            out["images"] = np.stack(list(images.values())) if a.images_as == "array" else images
+        if a.state_dim is not None:
+            state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)[: a.state_dim]
+            out["state"] = np.pad(state, (0, a.state_dim - state.size))
+        if a.prompt and "prompt" in obs:
+            out["prompt"] = obs["prompt"]
+        return out
+
+    def actions(self, actions: Any, state: Any) -> np.ndarray:
+        a = self.adaptation
+        x = np.asarray(actions, dtype=np.float64)
+        if x.ndim == 3 and x.shape[0] == 1:
+            x = x[0]
+        if x.ndim != 2 or x.shape[1] != a.action_dim:
+            raise ConfigError(
+                f"the policy returned actions of shape {x.shape}; its spec says (horizon, {a.action_dim})"
+            )
+        x = x[:, : a.task_action_dim]
+        if a.action_pad:
+            x = np.concatenate([x, np.broadcast_to(a.action_pad, (len(x), len(a.action_pad)))], axis=1)
+        if a.ee_delta:
+            x = x.copy()
+            x[:, :3] += np.asarray(state, dtype=np.float64)[list(a.ee_delta)]
+        return x.astype(np.float32)
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = self.policy.infer(self.observation(obs))
+        if not isinstance(out, dict) or "actions" not in out:
+            raise ConfigError("policy.infer must return a dict with an 'actions' array (horizon, action_dim)")
+        return {"actions": self.actions(out["actions"], obs.get("state"))}
+
+
+def policy_spec_of(policy: Any) -> PolicySpec | None:
+    spec = getattr(policy, "spec", None)
+    return spec if isinstance(spec, PolicySpec) else None
+
+
+def adapt(policy: Any, task: TaskSpec, policy_name: str = "the policy") -> Any:
+    """Wrap `policy` for `task` through its spec; a policy without a spec is returned as it is."""
+    spec = policy_spec_of(policy)
+    if spec is None:
+        return policy
+    return AdaptedPolicy(policy, plan(spec, task, policy_name))

@@ -1,0 +1,249 @@
+"""`gym:ENV_ID`: any gymnasium environment as a hotloop task.
+
+The evaluator's clock is the environment's: one tick is one native `env.step` (`physics_dt` = the
+env's `dt`), and the policy's action is an absolute target, held tick after tick while the policy
+thinks. Where the env takes deltas (Fetch moves its gripper by `0.05 * action` per step), the held
+target is turned into that step's delta from the current end-effector position, every tick, so holding
+means staying put rather than drifting. Success is the env's own `info["is_success"]` (or
+`info["success"]`); an episode ends on success, on `terminated` without it (a failure) or at the time
+limit (`max_episode_steps`). `reset(seed=s)` seeds the env's own generator explicitly, so episode `s`
+is the same start everywhere.
+
+What is known about an env family (its state layout, end effector, delta scale, cameras, prompt,
+scripted expert) lives in `gym_profiles.py`; an env without a profile runs with its flattened
+observation as the state, its native action as the (absolute) action, and the images of its own
+MuJoCo model when it has one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError
+from hotloop.sim.tasks.gym_profiles import GymProfile, profile_for
+
+
+@dataclass(frozen=True)
+class GymTaskConfig:
+    """The clock and views of a wrapped env (the attributes the evaluator and recorder read)."""
+
+    physics_dt: float  # seconds per native step
+    time_limit_s: float
+    image_size: int = 64
+    ticks_per_control: int = 1  # the policy acts every native step
+
+    @property
+    def control_hz(self) -> float:
+        return 1.0 / (self.physics_dt * self.ticks_per_control)
+
+
+def parse_task_kwargs(text: str | None) -> dict[str, Any]:
+    """`--task-kwargs` JSON object -> dict; anything else is a one-line ConfigError."""
+    if text is None or text == "":
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"--task-kwargs {text!r} is not JSON ({e.msg}); write an object, e.g. '{{\"max_episode_steps\": 100}}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"--task-kwargs must be a JSON object of keyword arguments (got {type(value).__name__})"
+        )
+    return value
+
+
+def env_spec(env_id: str, profile: GymProfile | None = None) -> Any:
+    """The registered EnvSpec of `env_id` (after the profile's package registered its envs), or the
+    one-line ConfigError; cheap enough to check a --task before any worker starts."""
+    import gymnasium as gym
+
+    (profile or profile_for(env_id)).register()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ConfigError(f"--task gym:{env_id}: {e}") from None
+
+
+def _make_env(env_id: str, kwargs: dict[str, Any], profile: GymProfile) -> Any:
+    """gym.make with the profile's registration and spec fix-ups; kwargs already merged."""
+    import gymnasium as gym
+
+    spec = profile.patch_spec(env_spec(env_id, profile))
+    try:
+        return gym.make(spec, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"--task-kwargs for gym:{env_id} were not accepted: {e}") from None
+
+
+def _max_episode_steps(env: Any) -> int | None:
+    """The time limit: the spec's, or that of a TimeLimit wrapper on an unregistered env."""
+    import gymnasium as gym
+
+    if env.spec is not None and env.spec.max_episode_steps:
+        return int(env.spec.max_episode_steps)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
+
+
+class GymTask:
+    """A gymnasium env behind the evaluator's task interface (see module docstring)."""
+
+    def __init__(self, env: Any, task_name: str, profile: GymProfile, image_size: int | None = None) -> None:
+        """Wrap a made env (use `make` for an env id, `wrap` for a plugin's env)."""
+        self.env = env
+        self.task_name = task_name
+        self.profile = profile
+        size = image_size or profile.image_size
+        dt = self.profile.step_dt(self.env)
+        steps = _max_episode_steps(self.env)
+        if not steps:
+            raise ConfigError(
+                f"{task_name} has no time limit; pass --task-kwargs '{{\"max_episode_steps\": N}}' "
+                "(a plugin: wrap its env in gymnasium.wrappers.TimeLimit)"
+            )
+        self.config = GymTaskConfig(dt, steps * dt, size)
+        self.prompt = self.profile.prompt
+        self.tick = 0
+        self._obs: Any = None
+        self._info: dict[str, Any] = {}
+        self._success = self._failed = False
+        self._views = self.profile.views(self.env, self.config.image_size)
+        obs, info = self.env.reset(seed=0)  # learn the state size and image shapes once
+        self._obs, self._info = obs, info
+        self._state_dim = len(self.profile.state(obs, self.env))
+        self._image_shapes = {k: v.shape for k, v in self._render().items()}
+        self._hold = self.profile.initial_target(self._obs, self.env)
+        import gymnasium as gym
+
+        low, high = self.profile.action_bounds(self.env)
+        self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
+
+    @classmethod
+    def make(
+        cls, env_id: str, kwargs: dict[str, Any] | None = None, image_size: int | None = None
+    ) -> GymTask:
+        if image_size is not None and not 16 <= image_size <= 512:
+            raise ConfigError(f"image size must be in [16, 512] (got {image_size})")
+        profile = profile_for(env_id)
+        size = image_size or profile.image_size
+        env = _make_env(env_id, {**profile.default_kwargs(size), **dict(kwargs or {})}, profile)
+        return cls(env, f"gym:{env_id}", profile, size)
+
+    @classmethod
+    def wrap(cls, env: Any, task_name: str, image_size: int | None = None) -> GymTask:
+        """A plugin's gymnasium env, with the profile of its id when it has one."""
+        env_id = env.spec.id if getattr(env, "spec", None) is not None else task_name
+        return cls(env, task_name, profile_for(env_id), image_size)
+
+    # --- the task interface ----------------------------------------------------------------------
+    @property
+    def task_spec(self) -> Any:
+        from hotloop.policy_spec import ImageSpec, TaskSpec
+
+        low, high = self.profile.action_bounds(self.env)
+        return TaskSpec(
+            name=self.task_name,
+            images=tuple(ImageSpec(k, s[0], s[1]) for k, s in self._image_shapes.items()),
+            state_names=tuple(self.profile.state_names(self._state_dim)),
+            action_names=tuple(self.profile.action_names(self.env)),
+            ee_state=self.profile.ee_state if len(self.profile.ee_state) == 3 else (),
+            action_low=tuple(float(v) for v in low),
+            action_high=tuple(float(v) for v in high),
+            prompt=self.prompt,
+            fps=self.config.control_hz,
+            robot_type=self.task_name,
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        if seed is None:
+            raise ConfigError("gym tasks are reset with an explicit seed (episode seeds come from --seed)")
+        self._obs, self._info = self.env.reset(seed=int(seed), options=options)
+        self.env.action_space.seed(int(seed))
+        self.tick = 0
+        self._success = self._failed = False
+        self._hold = self.profile.initial_target(self._obs, self.env)
+        return self.observe(), self.info()
+
+    def advance(self, action: np.ndarray, ticks: int) -> tuple[bool, bool]:
+        """Hold the absolute target `action` for `ticks` native steps; stops at success or failure."""
+        target = np.asarray(action, dtype=np.float64).reshape(-1)
+        if target.shape != self.action_space.shape:
+            raise ConfigError(
+                f"action must have shape {self.action_space.shape} = {self.profile.action_names(self.env)} "
+                f"(got {target.shape})"
+            )
+        if not np.all(np.isfinite(target)):
+            raise ConfigError(f"action must be finite (got {target.tolist()})")
+        self._hold = np.clip(target, self.action_space.low, self.action_space.high)
+        for _ in range(ticks):
+            native = self.profile.native_action(self._hold, self._obs, self.env)
+            self._obs, _, terminated, truncated, self._info = self.env.step(native)
+            self.tick += 1
+            self._success = self.profile.success(self._info)
+            self._failed = bool(terminated) and not self._success
+            if self._success or self._failed:
+                break
+        return self._success, self._failed
+
+    def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
+        success, failed = self.advance(action, self.config.ticks_per_control)
+        return self.observe(), float(success), success or failed, self.timed_out and not success, self.info()
+
+    def state(self) -> np.ndarray:
+        return np.asarray(self.profile.state(self._obs, self.env), dtype=np.float32)
+
+    def observe(self, render: bool = True) -> dict[str, Any]:
+        obs: dict[str, Any] = {"state": self.state(), "prompt": self.prompt}
+        if render:
+            obs["images"] = self._render()
+        return obs
+
+    def _render(self) -> dict[str, np.ndarray]:
+        if self._views is not None:
+            return self._views.render()
+        return self.profile.render_views(self.env)
+
+    def ee_pos(self) -> np.ndarray | None:
+        """The tracked position (for the jerk metric), in the env's units; None where none is known."""
+        if not self.profile.ee_state:
+            return None
+        return self.state()[list(self.profile.ee_state)].astype(np.float64)
+
+    def hold_action(self) -> np.ndarray:
+        return np.asarray(self._hold, dtype=np.float64).copy()
+
+    @property
+    def time_s(self) -> float:
+        return self.tick * self.config.physics_dt
+
+    @property
+    def timed_out(self) -> bool:
+        return self.time_s >= self.config.time_limit_s - 1e-9
+
+    def info(self) -> dict[str, Any]:
+        """JSON-ready facts about the episode so far (recorded per episode)."""
+        out: dict[str, Any] = {"time_s": self.time_s, "is_success": bool(self._success)}
+        for key, value in self._info.items():
+            if key in ("success", "is_success", "seed", "reset_options"):
+                continue  # the recorder writes these itself
+            if isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating):
+                out[key] = value.item() if isinstance(value, np.generic) else value
+        return out
+
+    def raw_observation(self) -> Any:
+        """The env's own last observation (scripted experts read it)."""
+        return self._obs
+
+    def close(self) -> None:
+        if self._views is not None:
+            self._views.close()
+        self.env.close()
