@@ -255,12 +255,21 @@ _add_compile_commands()
 
 
 def _add_compress_commands() -> None:
-    from hotloop.compress.recipe_commands import add_commands
+    from hotloop.compress.commands import add_commands
 
     add_commands(app)
 
 
 _add_compress_commands()
+
+
+def _add_recipe_commands() -> None:
+    from hotloop.compress.recipe_commands import add_commands
+
+    add_commands(app)
+
+
+_add_recipe_commands()
 
 
 def _usage_line(exc: Exception) -> str:

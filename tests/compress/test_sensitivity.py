@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,13 @@ def test_sensitivity_ranks_the_fragile_layer_first(fragile) -> None:  # type: ig
     plan = mixed_precision(result, probe, Tolerance(cos=0.9995), 4, adapter.gripper_dim)
     assert plan["met"] and plan["error"]["cosine"] >= 0.9995
     assert "blocks.1.down_proj" in plan["fp32_layers"]["denoise_step"]
-    assert plan["quantized_units"]  # not everything went back to fp32
+    no_gain = {u.key for u in result.units if u.gain_ms is not None and u.gain_ms <= 0}
+    assert set(plan["fp32_no_gain_units"]) == no_gain  # nothing is quantized that gains nothing here
+    # With every unit gaining the same, the search returns the fragile one (most error) first and stops.
+    even = replace(result, units=[replace(u, gain_ms=1.0) for u in result.units])
+    plan = mixed_precision(even, probe, Tolerance(cos=0.9995), 4, adapter.gripper_dim)
+    assert plan["met"] and plan["fp32_units"][0] == "denoise_step/blocks.1.down_proj"
+    assert len(plan["quantized_units"]) > len(result.units) // 2
 
 
 def test_block_granularity_groups_layers(fragile) -> None:  # type: ignore[no-untyped-def]

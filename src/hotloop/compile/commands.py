@@ -29,7 +29,21 @@ def compile_cmd(
     backends: Annotated[
         list[str] | None, typer.Option(help="backends to try (comma list), default all")
     ] = None,
-    precisions: Annotated[list[str] | None, typer.Option(help="precisions to try: fp32,bf16")] = None,
+    precisions: Annotated[
+        list[str] | None,
+        typer.Option(help="precisions to try: fp32,bf16,int8,int8-dynamic,int8-weight,int4-weight"),
+    ] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="recorded episodes (LeRobot v3 dir) to calibrate static int8 on"),
+    ] = None,
+    calibration_frames: Annotated[
+        int, typer.Option("--calibration-frames", help="frames sampled from --calibration")
+    ] = 256,
+    mixed_plan: Annotated[
+        Path | None,
+        typer.Option("--mixed-plan", help="`hotloop sensitivity --json` output: its fp32 layers stay fp32"),
+    ] = None,
     inductor_modes: Annotated[
         str, typer.Option(help="inductor modes to try: default,max-autotune")
     ] = "default",
@@ -71,6 +85,13 @@ def compile_cmd(
         progress=not quiet,
     )
     _check_modes(config.inductor_modes)
+    if "int8" in config.precisions and calibration is None:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(
+            "--precisions int8 is static int8 and needs --calibration DIR (recorded episodes, "
+            "`hotloop record TASK -o DIR`); or use int8-dynamic"
+        )
     check_output_dir(out, "-o")
     if json_path is not None:
         _check_writable(json_path)
@@ -96,6 +117,12 @@ def compile_cmd(
         from hotloop.targets import TargetOptions
 
         source = pi_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
+        if calibration is not None or mixed_plan is not None:
+            from hotloop.compress.commands import compression_plan_config
+
+            config = compression_plan_config(
+                config, target, source, calibration, calibration_frames, mixed_plan, seed, log
+            )
         plan = plan_pi(source, config, log)
         result = plan.result
         art = write_pi_artifact(source, plan, out, config)

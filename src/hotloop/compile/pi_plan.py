@@ -74,6 +74,7 @@ class EngineSets:
     def __init__(self, model: PiModel, shape: PiEngineShape) -> None:
         self.model, self.shape = model, shape
         self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
+        self.calibration_inputs: dict[int, Any] = {}  # per engine set, for static int8 candidates
 
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
@@ -121,7 +122,19 @@ def check_candidate(
     ref_engines = sets.get(torch.float32)
     own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
     graph = own[cand.sub_engine]
-    runner = safe_prepare(cand, graph, config.threads)
+    extra: dict[str, Any] = {}
+    if cand.precision not in ("fp32", "bf16"):
+        from hotloop.compile.backends.base import BackendError
+        from hotloop.compress.capture import plan_options
+
+        try:
+            extra = plan_options(
+                cand.precision, cand.sub_engine, cand.variant, own, source, config, sets.calibration_inputs
+            )
+        except BackendError as exc:
+            cand.status, cand.reason = "unavailable", str(exc)
+            return
+    runner = safe_prepare(cand, graph, config.threads, extra)
     if runner is None:
         return
     ref = ref_engines[cand.sub_engine]
@@ -320,8 +333,34 @@ def write_pi_artifact(
             },
             compile_s={c.sub_engine: c.compile_s for c in plan.chosen.values()},
             policy=source.policy,
+            precision_plan=precision_plan(plan, config),
+            compression=compression_entry(config),
         )
         return writer.commit({**manifest, **(extra or {})})
     except BaseException:
         writer.abort()
         raise
+
+
+def precision_plan(plan: PiPlan, config: PlanConfig) -> dict[str, Any]:
+    """Per sub-engine: backend, precision, and for quantized ones the layers kept fp32 (mixed plans)."""
+    from hotloop.compress.fake_quant import PROTECTED
+
+    out: dict[str, Any] = {}
+    for cand in plan.chosen.values():
+        entry: dict[str, Any] = {"backend": cand.backend, "precision": cand.precision}
+        if cand.precision not in ("fp32", "bf16"):
+            key = "denoise_step" if cand.sub_engine.startswith("denoise") else cand.sub_engine
+            entry["fp32_layers"] = list(config.fp32_layers.get(key, []))
+            entry["fp32_always"] = list(PROTECTED)
+        out[cand.sub_engine] = entry
+    return out
+
+
+def compression_entry(config: PlanConfig) -> dict[str, Any] | None:
+    if config.calibration is None and not config.fp32_layers:
+        return None
+    return {
+        "calibration": None if config.calibration is None else config.calibration.manifest_entry(),
+        "mixed_precision": bool(config.fp32_layers),
+    }

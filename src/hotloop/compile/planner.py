@@ -46,6 +46,10 @@ class PlanConfig:
     iterations: int = 20
     threads: int | None = None
     progress: bool = True
+    # Quantized precisions (hotloop.compress): calibration observations for static int8, and the
+    # layers a mixed-precision plan keeps fp32 ({sub-engine: [layer names]}).
+    calibration: Any = None
+    fp32_layers: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.budget_ms > 0:
@@ -131,8 +135,10 @@ def candidate_specs(
                     yield cand
 
 
-def prepare(cand: Candidate, graph: Graph, threads: int | None) -> Runner:
-    options = dict(cand.options)
+def prepare(
+    cand: Candidate, graph: Graph, threads: int | None, extra: dict[str, Any] | None = None
+) -> Runner:
+    options = {**cand.options, **(extra or {})}
     if threads is not None and cand.backend in ("onnxruntime", "openvino"):
         options["threads"] = threads
     return get_backend(cand.backend).prepare(graph, cand.precision, options)
@@ -207,11 +213,13 @@ def output_table(candidates: list[Candidate]) -> list[dict[str, Any]]:
     return [c.to_dict() for c in candidates]
 
 
-def safe_prepare(cand: Candidate, graph: Graph, threads: int | None) -> Runner | None:
+def safe_prepare(
+    cand: Candidate, graph: Graph, threads: int | None, extra: dict[str, Any] | None = None
+) -> Runner | None:
     """Prepare, or mark the candidate failed with the backend's own message (the op it cannot run)."""
     t0 = time.perf_counter()
     try:
-        runner = prepare(cand, graph, threads)
+        runner = prepare(cand, graph, threads, extra)
     except BackendError as exc:
         cand.status, cand.reason = "failed", str(exc)
         return None

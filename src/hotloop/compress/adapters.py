@@ -69,9 +69,7 @@ def check_fits(adapter: TargetAdapter, dataset: Any, flag: str = "--data") -> No
     if not keys:
         raise ConfigError(f"{where} has no camera images; {adapter.name} needs at least one view")
     if adapter.image_keys is not None and any(k not in keys for k in adapter.image_keys):
-        raise ConfigError(
-            f"{where} has cameras {keys}; {adapter.name} needs {list(adapter.image_keys)}"
-        )
+        raise ConfigError(f"{where} has cameras {keys}; {adapter.name} needs {list(adapter.image_keys)}")
     if adapter.image_keys is None and len(keys) > cfg.views:
         raise ConfigError(f"{where} has {len(keys)} cameras; {adapter.name} takes at most {cfg.views} views")
     if cfg.pi05 and state_dim + 1 > cfg.max_token_len:
@@ -170,7 +168,9 @@ def select(obs: PiObservation, index: slice | list[int]) -> PiObservation:
     )
 
 
-def load_target(target: str, dataset: Any, seed: int = 0, num_steps: int | None = None) -> tuple[Any, TargetAdapter]:
+def load_target(
+    target: str, dataset: Any, seed: int = 0, num_steps: int | None = None
+) -> tuple[Any, TargetAdapter]:
     """(fp32 model, adapter) of a pi target (seeded random weights) or a shipped demo policy."""
     from hotloop.compile.sources import check_pi_target
     from hotloop.targets import TargetOptions

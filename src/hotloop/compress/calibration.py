@@ -108,9 +108,7 @@ def kept_frames(state: np.ndarray, action: np.ndarray, scale: np.ndarray, min_ch
     return kept
 
 
-def choose_frames(
-    kept: dict[int, tuple[list[int], int]], spec: CalibrationSpec
-) -> list[tuple[int, int]]:
+def choose_frames(kept: dict[int, tuple[list[int], int]], spec: CalibrationSpec) -> list[tuple[int, int]]:
     """(episode, frame) pairs spread evenly over (episode, phase) cells, seeded."""
     rng = np.random.default_rng(spec.seed)
     cells: list[list[int]] = []

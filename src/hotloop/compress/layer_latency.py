@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 @contextlib.contextmanager
 def quiet_ort_quantization() -> Iterator[None]:
     """ONNX Runtime's quantizer logs a pre-processing hint on the root logger for every model."""
@@ -68,9 +69,7 @@ def _time(path: Path, x: np.ndarray, iterations: int, threads: int) -> float:
     return best
 
 
-def matmul_gain_ms(
-    m: int, k: int, n: int, mode: str, threads: int = 1, iterations: int = 20
-) -> float | None:
+def matmul_gain_ms(m: int, k: int, n: int, mode: str, threads: int = 1, iterations: int = 20) -> float | None:
     """fp32 time minus quantized time (ms) of one (m, k) x (k, n) product, cached per shape; None when
     this ONNX Runtime has no kernel to measure the mode with (4-bit needs the `onnx_ir` package)."""
     if mode == "int4-weight":

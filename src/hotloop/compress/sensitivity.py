@@ -163,7 +163,9 @@ class ActionProbe:
         for sub in SUB_ENGINES:
             for name, layer in linear_layers(self.module(sub)).items():
 
-                def hook(mod: nn.Module, args: tuple[Tensor, ...], key: tuple[str, str] = (sub, name)) -> None:
+                def hook(
+                    mod: nn.Module, args: tuple[Tensor, ...], key: tuple[str, str] = (sub, name)
+                ) -> None:
                     x = args[0]
                     rows = max(1, x.numel() // x.shape[-1] // self.batch)
                     calls = seen.get(key, (0, (0, 0, 0)))[0] + 1
@@ -227,9 +229,7 @@ def measure_sensitivity(
     everything = probe.run_with(_by_sub(results), config.mode)
     all_err = action_error(probe.reference, everything, action_dim, gripper_dim)
     return (
-        SensitivityResult(
-            target, config.mode, config.granularity, results, all_err, calib.manifest_entry()
-        ),
+        SensitivityResult(target, config.mode, config.granularity, results, all_err, calib.manifest_entry()),
         probe,
     )
 
@@ -260,10 +260,14 @@ def mixed_precision(
     action_dim: int,
     gripper_dim: int | None = None,
 ) -> dict[str, Any]:
-    """Return units to fp32 (see `restore_order`) until the whole quantized plan meets `tolerance`."""
-    quantized = list(result.units)
+    """Return units to fp32 (see `restore_order`) until the whole quantized plan meets `tolerance`.
+
+    Units whose measured gain is not positive stay fp32 from the start: quantizing them costs accuracy
+    and buys nothing on this machine."""
+    no_gain = [u for u in result.units if u.gain_ms is not None and u.gain_ms <= 0]
+    quantized = [u for u in result.units if u not in no_gain]
     history = []
-    order = restore_order(result.units)
+    order = restore_order(quantized)
     err = result.all_quantized
     restored: list[UnitResult] = []
     agreement = compare_actions(probe.reference[..., :action_dim], probe.reference[..., :action_dim])
@@ -271,20 +275,23 @@ def mixed_precision(
         got = probe.run_with(_by_sub(quantized), result.mode) if quantized else probe.reference
         err = action_error(probe.reference, got, action_dim, gripper_dim)
         agreement = compare_actions(probe.reference[..., :action_dim], got[..., :action_dim])
-        history.append({"fp32_units": len(restored), "cosine": err.cosine, "worst_dim_error": err.worst_dim_error})
+        history.append(
+            {"fp32_units": len(restored), "cosine": err.cosine, "worst_dim_error": err.worst_dim_error}
+        )
         if tolerance.violation(agreement) is None or not quantized:
             break
         unit = order[len(restored)]
         restored.append(unit)
         quantized = [u for u in quantized if u.key != unit.key]
     fp32_layers: dict[str, list[str]] = {}
-    for u in restored:
+    for u in no_gain + restored:
         fp32_layers.setdefault(u.sub_engine, []).extend(u.layers)
     gain = [u.gain_ms for u in quantized]
     return {
         "tolerance": tolerance.spec,
         "met": tolerance.violation(agreement) is None,
         "fp32_units": [u.key for u in restored],
+        "fp32_no_gain_units": [u.key for u in no_gain],
         "fp32_layers": fp32_layers,
         "quantized_units": [u.key for u in quantized],
         "error": err.to_dict(),

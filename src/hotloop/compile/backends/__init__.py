@@ -2,10 +2,13 @@
 
 | name        | precisions | runs                                                               |
 |-------------|------------|--------------------------------------------------------------------|
-| eager       | fp32, bf16 | the PyTorch module as is (the reference)                           |
+| eager       | fp32, bf16 | the PyTorch module as is (the reference); int8-dynamic, int8-weight|
+|             |            | through torchao                                                    |
 | inductor    | fp32, bf16 | torch.compile with freezing (mode default or max-autotune)         |
-| onnxruntime | fp32       | the graph exported to ONNX; CPU EP, CUDA / TensorRT EPs when there |
-| openvino    | fp32, bf16 | OpenVINO IR; bf16 through INFERENCE_PRECISION_HINT, f32 pinned     |
+| onnxruntime | fp32       | the graph exported to ONNX; CPU EP, CUDA / TensorRT EPs when there;|
+|             |            | int8 (static, calibrated), int8-dynamic (hotloop.compress.quantize)|
+| openvino    | fp32, bf16 | OpenVINO IR; bf16 through INFERENCE_PRECISION_HINT, f32 pinned;    |
+|             |            | int8, int8-dynamic, int4-weight through NNCF                       |
 | tensorrt    | fp32, bf16 | TensorRT engine from the ONNX export (only where installed + GPU)  |
 """
 
@@ -27,7 +30,7 @@ _TABLE: tuple[tuple[str, str], ...] = (
     ("openvino", "hotloop.compile.backends.openvino:OpenVinoBackend"),
     ("tensorrt", "hotloop.compile.backends.tensorrt:TensorRtBackend"),
 )
-PRECISION_NAMES = ("fp32", "bf16")
+PRECISION_NAMES = ("fp32", "bf16", "int8", "int8-dynamic", "int8-weight", "int4-weight")
 
 
 def backend_names() -> list[str]:

@@ -25,6 +25,7 @@ class TorchRunner(Runner):
     backend = "eager"
 
     def __init__(self, graph: Graph, precision: str, fn: Any) -> None:
+        self.options: dict[str, Any] = {}  # what `save` records (a quantized plan's fp32 layers)
         if graph.module is None:
             raise BackendError(
                 f"backend {self.backend} needs a PyTorch module; graph {graph.name!r} is an ONNX file "
@@ -35,6 +36,10 @@ class TorchRunner(Runner):
         with torch.no_grad(), op_errors(self.backend, graph.name):
             first = fn(*inputs)
         super().__init__(graph, precision, inputs, output_buffers(first))
+
+    def save(self, folder: Path) -> PreparedFiles:
+        # A torchao plan is rebuilt from the source weights at load; its fp32 layers travel as options.
+        return PreparedFiles(options=dict(self.options))
 
     def _run(self) -> None:
         with torch.no_grad():
@@ -58,7 +63,7 @@ class TorchRunner(Runner):
 
 class EagerBackend:
     name = "eager"
-    precisions = ("fp32", "bf16")
+    precisions = ("fp32", "bf16", "int8-dynamic", "int8-weight")
 
     def unavailable_reason(self) -> str | None:
         return None
@@ -67,12 +72,20 @@ class EagerBackend:
         return None
 
     def graph_dtype(self, precision: str) -> torch.dtype:
-        return module_dtype(precision)
+        return torch.float32 if precision.startswith("int") else module_dtype(precision)
 
     def required_features(self, precision: str) -> list[str]:
         return []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
+        if precision.startswith("int"):
+            from hotloop.compress.quantize import quantize_torchao
+
+            with op_errors(self.name, graph.name):
+                module = quantize_torchao(graph.module, precision, options)
+            runner = TorchRunner(graph, precision, module)
+            runner.options = {k: v for k, v in options.items() if k == "fp32_layers"}
+            return runner
         return TorchRunner(graph, precision, graph.module)
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:

@@ -146,7 +146,7 @@ def _to_numpy(x: torch.Tensor) -> np.ndarray:
 
 class OnnxRuntimeBackend:
     name = "onnxruntime"
-    precisions = ("fp32",)
+    precisions = ("fp32", "int8", "int8-dynamic")
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -156,8 +156,8 @@ class OnnxRuntimeBackend:
         return None
 
     def precision_reason(self, precision: str) -> str | None:
-        if precision != "fp32":
-            return f"onnxruntime runs fp32 only here (no {precision} CPU kernels)"
+        if precision not in self.precisions:
+            return f"onnxruntime runs fp32 and int8 only here (no {precision} CPU kernels)"
         return None
 
     def graph_dtype(self, precision: str) -> torch.dtype:
@@ -167,13 +167,30 @@ class OnnxRuntimeBackend:
         return []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
-        if graph.module is None:
+        calibration = options.get("calibration")
+        options = {k: v for k, v in options.items() if k != "calibration"}  # runtime only, never saved
+        if graph.module is None and precision == "fp32":
             return OnnxRuntimeRunner(graph, precision, Path(graph.path), options)  # type: ignore[attr-defined]
         from hotloop.compile.export import export_onnx
 
         # The export lives as long as the runner (tests and the planner never keep these directories).
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-onnx-")
-        path = export_onnx(graph, Path(self._tmp.name) / MODEL_FILE)
+        if graph.module is None:
+            path = Path(graph.path)  # type: ignore[attr-defined]
+        else:
+            path = export_onnx(graph, Path(self._tmp.name) / MODEL_FILE)
+        if precision != "fp32":
+            from hotloop.compress.quantize import quantize_onnx
+
+            with op_errors(self.name, graph.name):
+                path = quantize_onnx(
+                    path,
+                    Path(self._tmp.name) / f"quantized-{MODEL_FILE}",
+                    precision,
+                    {**options, "calibration": calibration},
+                    graph.input_names,
+                    graph.name,
+                )
         runner = OnnxRuntimeRunner(graph, precision, path, options)
         runner._tmp = self._tmp  # type: ignore[attr-defined]
         return runner

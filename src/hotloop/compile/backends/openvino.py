@@ -17,7 +17,6 @@ from hotloop.compile.backends.base import Graph, PreparedFiles, Runner, input_bu
 from hotloop.compile.cpu_features import NATIVE_BF16
 
 XML_FILE, BIN_FILE = "model.xml", "model.bin"
-_HINT = {"fp32": "f32", "bf16": "bf16"}
 _TORCH = {
     "f32": torch.float32,
     "i64": torch.int64,
@@ -25,6 +24,15 @@ _TORCH = {
     "boolean": torch.bool,
     "f16": torch.float16,
 }
+
+
+def openvino_config(precision: str) -> dict[str, Any]:
+    """CPU plugin settings: quantized graphs (hotloop.compress.quantize) run their float parts in f32;
+    int8-dynamic asks the plugin to quantize activations per group of 32 at run time."""
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
+    if precision == "int8-dynamic":
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
+    return config
 
 
 def _core() -> Any:
@@ -42,7 +50,7 @@ class OpenVinoRunner(Runner):
         self.model = model
         self.options = dict(options)
         config: dict[str, Any] = {
-            "INFERENCE_PRECISION_HINT": _HINT[precision],
+            **openvino_config(precision),
             "PERFORMANCE_HINT": "LATENCY",
             "NUM_STREAMS": 1,
         }
@@ -87,7 +95,7 @@ class OpenVinoRunner(Runner):
         import openvino as ov
 
         compiled = _core().compile_model(
-            self.model, "CPU", {"INFERENCE_PRECISION_HINT": _HINT[self.precision], "PERF_COUNT": True}
+            self.model, "CPU", {**openvino_config(self.precision), "PERF_COUNT": True}
         )
         request = compiled.create_infer_request()
         for i, x in enumerate(self.inputs):
@@ -104,7 +112,7 @@ class OpenVinoRunner(Runner):
 
 class OpenVinoBackend:
     name = "openvino"
-    precisions = ("fp32", "bf16")
+    precisions = ("fp32", "bf16", "int8", "int8-dynamic", "int4-weight")
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -129,6 +137,8 @@ class OpenVinoBackend:
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         import openvino as ov
 
+        calibration = options.get("calibration")
+        options = {k: v for k, v in options.items() if k != "calibration"}  # runtime only, never saved
         with op_errors(self.name, graph.name):
             if graph.module is None:
                 model = _core().read_model(str(graph.path))  # type: ignore[attr-defined]
@@ -142,6 +152,12 @@ class OpenVinoBackend:
                         port: ov.PartialShape(list(x.shape))
                         for port, x in zip(model.inputs, graph.example_inputs, strict=True)
                     }
+                )
+            if precision not in ("fp32", "bf16"):
+                from hotloop.compress.quantize import quantize_openvino
+
+                model = quantize_openvino(
+                    model, precision, {**options, "calibration": calibration}, graph.name
                 )
         return OpenVinoRunner(graph, precision, model, options)
 
