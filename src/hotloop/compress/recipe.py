@@ -39,7 +39,7 @@ STEPS: dict[str, str] = {
     "steps": "steps:N run N Euler denoising steps instead of the reference's",
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
     "sparse24": "2:4 semi-structured sparsity of the VLM and expert linears (no CPU speedup expected)",
-    "quantize": "reduced precisions (bf16) per sub-engine, chosen by the compile planner within tolerance",
+    "quantize": "int8 (static with --data, dynamic), bf16 per sub-engine, chosen by the planner within tolerance",
     "compile": "choose backends per sub-engine (eager, inductor, onnxruntime, openvino) by measurement",
 }
 EXIT_TOLERANCE = 3
@@ -137,6 +137,7 @@ class Inputs:
     obs: PiObservation
     actions: Tensor | None
     calibration: dict[str, Any] | None
+    calibration_set: Any = None  # the CalibrationSet static int8 calibrates on (with --data)
 
 
 def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
@@ -152,7 +153,7 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         calib = load_calibration(
             config.data, adapter, CalibrationSpec(count=config.calibration_frames, seed=config.seed)
         )
-        return Inputs(calib.obs, calib.actions, calib.manifest_entry())
+        return Inputs(calib.obs, calib.actions, calib.manifest_entry(), calib)
     n = config.calibration_frames
     if config.target.startswith("demo:"):
         from hotloop.sim.demo_policy import build_policy
@@ -209,7 +210,9 @@ def apply_step(
         new.model = copy.deepcopy(cand.model)
         new.sparsity = new.details = semi_structured_2_4(new.model)
     elif step.name == "quantize":
-        new.precisions = ("bf16", "fp32")
+        # compress-quant's precisions through the planner: static int8 needs the recorded calibration set
+        quant = ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
+        new.precisions = (*quant, "bf16", "fp32")
     elif step.name == "compile":
         new.backends = config.backends
     for p in new.model.parameters():
@@ -220,7 +223,7 @@ def apply_step(
 
 # ---- judging a candidate ---------------------------------------------------------------------------------
 def write_candidate(
-    cand: Candidate, source: Any, config: RecipeConfig, dest: Path, extra: dict[str, Any]
+    cand: Candidate, source: Any, config: RecipeConfig, dest: Path, extra: dict[str, Any], inputs: Inputs
 ) -> dict[str, Any]:
     """Plan (compile's planner, this candidate's backends x precisions) and write its artifact."""
     from dataclasses import replace
@@ -241,9 +244,12 @@ def write_candidate(
         iterations=max(5, config.bench_iters // 2),
         threads=config.threads,
         progress=False,
+        calibration=inputs.calibration_set if "int8" in cand.precisions else None,
     )
     plan = plan_pi(src, plan_config)
-    precision_plan = {
+    from hotloop.compile.pi_plan import compression_entry
+
+    chosen = {
         stage: {
             "sub_engine": c.sub_engine,
             "backend": c.backend,
@@ -252,8 +258,11 @@ def write_candidate(
         }
         for stage, c in plan.chosen.items()
     }
-    write_pi_artifact(src, plan, dest, plan_config, extra={**extra, "precision_plan": precision_plan})
-    return precision_plan
+    # compile writes `precision_plan` (per sub-engine, with the layers kept fp32); the recipe's history
+    # goes into `compression` beside the quantization's calibration entry.
+    compression = {**extra["compression"], "quantization": compression_entry(plan_config)}
+    write_pi_artifact(src, plan, dest, plan_config, extra={"compression": compression})
+    return chosen
 
 
 def _first(obs: PiObservation) -> PiObservation:
@@ -372,7 +381,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
                 "calibration": inputs.calibration,
                 "tolerance": config.tolerance.spec,
             }
-            plan = write_candidate(cand, source, config, dest, {"compression": compression})
+            plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs)
             figures = judge(dest, reference, eval_inputs, noise, config, action_dim)
             row = {
                 "step": step.label,
