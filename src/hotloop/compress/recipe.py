@@ -92,6 +92,9 @@ class RecipeConfig:
     out: Path
     data: Path | None = None
     episodes: int = 0  # closed-loop episodes per step (targets with a task); 0 skips
+    # Success is judged at a fixed simulated latency so that it measures the actions, not this machine's
+    # load; `measured` replays each step's own inference time.
+    eval_latency: str = "fixed:0"
     task: str = "conveyor-pick"
     calibration_frames: int = 32
     eval_observations: int = 8
@@ -318,10 +321,12 @@ def judge(
                 episodes=config.episodes,
                 workers=config.workers,
                 seed=config.seed,
+                latency=config.eval_latency,
             ),
             progress=config.progress,
         )
         figures["success"] = {
+            "latency": config.eval_latency,
             "episodes": run["episodes"],
             "success_rate": run["success_rate"],
             "success_ci95": run["success_ci95"],

@@ -25,6 +25,10 @@ def compress_cmd(
     episodes: Annotated[
         int, typer.Option(help="closed-loop episodes per step (targets with a task; 0 skips)")
     ] = 0,
+    eval_latency: Annotated[
+        str,
+        typer.Option(help="simulated latency of the closed-loop runs, e.g. fixed:0, fixed:100 or measured"),
+    ] = "fixed:0",
     calibration_frames: Annotated[int, typer.Option(help="observations to calibrate / distill on")] = 32,
     eval_observations: Annotated[int, typer.Option(help="observations the action error is judged on")] = 8,
     distill_steps: Annotated[int, typer.Option(help="optimizer steps per distillation")] = 100,
@@ -45,8 +49,10 @@ def compress_cmd(
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
     from hotloop.io import atomic_write_json
+    from hotloop.sim.latency import parse_latency
 
     steps = parse_recipe(recipe)
+    parse_latency(eval_latency)
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     check_backend_names(list(names))
     config = RecipeConfig(
@@ -56,6 +62,7 @@ def compress_cmd(
         out=out,
         data=data,
         episodes=episodes,
+        eval_latency=eval_latency,
         calibration_frames=calibration_frames,
         eval_observations=eval_observations,
         distill_steps=distill_steps,
