@@ -74,7 +74,9 @@ def test_round_trip_engine_reproduces_sample_actions(art: tuple[Path, dict]) -> 
 
     out, _ = art
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["precision_plan"] is None and "compression" in manifest
+    # Every plan records its precision per sub-engine; only compressed plans carry a `compression` entry.
+    assert {e["precision"] for e in manifest["precision_plan"].values()} == {"fp32"}
+    assert manifest["compression"] is None
     assert manifest["source_weights_sha256"] and "weights.safetensors" in manifest["files"]
     assert manifest["machine"]["class"]["arch"]
     engine = hotloop.Engine.load(out, threads=1)
