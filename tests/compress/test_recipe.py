@@ -72,3 +72,18 @@ def test_a_step_that_breaks_the_tolerance_exits_3_keeping_the_best(tmp_path: Pat
     comp = json.loads((out / "manifest.json").read_text())["compression"]
     assert comp["applied"] == [] and comp["num_steps"] == 10  # the reference is what passed
     assert comp["stopped"].startswith("step steps:1")
+
+
+def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
+    for flags, message in (
+        (["--tolerance", "cosine"], "--tolerance"),
+        (["--eval-latency", "soon"], "soon"),
+        (["--backends", "eager,tpu"], "tpu"),
+        (["--data", str(tmp_path / "none")], "--data"),
+    ):
+        res = runner.invoke(
+            app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]
+        )
+        assert res.exit_code == 2, (flags, res.output)
+        assert message in res.output, (flags, res.output)
+    assert not (tmp_path / "a").exists()
