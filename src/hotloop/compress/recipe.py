@@ -7,6 +7,8 @@ measured the way a user would: final-action agreement with the fp32 10-step refe
 noise (worst observation), trajectory smoothness, latency distribution through the bench harness
 (`hotloop bench ART`), closed-loop success through `hotloop eval ART` for targets with a task. A step
 that breaks the tolerance stops the recipe: the last passing artifact is kept (exit 3 from the CLI).
+Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until the recipe finishes, so
+rerunning an interrupted command resumes its distillation from the last checkpoint.
 
 Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:N`, `sparse24`,
 `quantize`, `compile`. `distill` recovers whatever was removed before it (prune first, then distill),
@@ -361,69 +363,67 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         noise.zero_()
     reference = sample_actions(teacher, eval_inputs.obs, noise=noise, num_steps=source.shape.num_steps)
 
+    # Kept when a run is interrupted or crashes: rerunning the same command resumes its distillation
+    # from the last checkpoint there (a checkpoint of other settings is refused, not reused).
     work = config.out.resolve().parent / f".{config.out.name}.work"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=True)
     cand = Candidate(teacher, source.shape.num_steps)
     rows: list[dict[str, Any]] = []
     best: Path | None = None
     stopped: str | None = None
     t_all = time.perf_counter()
-    try:
-        for i, step in enumerate((RecipeStep("reference"), *config.recipe)):
-            t0 = time.perf_counter()
-            if i:
-                log(f"step {i}/{len(config.recipe)}: {step.label}")
-                cand = apply_step(step, cand, teacher, inputs, config, work)
-            dest = work / f"{i:02d}-{step.name}"
-            compression = {
-                "recipe": [s.label for s in config.recipe],
-                "applied": cand.applied,
-                "num_steps": cand.num_steps,
-                "sparsity": cand.sparsity,
-                "parameters": count_parameters(cand.model),
-                "teacher_parameters": count_parameters(teacher),
-                "calibration": inputs.calibration,
-                "tolerance": config.tolerance.spec,
-            }
-            plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs)
-            figures = judge(dest, reference, eval_inputs, noise, config, action_dim)
-            row = {
-                "step": step.label,
-                "num_steps": cand.num_steps,
-                "parameters": compression["parameters"],
-                "precision_plan": plan,
-                "details": cand.details,
-                **figures,
-                "seconds": round(time.perf_counter() - t0, 2),
-            }
-            rows.append(row)
-            log(_row_line(row))
-            if figures["violation"] is not None:
-                stopped = (
-                    f"step {step.label} broke the tolerance {config.tolerance.spec}: {figures['violation']}"
-                )
-                log(stopped)
-                break
-            best = dest
-        assert best is not None or stopped is not None
-        report = {
-            "target": config.target,
+    for i, step in enumerate((RecipeStep("reference"), *config.recipe)):
+        t0 = time.perf_counter()
+        if i:
+            log(f"step {i}/{len(config.recipe)}: {step.label}")
+            cand = apply_step(step, cand, teacher, inputs, config, work)
+        dest = work / f"{i:02d}-{step.name}"
+        shutil.rmtree(dest, ignore_errors=True)  # a previous, interrupted run's candidate
+        compression = {
             "recipe": [s.label for s in config.recipe],
+            "applied": cand.applied,
+            "num_steps": cand.num_steps,
+            "sparsity": cand.sparsity,
+            "parameters": count_parameters(cand.model),
+            "teacher_parameters": count_parameters(teacher),
+            "calibration": inputs.calibration,
             "tolerance": config.tolerance.spec,
-            "rows": rows,
-            "stopped": stopped,
-            "artifact": None,
-            "kept_step": None,
-            "seconds": round(time.perf_counter() - t_all, 2),
         }
-        if best is not None:
-            _finalize(best, config.out, report)
-            report["artifact"] = str(config.out)
-            report["kept_step"] = rows[int(best.name[:2])]["step"]
-        return report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs)
+        figures = judge(dest, reference, eval_inputs, noise, config, action_dim)
+        row = {
+            "step": step.label,
+            "num_steps": cand.num_steps,
+            "parameters": compression["parameters"],
+            "precision_plan": plan,
+            "details": cand.details,
+            **figures,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+        rows.append(row)
+        log(_row_line(row))
+        if figures["violation"] is not None:
+            stopped = f"step {step.label} broke the tolerance {config.tolerance.spec}: {figures['violation']}"
+            log(stopped)
+            break
+        best = dest
+    assert best is not None or stopped is not None
+    report = {
+        "target": config.target,
+        "recipe": [s.label for s in config.recipe],
+        "tolerance": config.tolerance.spec,
+        "rows": rows,
+        "stopped": stopped,
+        "artifact": None,
+        "kept_step": None,
+        "seconds": round(time.perf_counter() - t_all, 2),
+    }
+    if best is not None:
+        _finalize(best, config.out, report)
+        report["artifact"] = str(config.out)
+        report["kept_step"] = rows[int(best.name[:2])]["step"]
+    shutil.rmtree(work, ignore_errors=True)
+    return report
 
 
 def _finalize(best: Path, out: Path, report: dict[str, Any]) -> None:
