@@ -195,6 +195,14 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "hotloop.sim.demo_policy:build_policy",
         ),
     ),
+    (
+        "demo:conveyor-vision",
+        TargetEntry(
+            "the shipped pi0.5-mini policy for conveyor-pick that sees the box only through the camera",
+            "hotloop.sim.vision_demo:build_bench",
+            "hotloop.sim.vision_demo:build_policy",
+        ),
+    ),
 )
 
 

@@ -112,6 +112,7 @@ def test_configs_registry_sizes() -> None:
         "pi0:tiny",
         "pi05:tiny",
         "pi05:nano",
+        "pi05:mini",
     }
     full = get_pi_config("pi05:full")
     assert (full.vlm.width, full.vlm.depth, full.vlm.mlp_dim, full.expert.width, full.vision.width) == (

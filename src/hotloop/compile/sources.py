@@ -81,10 +81,11 @@ def pi_source(target: str, options: Any) -> PiSource:
 
 
 def demo_source(target: str, options: Any) -> PiSource:
-    from hotloop.sim.demo_policy import build_policy
     from hotloop.sim.tasks import make_task
+    from hotloop.targets import default_targets
 
-    demo = build_policy(target.split(":", 1)[1], options)
+    # Through the registry: each demo target has its own adapter (demo:conveyor-vision drops the box).
+    demo = default_targets().get(target).build_policy(target, options)
     pi = demo.pi
     env = make_task(demo.meta.get("task", "conveyor-pick"), difficulty=demo.meta.get("difficulty"))
     raw, _ = env.reset(seed=options.seed)
@@ -112,15 +113,19 @@ def demo_source(target: str, options: Any) -> PiSource:
     return PiSource(target, pi.model.float().eval(), shape, obs, noise, policy)
 
 
+DEMO_TARGETS = ("demo:conveyor", "demo:conveyor-vision")
+
+
 def is_onnx_target(target: str) -> bool:
     return target.endswith(".onnx")
 
 
 def check_pi_target(target: str) -> None:
     family = target.split(":", 1)[0]
-    if ":" not in target or (family not in PI_FAMILIES and target != "demo:conveyor"):
+    if ":" not in target or (family not in PI_FAMILIES and target not in DEMO_TARGETS):
         raise ConfigError(
-            f"cannot compile target {target!r}: use a pi target (pi05:small, pi0:tiny...), demo:conveyor, "
+            f"cannot compile target {target!r}: use a pi target (pi05:small, pi0:tiny...), "
+            f"{', '.join(DEMO_TARGETS)}, "
             "or a path to an .onnx file with --input NAME:SHAPE"
         )
 

@@ -8,6 +8,7 @@ Registered names:
 - `pi05:small`: the same structure at CPU-benchmark scale, ~103 M parameters (see `_PI05_SMALL`).
 - `pi0:tiny`, `pi05:tiny`: the parity-fixture sizes (< 1 M parameters), for tests.
 - `pi05:nano`: ~1.0 M parameters, 64 px views (patch 8), for the trained conveyor demo policy.
+- `pi05:mini`: 10.3 M parameters, 64 px views (patch 16), for the vision-only conveyor demo policy.
 """
 
 from __future__ import annotations
@@ -177,6 +178,23 @@ _PI05_NANO = PiConfig(
     max_state_dim=16,
 )
 
+# pi05:mini: the vision-only demo policy (demo:conveyor-vision), 10.28 M parameters, large enough that
+# compression has something to remove, small enough to train on two CPU cores. 64 px views with patch 16
+# -> 16 tokens/view (the 16x16x3 patch kernel still places a 3-4 px box inside its patch); the state is
+# only 4 numbers, so the prefix is ~23 tokens and training cost stays proportional to the weights.
+_PI05_MINI = PiConfig(
+    vision=VisionConfig(image_size=64, patch_size=16, width=192, depth=4, mlp_dim=768, num_heads=4),
+    vlm=GemmaConfig(width=320, depth=4, mlp_dim=1280, num_heads=4, num_kv_heads=1, head_dim=64),
+    expert=GemmaConfig(width=160, depth=4, mlp_dim=640, num_heads=4, num_kv_heads=1, head_dim=64),
+    pi05=True,
+    vocab_size=512,
+    views=1,
+    max_token_len=16,
+    chunk_size=16,
+    max_action_dim=8,
+    max_state_dim=16,
+)
+
 
 def pi_configs() -> Registry[PiConfig]:
     """A fresh registry of the named pi0 / pi0.5 configs."""
@@ -196,6 +214,7 @@ def pi_configs() -> Registry[PiConfig]:
     reg.register("pi0:tiny", PiConfig(pi05=False, **tiny))  # type: ignore[arg-type]
     reg.register("pi05:tiny", PiConfig(pi05=True, **tiny))  # type: ignore[arg-type]
     reg.register("pi05:nano", _PI05_NANO)
+    reg.register("pi05:mini", _PI05_MINI)
     return reg
 
 

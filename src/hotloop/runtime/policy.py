@@ -55,4 +55,8 @@ def engine_policy(engine: Any, seed: int = 0) -> Any:
 
         # zero noise is handled by EnginePiPolicy, so the adapter takes its plain path.
         return DemoConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
+    if info.get("kind") == "demo:conveyor-vision":
+        from hotloop.sim.vision_demo import VisionConveyorPolicy
+
+        return VisionConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
     return pi

@@ -401,14 +401,29 @@ def train_demo_cmd(
         int | None, typer.Option(help="torch threads (1 keeps runs repeatable everywhere)")
     ] = None,
     ship: Annotated[bool, typer.Option("--ship", help="copy the result into the package assets")] = False,
+    variant: Annotated[
+        str,
+        typer.Option(help="state: demo:conveyor (box pose in the state); vision: demo:conveyor-vision"),
+    ] = "state",
 ) -> None:
-    """Train the pi0.5-nano demo policy (demo:conveyor) on conveyor-pick expert episodes, on CPU."""
+    """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
     import dataclasses
 
+    from hotloop.errors import ConfigError
     from hotloop.io import check_output_dir
+
+    if variant not in ("state", "vision"):
+        raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
+    check_output_dir(out, "-o")
+    if variant == "vision":
+        from hotloop.sim.train_vision_demo import run_from_cli
+
+        run_from_cli(
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship
+        )
+        return
     from hotloop.sim.train_demo import TrainDemoConfig, ship_assets, train_demo
 
-    check_output_dir(out, "-o")
     cfg = TrainDemoConfig(seed=seed)
     updates: dict[str, Any] = {}
     if steps is not None:

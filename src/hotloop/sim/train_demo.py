@@ -135,7 +135,7 @@ def _lr_at(step: int, cfg: TrainDemoConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
-def plot_loss(losses: list[float], path: Path) -> None:
+def plot_loss(losses: list[float], path: Path, title: str = "demo:conveyor training") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,7 +150,7 @@ def plot_loss(losses: list[float], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("flow-matching loss")
-    ax.set_title("demo:conveyor training")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,354 @@
+"""`hotloop train-demo --variant vision`: train `demo:conveyor-vision` (pi0.5 at the `pi05:mini` size).
+
+The recipe of `demo:conveyor` (DART noise, recovery starts, ordinal state-bin embeddings, zero-noise
+sampling) with the box taken out of the state: the model gets the end effector and grip opening only, and
+must find the box in the camera image. Two additions make that learnable on two CPU cores:
+
+- **A box-localisation auxiliary loss.** A linear probe on the vision tower's patch features predicts the
+  box position (normalised), supervised by the simulator's box position. The probe is a training-time
+  head only (it is not saved; the policy never receives the box pose): it gives the vision tower a dense
+  signal of where the box is from the first step, where the flow-matching loss alone gives a weak,
+  indirect one and the tower takes thousands of steps to start localising.
+- **Several flow-matching draws per observation.** The vision tower and the VLM run once per image; the
+  expert is evaluated at `noise_draws` (noise, time) pairs against that one prefix, so each expensive
+  forward pass yields more action supervision.
+
+Everything is seeded and torch runs deterministic CPU kernels: the same config and thread count give the
+same weights. The shipped weights are stored as float16 (half the bytes; loaded as float32).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError
+from hotloop.io import atomic_write_json
+
+
+@dataclass(frozen=True)
+class TrainVisionDemoConfig:
+    task: str = "conveyor-pick"
+    difficulty: str = "medium"
+    episodes: int = 500
+    action_noise: float = 0.01  # DART, as demo:conveyor
+    recovery_starts: float = 0.3  # as demo:conveyor
+    ordinal_state_embeddings: bool = True
+    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
+    model: str = "pi05:mini"
+    steps: int = 500  # what the shipped weights had time for on a loaded machine; see docs/closed-loop.md
+    batch: int = 24
+    noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
+    aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
+    lr: float = 1e-3
+    min_lr: float = 3e-5
+    warmup: int = 50
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 1
+    store_dtype: str = "float16"  # what model.safetensors holds; loaded as float32
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "steps", "batch", "threads", "noise_draws"):
+            if getattr(self, name) < 1:
+                flag = name.replace("_", "-")
+                raise ConfigError(f"--{flag} must be >= 1 (got {getattr(self, name)})")
+        if not 0.0 <= self.recovery_starts <= 1.0:
+            raise ConfigError(f"--recovery-starts must be in [0, 1] (got {self.recovery_starts})")
+        if not 0 < self.lr < 1:
+            raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
+        if self.aux_weight < 0:
+            raise ConfigError(f"train-demo aux_weight must be >= 0 (got {self.aux_weight})")
+        if self.store_dtype not in ("float16", "float32"):
+            raise ConfigError(f"train-demo store_dtype must be float16 or float32 (got {self.store_dtype!r})")
+
+
+@dataclass
+class _Arrays:
+    images: np.ndarray  # (N, H, W, 3) uint8
+    tokens: np.ndarray  # (N, L) int64: prompt + proprioceptive state bins
+    token_masks: np.ndarray  # (N, L) bool
+    actions: np.ndarray  # (N, H, max_action_dim) float32, normalised, zero-padded
+    box: np.ndarray  # (N, 3) float32: normalised box position, the probe's label (never a model input)
+    action_dim: int
+
+
+def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, Any, int]:
+    from hotloop.models.pi0 import state_prompt_tokens
+    from hotloop.models.pi_policy import NormStats, Stats
+    from hotloop.sim.demo_policy import PROMPT_TOKENS, to_relative
+    from hotloop.sim.train_demo import _quantiles
+    from hotloop.sim.vision_demo import proprio_state
+
+    images, states, chunks, boxes = [], [], [], []
+    used = 0
+    for i in range(len(dataset)):
+        if not dataset.episodes[i].get("success", True):
+            continue
+        ep = dataset.episode(i)
+        used += 1
+        t = len(ep.action)
+        idx = np.minimum(np.arange(t)[:, None] + np.arange(horizon)[None, :], t - 1)
+        chunks.append(to_relative(ep.action[idx], ep.state))
+        states.append(proprio_state(ep.state))
+        boxes.append(np.asarray(ep.state, dtype=np.float32)[:, 4:7])
+        images.append(ep.images["top"])
+    if not used:
+        raise ConfigError("the dataset has no successful episodes to learn from")
+    state = np.concatenate(states)
+    rel = np.concatenate(chunks)
+    box = np.concatenate(boxes)
+    action_dim = rel.shape[-1]
+    s_lo, s_hi = _quantiles(state)
+    a_lo, a_hi = _quantiles(rel.reshape(-1, action_dim))
+    b_lo, b_hi = _quantiles(box)
+    norm = NormStats(state=Stats(q01=s_lo, q99=s_hi), actions=Stats(q01=a_lo, q99=a_hi), mode="quantiles")
+    nstate = np.clip(norm.normalize(state, "state"), -1.0, 1.0)
+    tokens, masks = zip(
+        *(state_prompt_tokens(list(PROMPT_TOKENS), s, cfg_model) for s in nstate), strict=True
+    )
+    nact = np.zeros((rel.shape[0], horizon, cfg_model.max_action_dim), dtype=np.float32)
+    nact[..., :action_dim] = norm.normalize(rel, "actions")
+    nbox = ((box - b_lo) / (b_hi - b_lo) * 2.0 - 1.0).astype(np.float32)
+    arrays = _Arrays(np.concatenate(images), np.stack(tokens), np.stack(masks), nact, nbox, action_dim)
+    return arrays, norm, used
+
+
+def repeat_cache(cache: Any, times: int) -> Any:
+    """A PrefixCache whose batch is each sample repeated `times` times (sample-major), autograd intact."""
+    from hotloop.models.pi0 import PrefixCache
+
+    return PrefixCache(
+        k=cache.k.repeat_interleave(times, dim=1),
+        v=cache.v.repeat_interleave(times, dim=1),
+        pad_mask=cache.pad_mask.repeat_interleave(times, dim=0),
+        num_valid=cache.num_valid.repeat_interleave(times, dim=0),
+        suffix_mask=cache.suffix_mask.repeat_interleave(times, dim=0),
+        suffix_positions=cache.suffix_positions.repeat_interleave(times, dim=0),
+    )
+
+
+def _lr_at(step: int, cfg: TrainVisionDemoConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def _store_weights(folder: Path, dtype_name: str) -> None:
+    """Rewrite model.safetensors with its float tensors in `dtype_name` (the loader casts them back)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if dtype_name == "float32":
+        return
+    dtype = getattr(torch, dtype_name)
+    path = folder / "model.safetensors"
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def train_vision_demo(
+    cfg: TrainVisionDemoConfig,
+    out_dir: str | Path,
+    dataset_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    from hotloop.models.checkpoints import save_lerobot_checkpoint
+    from hotloop.models.configs import get_pi_config
+    from hotloop.models.pi0 import PiModel, init_weights
+    from hotloop.sampling import sample_time
+    from hotloop.sim.dataset import Dataset
+    from hotloop.sim.recorder import record
+    from hotloop.sim.train_demo import ordinal_bin_embeddings, plot_loss
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True)
+    t_start = time.perf_counter()
+
+    data_path = Path(dataset_dir) if dataset_dir is not None else out / "dataset"
+    recorded: dict[str, Any] | None = None
+    if not (data_path / "meta" / "info.json").exists():
+        recorded = record(
+            cfg.task,
+            cfg.episodes,
+            data_path,
+            difficulty=cfg.difficulty,
+            seed=cfg.record_seed,
+            action_noise=cfg.action_noise,
+            recovery_starts=cfg.recovery_starts,
+        )
+    dataset = Dataset(data_path)
+    t_recorded = time.perf_counter()
+
+    model_cfg = get_pi_config(cfg.model)
+    horizon = model_cfg.chunk_size
+    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon)
+    if arrays.images.shape[1] != model_cfg.vision.image_size:
+        raise ConfigError(
+            f"the dataset's images are {arrays.images.shape[1]} px; {cfg.model} takes "
+            f"{model_cfg.vision.image_size} px (record with --image-size {model_cfg.vision.image_size})"
+        )
+    n = arrays.images.shape[0]
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = PiModel(model_cfg)
+    init_weights(model, gen)
+    if cfg.ordinal_state_embeddings:
+        ordinal_bin_embeddings(model, 256, gen)
+    # The box probe: patch features (B, T, W) flattened -> normalised box xyz. Training only.
+    probe = torch.nn.Linear(model_cfg.vision.tokens_per_view * model_cfg.vision.width, 3)
+    with torch.no_grad():
+        probe.weight.normal_(0.0, 0.1 / probe.weight.shape[1] ** 0.5, generator=gen)
+        probe.bias.zero_()
+    model.train()
+    params = [*model.parameters(), *probe.parameters()]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    images = torch.from_numpy(arrays.images)
+    tokens = torch.from_numpy(arrays.tokens)
+    token_masks = torch.from_numpy(arrays.token_masks)
+    actions = torch.from_numpy(arrays.actions)
+    boxes = torch.from_numpy(arrays.box)
+    action_mask = torch.zeros(model_cfg.max_action_dim)
+    action_mask[: arrays.action_dim] = 1.0
+    ones = torch.ones(cfg.batch, 1, dtype=torch.bool)
+    k = cfg.noise_draws
+
+    losses: list[float] = []
+    aux_losses: list[float] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.steps, desc="train-demo vision", unit="step", dynamic_ncols=True)
+    for step in range(cfg.steps):
+        idx = torch.randint(0, n, (cfg.batch,), generator=gen)
+        img = images[idx].permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+        feats = model.vision_tower(img)  # (B, T, W)
+        image_tokens = model.projector(feats)
+        cache = model.prefix(image_tokens, ones, tokens[idx], token_masks[idx])
+        target = actions[idx].repeat_interleave(k, dim=0)
+        noise = torch.randn(target.shape, generator=gen)
+        t = sample_time(target.shape[0], gen)
+        x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
+        v_t = model.denoise_step(repeat_cache(cache, k), x_t, t)
+        per = F.mse_loss(v_t, noise - target, reduction="none")
+        flow = (per * action_mask).sum() / (action_mask.sum() * per.shape[0] * per.shape[1])
+        aux = F.mse_loss(probe(feats.flatten(1)), boxes[idx])
+        loss = flow + cfg.aux_weight * aux
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        losses.append(flow.item())
+        aux_losses.append(aux.item())
+        if bar is not None:
+            bar.update(1)
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", box=f"{np.mean(aux_losses[-20:]):.4f}")
+    if bar is not None:
+        bar.close()
+    t_trained = time.perf_counter()
+
+    model.eval()
+    save_lerobot_checkpoint(model, model_cfg, out, norm_stats=norm)
+    _store_weights(out, cfg.store_dtype)
+    plot_loss(losses, out / "loss.png", title="demo:conveyor-vision training (flow-matching loss)")
+    summary = {
+        "variant": "vision",
+        "task": cfg.task,
+        "difficulty": cfg.difficulty,
+        "model": cfg.model,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "horizon": horizon,
+        "action_dim": arrays.action_dim,
+        "state_transform": "ee xyz, grip opening only (hotloop.sim.vision_demo.proprio_state); "
+        "the box is seen only in the camera image",
+        "action_transform": "xyz relative to the ee at observation time, absolute grip",
+        "prompt_tokens": [1, 2, 3],
+        "zero_noise": True,
+        "stored_dtype": cfg.store_dtype,
+        "config": asdict(cfg),
+        "training": {
+            "episodes_used": used,
+            "frames": int(n),
+            "recorded": recorded,
+            "record_s": round(t_recorded - t_start, 1),
+            "train_s": round(t_trained - t_recorded, 1),
+            "total_s": round(time.perf_counter() - t_start, 1),
+            "final_loss": float(np.mean(losses[-100:])),
+            "final_box_probe_mse": float(np.mean(aux_losses[-100:])),
+            "torch": torch.__version__,
+            "threads": cfg.threads,
+        },
+    }
+    atomic_write_json(out / "demo.json", summary)
+    atomic_write_json(
+        out / "loss.json",
+        {"flow": [round(x, 5) for x in losses], "box_probe": [round(x, 5) for x in aux_losses]},
+    )
+    return summary
+
+
+def run_from_cli(
+    out: Path,
+    *,
+    steps: int | None,
+    episodes: int | None,
+    dataset: Path | None,
+    seed: int,
+    threads: int | None,
+    ship: bool,
+) -> None:
+    """`hotloop train-demo --variant vision`: the same options as the state variant."""
+    import dataclasses
+
+    import typer
+
+    updates: dict[str, Any] = {"seed": seed}
+    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
+        if value is not None:
+            updates[name] = value
+    cfg = dataclasses.replace(TrainVisionDemoConfig(), **updates)
+    summary = train_vision_demo(cfg, out, dataset_dir=dataset)
+    tr = summary["training"]
+    typer.echo(
+        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s "
+        f"(recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}, box probe "
+        f"{tr['final_box_probe_mse']:.4f}; wrote {out} (loss curve {out / 'loss.png'})"
+    )
+    if ship:
+        typer.echo(f"shipped to {ship_vision_assets(out)}")
+
+
+def ship_vision_assets(run_dir: str | Path) -> Path:
+    """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor-vision` loads)."""
+    import shutil
+
+    from hotloop.sim.train_demo import SHIPPED_FILES
+    from hotloop.sim.vision_demo import ASSET_DIR
+
+    src = Path(run_dir)
+    missing = [f for f in SHIPPED_FILES if not (src / f).is_file()]
+    if missing:
+        raise ConfigError(
+            f"{src} lacks {', '.join(missing)}; run `hotloop train-demo --variant vision -o {src}` first"
+        )
+    ASSET_DIR.mkdir(parents=True, exist_ok=True)
+    for name in SHIPPED_FILES:
+        shutil.copyfile(src / name, ASSET_DIR / name)
+    return ASSET_DIR
