@@ -263,6 +263,15 @@ def _add_compress_commands() -> None:
 _add_compress_commands()
 
 
+def _add_recipe_commands() -> None:
+    from hotloop.compress.recipe_commands import add_commands
+
+    add_commands(app)
+
+
+_add_recipe_commands()
+
+
 def _usage_line(exc: Exception) -> str:
     """One line for a usage error; a value that failed to convert is named with its flag."""
     command = getattr(getattr(exc, "ctx", None), "command_path", None) or "hotloop"
