@@ -212,7 +212,8 @@ def demo(
     full: Annotated[bool, typer.Option("--full", help="more iterations and episodes (slower)")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     rung: Annotated[
-        list[str] | None, typer.Option(help="run only these rungs (harness, vla, compile, closed-loop)")
+        list[str] | None,
+        typer.Option(help="run only these rungs (harness, vla, compile, closed-loop, compression)"),
     ] = None,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
@@ -261,6 +262,15 @@ def _add_compress_commands() -> None:
 
 
 _add_compress_commands()
+
+
+def _add_recipe_commands() -> None:
+    from hotloop.compress.recipe_commands import add_commands
+
+    add_commands(app)
+
+
+_add_recipe_commands()
 
 
 def _usage_line(exc: Exception) -> str:

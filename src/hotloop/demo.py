@@ -107,11 +107,21 @@ def rung_compile(config: DemoConfig) -> Rung:
     return Rung(title=out["title"], summary=out["summary"], html=out["html"])
 
 
+def rung_compression(config: DemoConfig) -> Rung:
+    from hotloop.compress.demo_rung import run_compression_rung
+
+    out = run_compression_rung(config.out_dir, config.full, progress=config.progress)
+    return Rung(
+        title=out["title"], summary=out["summary"], plots=[Path(p) for p in out["plots"]], html=out["html"]
+    )
+
+
 RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
     "harness": rung_harness,
     "vla": rung_vla,
     "compile": rung_compile,
     "closed-loop": rung_closed_loop,
+    "compression": rung_compression,
 }
 
 

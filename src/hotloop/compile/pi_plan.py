@@ -297,8 +297,11 @@ def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candida
     return pipeline(source, sets.get(torch.float32), runners, denoise_set)
 
 
-def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanConfig) -> Path:
-    """Weights + per-stage graphs + manifest, written atomically into `out`."""
+def write_pi_artifact(
+    source: PiSource, plan: PiPlan, out: Path, config: PlanConfig, extra: dict[str, Any] | None = None
+) -> Path:
+    """Weights + per-stage graphs + manifest, written atomically into `out`; `extra` adds manifest
+    fields (the compression work's `precision_plan` and `compression`)."""
     from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_state_dict
 
     state = source.model.state_dict()
@@ -364,7 +367,7 @@ def write_pi_artifact(source: PiSource, plan: PiPlan, out: Path, config: PlanCon
             precision_plan=precision_plan(plan, config),
             compression=compression_entry(config),
         )
-        return writer.commit(manifest)
+        return writer.commit({**manifest, **(extra or {})})
     except BaseException:
         writer.abort()
         raise

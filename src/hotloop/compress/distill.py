@@ -1,0 +1,290 @@
+"""Distillation recovery: an fp32 teacher teaches a compressed (pruned) student, resumably.
+
+Loss per batch, at the same noise and flow time for both models:
+    velocity MSE   |v_student(x_t, t) - v_teacher(x_t, t)|^2
+    action L2      |(x_t - t v_student) - a|^2  (the student's one-step estimate of the clean chunk)
+    features       |h_student - h_teacher|^2 at chosen layers (widths are kept by pruning)
+`a` is the recorded action chunk when episodes are given, else the teacher's own sampled chunk, so the
+student can be distilled on observations alone.
+
+`train_resumable` is the loop shared with step distillation: each step draws its batch, noise and times
+from a generator seeded by (seed, step), and a checkpoint (student, optimizer, step, losses) is written
+atomically every `checkpoint_every` steps and on interruption, so a resumed run continues exactly where
+the interrupted one would have gone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hotloop.errors import CheckpointError, ConfigError
+from hotloop.models.pi0 import PiModel
+from hotloop.sampling import PiObservation
+
+CHECKPOINT = "distill_state.pt"
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    steps: int = 200
+    batch: int = 8
+    lr: float = 3e-4
+    velocity_weight: float = 1.0
+    action_weight: float = 1.0
+    feature_weight: float = 0.1
+    feature_layers: tuple[str, ...] = ("vision", "expert.last")  # "vision", "vlm.I", "expert.I|last"
+    checkpoint_every: int = 50
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"distillation {name} must be >= 1 (got {getattr(self, name)})")
+        if not self.lr > 0:
+            raise ConfigError(f"distillation lr must be > 0 (got {self.lr})")
+        for name in self.feature_layers:
+            if name != "vision" and not (
+                name.split(".")[0] in ("vlm", "expert")
+                and len(name.split(".")) == 2
+                and (name.split(".")[1] == "last" or name.split(".")[1].lstrip("-").isdigit())
+            ):
+                raise ConfigError(f"feature layer {name!r}: use vision, vlm.I, expert.I or expert.last")
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+
+
+def _layer(model: PiModel, name: str) -> nn.Module:
+    if name == "vision":
+        return model.projector
+    stack, index = name.split(".")
+    layers = getattr(model, stack).layers
+    i = len(layers) - 1 if index == "last" else int(index)
+    if stack == "vlm" and i % len(layers) == len(layers) - 1:
+        raise ConfigError(f"feature layer {name}: the VLM's last layer only yields K/V; pick an earlier one")
+    return layers[i]  # type: ignore[no-any-return]
+
+
+@contextmanager
+def capture_features(model: PiModel, names: tuple[str, ...]) -> Iterator[dict[str, Tensor]]:
+    """Outputs (hidden states) of the named layers during the forward passes inside the block."""
+    store: dict[str, Tensor] = {}
+    handles = []
+    for name in names:
+
+        def hook(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
+            store[name] = out[0] if isinstance(out, tuple) else out
+
+        handles.append(_layer(model, name).register_forward_hook(hook))
+    try:
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def velocity(model: PiModel, obs: PiObservation, x_t: Tensor, t: Tensor) -> Tensor:
+    cache = model.prefix(model.vision(obs.images), obs.image_masks, obs.lang_tokens, obs.lang_masks)
+    return model.denoise_step(cache, x_t, t, obs.state)
+
+
+def teacher_actions(teacher: PiModel, obs: PiObservation, seed: int, num_steps: int | None = None) -> Tensor:
+    """The teacher's chunks for every observation under a fixed noise (pseudo-labels without episodes)."""
+    from hotloop.sampling import make_noise, sample_actions
+
+    noise = make_noise(teacher, obs.batch, torch.Generator().manual_seed(seed))
+    return sample_actions(teacher, obs, noise=noise, num_steps=num_steps, validate=False)
+
+
+def distill_loss(
+    teacher: PiModel,
+    student: PiModel,
+    obs: PiObservation,
+    actions: Tensor,
+    noise: Tensor,
+    time: Tensor,
+    config: DistillConfig,
+) -> tuple[Tensor, dict[str, float]]:
+    t = time[:, None, None]
+    x_t = t * noise + (1 - t) * actions
+    with torch.no_grad(), capture_features(teacher, config.feature_layers) as f_teacher:
+        v_teacher = velocity(teacher, obs, x_t, time)
+    with capture_features(student, config.feature_layers) as f_student:
+        v_student = velocity(student, obs, x_t, time)
+    terms = {
+        "velocity": F.mse_loss(v_student, v_teacher),
+        "action": F.mse_loss(x_t - t * v_student, actions),
+        "features": sum(
+            (F.mse_loss(f_student[n].float(), f_teacher[n].float()) for n in config.feature_layers),
+            torch.zeros(()),
+        ),
+    }
+    loss = (
+        config.velocity_weight * terms["velocity"]
+        + config.action_weight * terms["action"]
+        + config.feature_weight * terms["features"]
+    )
+    return loss, {k: float(v.detach()) for k, v in terms.items()}
+
+
+Batch = tuple[PiObservation, Tensor, Tensor, Tensor]
+LossFn = Callable[[torch.Generator], Tensor]
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train_resumable(
+    student: PiModel,
+    loss_fn: LossFn,
+    config: DistillConfig,
+    checkpoint_dir: Path | None,
+    kind: str,
+    on_step: Callable[[int, float], None] | None = None,
+    progress: bool = False,
+) -> TrainState:
+    """Adam on `loss_fn(generator)` for `config.steps` steps, resuming from `checkpoint_dir` if it holds one."""
+    for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(student.parameters(), lr=config.lr)
+    state = TrainState()
+    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT
+    identity = {"kind": kind, "config": asdict(student.cfg), "train": asdict(config)}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            saved = torch.load(path, weights_only=False)
+            if saved.get("identity") != identity:
+                raise CheckpointError(
+                    f"{path} belongs to another run (different model or settings); pick a new --checkpoint-dir "
+                    "or delete it to start over"
+                )
+            student.load_state_dict(saved["student"])
+            optimizer.load_state_dict(saved["optimizer"])
+            state = TrainState(step=saved["step"], losses=list(saved["losses"]))
+
+    def save() -> None:
+        if path is not None:
+            _atomic_save(
+                {
+                    "identity": identity,
+                    "student": student.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": state.step,
+                    "losses": state.losses,
+                },
+                path,
+            )
+
+    student.train()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.steps, initial=state.step, desc=kind, unit="step", leave=False)
+    try:
+        while state.step < config.steps:
+            loss = loss_fn(step_generator(config.seed, state.step))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            state.step += 1
+            state.losses.append(float(loss.detach()))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.detach()):.4g}")
+            if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+                save()
+            if on_step is not None:
+                on_step(state.step, float(loss.detach()))
+    except KeyboardInterrupt:
+        save()  # the finished steps are kept; the next run resumes from here
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        student.eval()
+    return state
+
+
+def sample_batch(
+    obs: PiObservation, actions: Tensor, batch: int, gen: torch.Generator
+) -> tuple[PiObservation, Tensor, Tensor, Tensor]:
+    from hotloop.compress.adapters import select
+
+    idx = torch.randperm(obs.batch, generator=gen)[: min(batch, obs.batch)].tolist()
+    a = actions[idx].float()
+    noise = torch.randn(a.shape, generator=gen)
+    from hotloop.sampling import sample_time
+
+    return select(obs, idx), a, noise, sample_time(len(idx), gen)
+
+
+def distill(
+    teacher: PiModel,
+    student: PiModel,
+    obs: PiObservation,
+    actions: Tensor | None,
+    config: DistillConfig,
+    checkpoint_dir: Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train `student` in place toward `teacher`; returns the loss before/after on a fixed held set."""
+    if student.cfg.vlm.width != teacher.cfg.vlm.width or student.cfg.expert.width != teacher.cfg.expert.width:
+        raise ConfigError("distillation needs the teacher's widths in the student (prune heads/neurons only)")
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    targets = actions if actions is not None else teacher_actions(teacher, obs, config.seed)
+    before = evaluate(teacher, student, obs, targets, config)
+
+    def loss_fn(gen: torch.Generator) -> Tensor:
+        o, a, noise, time = sample_batch(obs, targets, config.batch, gen)
+        return distill_loss(teacher, student, o, a, noise, time, config)[0]
+
+    state = train_resumable(student, loss_fn, config, checkpoint_dir, "distill", on_step, progress)
+    after = evaluate(teacher, student, obs, targets, config)
+    return {
+        "steps": state.step,
+        "targets": "recorded actions" if actions is not None else "teacher actions",
+        "loss_before": before,
+        "loss_after": after,
+        "config": asdict(config),
+    }
+
+
+@torch.no_grad()
+def evaluate(
+    teacher: PiModel, student: PiModel, obs: PiObservation, actions: Tensor, config: DistillConfig
+) -> dict[str, float]:
+    """The distillation loss over the whole set under one fixed noise/time draw (comparable across runs)."""
+    gen = torch.Generator().manual_seed(config.seed + 12345)
+    noise = torch.randn(actions.shape, generator=gen)
+    from hotloop.sampling import sample_time
+
+    time = sample_time(obs.batch, gen)
+    was = student.training
+    student.eval()
+    loss, terms = distill_loss(teacher, student, obs, actions.float(), noise, time, config)
+    student.train(was)
+    return {"total": float(loss), **terms}

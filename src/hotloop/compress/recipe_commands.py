@@ -1,0 +1,141 @@
+"""`hotloop compress TARGET --recipe ...`, registered on the app by `add_commands` (one hook in cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hotloop.cli_errors import user_errors
+
+
+def compress_cmd(
+    target: Annotated[str, typer.Argument(help="pi05:tiny, pi05:small, demo:conveyor...")],
+    recipe: Annotated[
+        str, typer.Option(help="steps in order, e.g. prune:0.25,distill,steps:4,quantize,compile")
+    ],
+    out: Annotated[Path, typer.Option("-o", "--out", help="artifact folder to write")],
+    data: Annotated[
+        Path | None, typer.Option(help="recorded episodes (hotloop record) to calibrate and distill on")
+    ] = None,
+    tolerance: Annotated[
+        str, typer.Option(help="final-action agreement with the fp32 reference, e.g. cos:0.99")
+    ] = "cos:0.99",
+    episodes: Annotated[
+        int, typer.Option(help="closed-loop episodes per step (targets with a task; 0 skips)")
+    ] = 0,
+    eval_latency: Annotated[
+        str,
+        typer.Option(help="simulated latency of the closed-loop runs, e.g. fixed:0, fixed:100 or measured"),
+    ] = "fixed:0",
+    calibration_frames: Annotated[int, typer.Option(help="observations to calibrate / distill on")] = 32,
+    eval_observations: Annotated[int, typer.Option(help="observations the action error is judged on")] = 8,
+    distill_steps: Annotated[int, typer.Option(help="optimizer steps per distillation")] = 100,
+    bench_iters: Annotated[int, typer.Option("--bench-iters", help="timed inferences per step")] = 20,
+    backends: Annotated[
+        str, typer.Option(help="backends the compile step may choose from")
+    ] = "eager,onnxruntime,openvino",
+    threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write the per-step plot (PNG) here")] = None,
+    seed: Annotated[int, typer.Option(help="seed for weights, noise and data order")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
+) -> None:
+    """Compress TARGET step by step (judged after each step); write the last passing artifact."""
+    from hotloop.compile.artifact import check_output_dir
+    from hotloop.compile.backends import check_backend_names
+    from hotloop.compile.commands import _check_writable
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
+    from hotloop.io import atomic_write_json
+    from hotloop.sim.latency import parse_latency
+
+    steps = parse_recipe(recipe)
+    parse_latency(eval_latency)
+    names = tuple(b.strip() for b in backends.split(",") if b.strip())
+    check_backend_names(list(names))
+    config = RecipeConfig(
+        target=target,
+        recipe=steps,
+        tolerance=parse_tolerance(tolerance),
+        out=out,
+        data=data,
+        episodes=episodes,
+        eval_latency=eval_latency,
+        calibration_frames=calibration_frames,
+        eval_observations=eval_observations,
+        distill_steps=distill_steps,
+        bench_iters=bench_iters,
+        backends=names,
+        threads=threads,
+        seed=seed,
+        progress=not quiet,
+    )
+    check_output_dir(out, "-o")
+    for path in (json_path, plot):
+        if path is not None:
+            _check_writable(path)
+    if data is not None:
+        from hotloop.compress.calibration import open_dataset
+
+        open_dataset(data)  # empty / unreadable: refused before any model is built
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    report = run_recipe(config, log)
+    if json_path is not None:
+        atomic_write_json(json_path, report)
+        typer.echo(f"wrote {json_path}")
+    if plot is not None:
+        plot_recipe(report, plot)
+        typer.echo(f"wrote {plot}")
+    _print(report)
+    if report["artifact"]:
+        typer.echo(f"wrote {report['artifact']} (kept step: {report['kept_step']})")
+    if report["stopped"]:
+        typer.echo(f"stopped: {report['stopped']}; the best passing result was kept", err=True)
+        raise typer.Exit(EXIT_TOLERANCE)
+
+
+def _print(report: dict) -> None:  # type: ignore[type-arg]
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"compress {report['target']} (tolerance {report['tolerance']})")
+    for col in (
+        "step",
+        "steps",
+        "params",
+        "p50 ms",
+        "p99 ms",
+        "action cos",
+        "max/std",
+        "smooth",
+        "success",
+        "plan",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in report["rows"]:
+        s = r.get("success")
+        table.add_row(
+            r["step"],
+            str(r["num_steps"]),
+            f"{r['parameters']:,}",
+            f"{r['latency_ms']['p50']:.2f}",
+            f"{r['latency_ms']['p99']:.2f}",
+            f"{r['action']['cosine']:.5f}",
+            f"{r['action']['max_abs_normalized']:.3g}",
+            f"{r['smoothness']:.3g}",
+            f"{s['success_rate']:.2f} [{s['success_ci95'][0]:.2f}, {s['success_ci95'][1]:.2f}] n={s['episodes']}"
+            if s
+            else "",
+            ", ".join(f"{k}:{v['backend']} {v['precision']}" for k, v in r["precision_plan"].items()),
+        )
+    Console(width=max(Console().width, 150)).print(table)
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("compress")(user_errors(compress_cmd))

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hotloop.cli import app
+from hotloop.compress.recipe import STEPS, parse_recipe
+from hotloop.errors import ConfigError
+
+runner = CliRunner()
+FAST = ["--calibration-frames", "2", "--eval-observations", "2", "--bench-iters", "2", "--backends", "eager",
+        "--threads", "1", "--quiet"]  # fmt: skip
+
+
+def test_unknown_step_exits_2_listing_the_known_steps(tmp_path: Path) -> None:
+    res = runner.invoke(
+        app, ["compress", "pi05:tiny", "--recipe", "prune,quantise", "-o", str(tmp_path / "a")]
+    )
+    assert res.exit_code == 2
+    assert "unknown step 'quantise'" in res.output and "did you mean 'quantize'" in res.output
+    for name in STEPS:
+        assert name in res.output
+    assert not (tmp_path / "a").exists()
+
+
+def test_bad_step_arguments_are_refused() -> None:
+    with pytest.raises(ConfigError, match="steps:4"):
+        parse_recipe("steps:fast")
+    with pytest.raises(ConfigError, match="takes no argument"):
+        parse_recipe("quantize:int8")
+    assert [s.label for s in parse_recipe("prune:0.25, distill,steps:4")] == [
+        "prune:0.25",
+        "distill",
+        "steps:4",
+    ]
+
+
+def test_recipe_writes_an_artifact_the_engine_loads(tmp_path: Path) -> None:
+    from hotloop.runtime.engine import Engine
+
+    out = tmp_path / "art"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "prune:0.5,sparse24,steps:5", "--tolerance", "cos:0.5", "-o", str(out),
+         "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"), *FAST],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    comp = manifest["compression"]
+    assert comp["applied"] == ["prune:0.5", "sparse24", "steps:5"] and comp["num_steps"] == 5
+    assert comp["parameters"] < comp["teacher_parameters"]
+    assert comp["sparsity"]["pattern"] == "2:4"
+    assert [h["step"] for h in comp["history"]] == ["reference", "prune:0.5", "sparse24", "steps:5"]
+    assert {"vision", "prefix"} <= set(manifest["precision_plan"]) and len(manifest["precision_plan"]) == 3
+    engine = Engine.load(out, warmup=1)
+    assert engine.shape.num_steps == 5 and engine.cfg.expert.mlp_dim == 32
+    assert engine.infer(engine.example_observation()).shape[-1] == engine.cfg.max_action_dim
+    assert (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_a_step_that_breaks_the_tolerance_exits_3_keeping_the_best(tmp_path: Path) -> None:
+    out = tmp_path / "art"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "steps:1", "--tolerance", "cos:0.999", "-o", str(out), *FAST],
+    )
+    assert res.exit_code == 3, res.output
+    assert "steps:1 broke the tolerance" in res.output
+    comp = json.loads((out / "manifest.json").read_text())["compression"]
+    assert comp["applied"] == [] and comp["num_steps"] == 10  # the reference is what passed
+    assert comp["stopped"].startswith("step steps:1")
+
+
+def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
+    for flags, message in (
+        (["--tolerance", "cosine"], "--tolerance"),
+        (["--eval-latency", "soon"], "soon"),
+        (["--backends", "eager,tpu"], "tpu"),
+        (["--data", str(tmp_path / "none")], "--data"),
+    ):
+        res = runner.invoke(
+            app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]
+        )
+        assert res.exit_code == 2, (flags, res.output)
+        assert message in res.output, (flags, res.output)
+    assert not (tmp_path / "a").exists()
