@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -73,6 +74,10 @@ def bench(
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
+    memory_cap_mb: Annotated[
+        float | None,
+        typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
     roofline_cache: Annotated[
         Path | None,
@@ -111,6 +116,7 @@ def bench(
         device=device,
         batch=batch,
         seed=seed,
+        memory_cap_mb=memory_cap_mb,
     )
     _check_device(device)
     _warn_oversubscription(threads)
@@ -118,7 +124,11 @@ def bench(
     check_output_file(plot, "--plot")
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
-        other = other_entry.build_bench(compare, options) if other_entry is not None and compare else None
+        other = (  # the memory cap is TARGET's (an artifact), not the reference's
+            other_entry.build_bench(compare, dataclasses.replace(options, memory_cap_mb=None))
+            if other_entry is not None and compare
+            else None
+        )
         result = run_bench(case, config, other)
     console = Console()
     console.print(bench_table(result))

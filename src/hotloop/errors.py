@@ -22,3 +22,7 @@ class CheckpointError(HotloopError):
 
 class DatasetError(ConfigError):
     """A dataset on disk is missing a file, damaged or not in the layout the reader expects."""
+
+
+class MemoryCapError(HotloopError):
+    """A loaded engine's resident memory went over its cap (`--memory-cap-mb`); names the artifact."""

@@ -49,6 +49,7 @@ class TargetOptions:
     dtype: str = "float32"
     batch: int = 1
     seed: int = 0
+    memory_cap_mb: float | None = None  # a loaded engine's resident-memory cap (artifact targets)
 
     def __post_init__(self) -> None:
         for name, limit in OPTION_LIMITS.items():
@@ -61,6 +62,10 @@ class TargetOptions:
             raise ConfigError(f"--dtype {self.dtype!r} is not supported; use float32, bfloat16 or float16")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {self.seed!r})")
+        if self.memory_cap_mb is not None:
+            from hotloop.runtime.memory import check_cap
+
+            check_cap(self.memory_cap_mb)
 
     def reject_unsupported(self, target: str, supported: set[str]) -> None:
         """Raise if an option outside `supported` was set (no silent ignoring).
@@ -68,7 +73,15 @@ class TargetOptions:
         `dtype`, `batch` and `device` have defaults (float32, 1, cpu): a target that does not list them
         runs only at those defaults, and any other value is refused rather than ignored.
         """
-        for name in ("views", "num_steps", "horizon", "action_dim", "prompt_tokens", "buckets"):
+        for name in (
+            "views",
+            "num_steps",
+            "horizon",
+            "action_dim",
+            "prompt_tokens",
+            "buckets",
+            "memory_cap_mb",
+        ):
             if getattr(self, name) is not None and name not in supported:
                 raise ConfigError(
                     f"target {target!r} does not take {flag(name)}; it takes: "

@@ -7,7 +7,8 @@
 Every runner owns its input and output buffers; the prefix's KV outputs are bound as the denoise engine's
 inputs, so nothing is copied between stages that agree on dtype. Inputs are validated (names, shapes,
 dtypes, value ranges, NaN/Inf) with errors that name the input. On CUDA the denoise loop is captured once
-as a CUDA Graph and replayed.
+as a CUDA Graph and replayed. Several engines can live in one process, each with its own resident-memory
+cap (`memory_cap_mb`, checked at load and after every call; see `hotloop.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hotloop.compile.artifact import entries, read_manifest
 from hotloop.compile.backends import get_backend
 from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
+from hotloop.runtime.memory import MemoryAccount, check_cap
 
 OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
 IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
@@ -48,6 +50,7 @@ class Engine:
         self.pipeline: Any = None
         self.pipelines: dict[int, Any] = {}  # prompt bucket -> pipeline (pi artifacts)
         self.cuda_graph: Any = None
+        self.memory = MemoryAccount(path, None)  # replaced by Engine.load's, which measured the load
 
     # ---- loading ---------------------------------------------------------------------------------------
     @classmethod
@@ -67,10 +70,10 @@ class Engine:
 
         `replan=True`: when the plan needs CPU features this machine lacks (or was made for another
         machine class), re-plan it here into `<path>-replanned` and load that instead of refusing.
-        `memory_cap_mb`: refuse when loading grows this process's resident memory by more.
+        `memory_cap_mb`: the engine's resident-memory cap in MiB, checked at load and after every call
+        while running (`MemoryCapError` naming the artifact; what is counted: `hotloop.runtime.memory`).
         """
-        import psutil
-
+        check_cap(memory_cap_mb)
         root = Path(path)
         try:
             manifest = read_manifest(root, verify_files=verify_files)
@@ -81,13 +84,15 @@ class Engine:
 
             root = replan_artifact(root)
             manifest = read_manifest(root, verify_files=verify_files)
-        rss0 = psutil.Process().memory_info().rss
+        account = MemoryAccount(root, memory_cap_mb)
+        account.load_started()
         if pin is not None:
             os.sched_setaffinity(0, pin)
         threads = threads if threads is not None else manifest.get("threads")
         if threads is not None:
             torch.set_num_threads(int(threads))
         engine = cls(root, manifest)
+        engine.memory = account
         engine.deterministic = deterministic
         if deterministic:
             # Same input, same output: torch picks deterministic kernels (a process-wide switch in torch).
@@ -102,13 +107,7 @@ class Engine:
             engine.infer(engine.example_observation())
             for bucket in list(engine.pipelines)[:-1]:  # the smaller buckets see a prompt that fits them
                 engine.infer(engine.example_observation(prompt_tokens=bucket))
-        if memory_cap_mb is not None:
-            grown = (psutil.Process().memory_info().rss - rss0) / 2**20
-            if grown > memory_cap_mb:
-                raise ConfigError(
-                    f"loading {root} took {grown:.0f} MiB of resident memory, over memory_cap_mb="
-                    f"{memory_cap_mb:g}; raise the cap or compile a smaller plan"
-                )
+        account.load_finished()
         return engine
 
     def _load_pi(self, threads: int | None) -> None:
@@ -321,7 +320,7 @@ class Engine:
         the engine's buffers: copy them before the next call if you keep them.
         """
         checked = self.validate(obs, noise)
-        with self._lock:
+        with self._lock, self.memory.call():
             if self.kind == "onnx":
                 runner = self._onnx_runner
                 outs = runner(*checked)
@@ -334,7 +333,7 @@ class Engine:
     def sample(self, obs: Any, noise: Tensor, timer: Any = None) -> Tensor:
         """`infer` with stage timing (for `hotloop bench ART`)."""
         checked = self.validate(obs, noise)
-        with self._lock:
+        with self._lock, self.memory.call():
             return self.pipeline.sample(checked, noise, timer=timer)
 
     def submit(self, obs: Any, noise: Tensor | None = None) -> Future[Any]:
@@ -358,6 +357,7 @@ class Engine:
             "artifact": str(self.path),
             "target": self.manifest.get("target"),
             "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
+            "memory": self.memory.to_dict(),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
         }
 

@@ -12,8 +12,8 @@ def _engine(path: str, options: TargetOptions, supported: frozenset[str] = froze
 
     # Shapes were fixed at compile time: an option that would change them is refused, not ignored.
     # --prompt-tokens only chooses how many prompt slots the observation fills (the engine picks its bucket).
-    options.reject_unsupported(path, set(supported))
-    return Engine.load(path)
+    options.reject_unsupported(path, set(supported) | {"memory_cap_mb"})
+    return Engine.load(path, memory_cap_mb=options.memory_cap_mb)
 
 
 def build_bench(path: str, options: TargetOptions) -> BenchCase:
@@ -76,4 +76,4 @@ def stage_work(engine: Any, prompt_slots: int) -> dict[str, Any]:
 def build_policy(path: str, options: TargetOptions) -> Any:
     from hotloop.runtime.policy import engine_policy
 
-    return engine_policy(_engine(path, TargetOptions(seed=options.seed)), seed=options.seed)
+    return engine_policy(_engine(path, options), seed=options.seed)

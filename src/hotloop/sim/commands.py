@@ -255,6 +255,10 @@ def eval_cmd(
             help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
         ),
     ] = None,
+    memory_cap_mb: Annotated[
+        float | None,
+        typer.Option(help="an artifact engine's resident-memory cap in MiB, checked every inference"),
+    ] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks.
 
@@ -270,7 +274,7 @@ def eval_cmd(
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.tasks import check_task
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
-    from hotloop.targets import find_target
+    from hotloop.targets import ARTIFACT_ENTRY, find_target
 
     names = [s.strip() for item in strategy for s in item.split(",") if s.strip()]
     if not names:
@@ -280,7 +284,10 @@ def eval_cmd(
         registry.get(name)
     check_task(task)
     parse_task_kwargs(task_kwargs)
-    find_target(target)
+    if find_target(target) is not ARTIFACT_ENTRY and memory_cap_mb is not None:
+        raise ConfigError(
+            f"--memory-cap-mb caps a compiled artifact's engine; {target!r} is not one: drop the flag"
+        )
     if sweep_latency is not None and latency is not None:
         raise ConfigError(
             f"--latency {latency} and --sweep-latency {sweep_latency} both given; the sweep sets the "
@@ -317,6 +324,7 @@ def eval_cmd(
             deadline_ms=deadline_ms,
             guidance_weight=guidance_weight,
             pipeline=pipeline,
+            memory_cap_mb=memory_cap_mb,
         )
         for name in names
         for spec in latencies

@@ -44,6 +44,7 @@ class EvalRequest:
     deadline_ms: float | None = None
     guidance_weight: float | None = None
     pipeline: str | None = None
+    memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
@@ -59,6 +60,10 @@ class EvalRequest:
         ):
             if value is not None and value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if self.memory_cap_mb is not None:
+            from hotloop.runtime.memory import check_cap
+
+            check_cap(self.memory_cap_mb)
         if self.seed + self.episodes - 1 > MAX_SEED:
             raise ConfigError(
                 f"--seed {self.seed} with --episodes {self.episodes} passes {MAX_SEED}, the largest seed"
@@ -109,6 +114,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         deadline_ms=request.deadline_ms,
         guidance_weight=request.guidance_weight,
         pipeline=request.pipeline,
+        memory_cap_mb=request.memory_cap_mb,
     )
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]

@@ -60,6 +60,7 @@ class EpisodeJob:
         return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
     pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
+    memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
 
 
 class EpisodeRunner:
@@ -125,7 +126,8 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
         policy = getattr(importlib.import_module(module), attr)()
     else:
         policy = find_target(job.target).build_policy(
-            job.target, TargetOptions(num_steps=job.num_steps, seed=job.seed)
+            job.target,
+            TargetOptions(num_steps=job.num_steps, seed=job.seed, memory_cap_mb=job.memory_cap_mb),
         )
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
