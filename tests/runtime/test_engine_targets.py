@@ -139,3 +139,39 @@ def test_cuda_graph_capture_replays_the_same_outputs() -> None:
     want = r(*G.example_inputs)[0].clone()
     assert capture(r) is not None
     assert torch.allclose(r(*G.example_inputs)[0], want)
+
+
+def test_artifact_stores_its_policy_spec_and_evals_on_a_gym_task(art: Path, tmp_path: Path) -> None:
+    """The stored spec is what the task adapter reads: the compiled pi05:tiny runs on PushT (another
+    view size, state and action size than its own) through it."""
+    from hotloop.models.pi_targets import resolve_config
+    from hotloop.policy_spec import PolicySpec
+    from hotloop.targets import TargetOptions
+
+    manifest = json.loads((art / "manifest.json").read_text())
+    spec = PolicySpec.from_dict(manifest["policy"]["spec"])
+    size = resolve_config("pi05:tiny", TargetOptions()).vision.image_size
+    assert spec.images[0].height == size and spec.action_meaning == "any" and spec.min_views == 1
+    js = tmp_path / "e.json"
+    args = ["eval", str(art), "--task", "gym:gym_pusht/PushT-v0", "--task-kwargs", '{"max_episode_steps": 5}']
+    args += ["--episodes", "1", "--workers", "0", "--latency", "fixed:0", "--quiet", "--json", str(js)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    record = json.loads(js.read_text())
+    assert record["episodes"] == 1 and record["errors"] == 0, record["per_episode"]
+
+
+def test_artifact_with_a_changed_policy_spec_is_refused_by_name(art: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from hotloop.errors import CheckpointError
+    from hotloop.runtime.engine import Engine
+    from hotloop.runtime.policy import engine_policy
+
+    copy = tmp_path / "art"
+    shutil.copytree(art, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["policy"]["spec"]["action_dim"] += 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="manifest.json: the stored policy spec"):
+        engine_policy(Engine.load(copy, warmup=0))

@@ -68,14 +68,22 @@ def pi_source(target: str, options: Any) -> PiSource:
     model = build_model(cfg, torch.float32, "cpu", options.seed)
     obs = random_observation(cfg, 1, "cpu", options.seed)
     noise = make_noise(model, 1, torch.Generator().manual_seed(options.seed + 2))
+    from hotloop.models.pi_policy import NormStats, pi_policy_spec
+
+    action_dim = options.action_dim or cfg.max_action_dim
+    prompt_tokens = [1, 2, 3]
     policy = {
         "kind": "pi",
-        "action_dim": options.action_dim or cfg.max_action_dim,
+        "action_dim": action_dim,
         "horizon": cfg.chunk_size,
-        "default_prompt_tokens": [1, 2, 3],
+        "default_prompt_tokens": prompt_tokens,
         "norm_stats": None,
         "seed": options.seed,
         "zero_noise": False,
+        # What the policy consumes, read by the task adapter (hotloop.sim.adapter) when it is evaluated.
+        "spec": pi_policy_spec(
+            cfg, NormStats(mode="identity"), action_dim, cfg.chunk_size, prompt_tokens, prompt=False
+        ).to_dict(),
     }
     return PiSource(target, model, PiEngineShape.of(cfg), obs, noise, policy)
 
@@ -109,6 +117,7 @@ def demo_source(target: str, options: Any) -> PiSource:
         "seed": options.seed,
         "zero_noise": demo.zero_noise,
         "meta": demo.meta,
+        "spec": demo.spec.to_dict(),
     }
     return PiSource(target, pi.model.float().eval(), shape, obs, noise, policy)
 

@@ -149,23 +149,12 @@ class PiPolicy:
         ones are masked, so one is enough), the state at the normalised or model size (pi0.5: no more
         than fits in the prompt beside the default prompt ids, one token per entry), no text prompt
         without a tokenizer; the actions' meaning is unknown here ("any")."""
-        from hotloop.policy_spec import ImageSpec, PolicySpec
-
-        cfg = self.config
-        size = cfg.vision.image_size
-        stats = self.norm_stats.state
-        known = stats.mean if stats is not None and stats.mean is not None else None
-        state_dim = len(known) if known is not None else cfg.max_state_dim
-        if cfg.pi05:
-            state_dim = max(0, min(state_dim, cfg.max_token_len - len(self.default_prompt_tokens)))
-        return PolicySpec(
-            images=tuple(ImageSpec("*", size, size) for _ in range(cfg.views)),
-            min_views=1,
-            images_as="array",
-            state_dim=state_dim,
-            action_dim=self.action_dim,
-            action_meaning="any",
-            horizon=self.horizon,
+        return pi_policy_spec(
+            self.config,
+            self.norm_stats,
+            self.action_dim,
+            self.horizon,
+            self.default_prompt_tokens,
             prompt=self.tokenizer is not None,
         )
 
@@ -342,3 +331,32 @@ class PiPolicy:
             timer=timer,
             cache=self._cache,
         )
+
+
+def pi_policy_spec(
+    config: PiConfig,
+    norm_stats: NormStats,
+    action_dim: int,
+    horizon: int,
+    default_prompt_tokens: list[int],
+    prompt: bool,
+) -> Any:
+    """`PiPolicy.spec` from its settings alone (a compiled artifact stores it without building one)."""
+    from hotloop.policy_spec import ImageSpec, PolicySpec
+
+    size = config.vision.image_size
+    stats = norm_stats.state
+    known = stats.mean if stats is not None and stats.mean is not None else None
+    state_dim = len(known) if known is not None else config.max_state_dim
+    if config.pi05:
+        state_dim = max(0, min(state_dim, config.max_token_len - len(default_prompt_tokens)))
+    return PolicySpec(
+        images=tuple(ImageSpec("*", size, size) for _ in range(config.views)),
+        min_views=1,
+        images_as="array",
+        state_dim=state_dim,
+        action_dim=action_dim,
+        action_meaning="any",
+        horizon=horizon,
+        prompt=prompt,
+    )

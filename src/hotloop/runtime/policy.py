@@ -50,13 +50,37 @@ def engine_policy(engine: Any, seed: int = 0) -> Any:
         default_prompt_tokens=list(info.get("default_prompt_tokens") or []),
         seed=seed,
     )
+    policy: Any = pi
     if info.get("kind") == "demo:conveyor":
         from hotloop.sim.demo_policy import DemoConveyorPolicy
 
         # zero noise is handled by EnginePiPolicy, so the adapter takes its plain path.
-        return DemoConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
-    if info.get("kind") == "demo:conveyor-vision":
+        policy = DemoConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
+    elif info.get("kind") == "demo:conveyor-vision":
         from hotloop.sim.vision_demo import VisionConveyorPolicy
 
-        return VisionConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
-    return pi
+        policy = VisionConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
+    check_stored_spec(engine, policy)
+    return policy
+
+
+def check_stored_spec(engine: Any, policy: Any) -> None:
+    """The spec the artifact stored (what the compiled policy consumes, read by the task adapter) must be
+    the one the rebuilt policy has: a mismatch means the artifact and this hotloop disagree on the
+    policy's inputs, and is refused by name instead of feeding it the wrong observation."""
+    from hotloop.errors import CheckpointError, ConfigError
+    from hotloop.policy_spec import PolicySpec
+
+    stored = (engine.manifest.get("policy") or {}).get("spec")
+    if stored is None:  # an artifact from before specs were stored: the rebuilt policy's spec holds
+        return
+    where = engine.path / "manifest.json"
+    try:
+        want = PolicySpec.from_dict(stored)
+    except ConfigError as e:
+        raise CheckpointError(f"{where}: malformed policy spec: {e}") from None
+    if policy.spec != want:
+        raise CheckpointError(
+            f"{where}: the stored policy spec {want.to_dict()} differs from the policy this hotloop "
+            f"rebuilds from the artifact ({policy.spec.to_dict()}); recompile it with this version"
+        )
