@@ -109,12 +109,15 @@ def test_eval_compiled_demo_policy(tmp_path: Path) -> None:
             "--latency",
             "fixed:0",
             "--quiet",
+            "--memory-cap-mb",
+            "4096",
             "--json",
             str(js),
         ],
     )
     assert res.exit_code == 0, res.output
-    assert json.loads(js.read_text())["episodes"] == 1
+    result = json.loads(js.read_text())
+    assert result["episodes"] == 1 and result["request"]["memory_cap_mb"] == 4096
     from hotloop.serve.policies import load_served_policy
     from hotloop.targets import TargetOptions
 
