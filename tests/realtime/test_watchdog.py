@@ -14,7 +14,7 @@ from hotloop.realtime.clock import FakeClock, MonotonicClock
 from hotloop.realtime.runner import SimulatedEngine, WallClockRunner
 from hotloop.realtime.scheduler import SchedulerConfig, Segment
 from hotloop.realtime.strategies import StrategyConfig, make_strategy
-from hotloop.realtime.watchdog import WatchdogConfig
+from hotloop.realtime.watchdog import WatchdogConfig, parse_fallback
 
 PERIOD = 50
 HOME = np.array([0.1, 0.0, 0.2, 0.0])
@@ -146,3 +146,14 @@ def test_threaded_engine_on_the_wall_clock_switches_and_returns():
     assert [e.kind for e in events[:3]] == ["miss", "switch", "return"], report.events
     assert events[0].tick == events[1].tick
     assert report.counters["overruns"] >= 0 and report.chunks >= 3
+
+
+def test_fallback_spec_as_the_command_line_writes_it():
+    assert parse_fallback("hold") == ("hold", None)
+    assert parse_fallback("stop") == ("stop", None)
+    assert parse_fallback("engine:expert:scripted") == ("engine", "expert:scripted")
+    for bad in ("engine", "engine:", "brake", "hold:1", ""):
+        with pytest.raises(ConfigError, match="--fallback"):
+            parse_fallback(bad)
+    with pytest.raises(ConfigError, match="--serve-fallback"):
+        parse_fallback("engine", flag="--serve-fallback")

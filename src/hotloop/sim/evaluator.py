@@ -20,7 +20,7 @@ import numpy as np
 
 from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
-from hotloop.realtime.scheduler import ChunkScheduler, SchedulerConfig, Segment
+from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
 from hotloop.realtime.strategies import Strategy
 from hotloop.sim.latency import LatencyModel
 from hotloop.sim.metrics import mean_std, rms_jerk, wilson_interval
@@ -79,6 +79,8 @@ def run_episode(
     action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold)."""
     env.reset(seed=seed)
     policy.reset()
+    if fallback_policy is not None:
+        fallback_policy.reset()
     rng = np.random.default_rng([seed, 0x1A7])  # latency draws: repeatable per episode seed
     dt = env.config.physics_dt
     max_ticks = round(env.config.time_limit_s / dt)
@@ -94,9 +96,13 @@ def run_episode(
     plant = SimPlant(env, [env.ee_pos()], sample=min(SAMPLE_TICKS, env.config.ticks_per_control))
     segments: list[tuple[int, int, int, int]] = []
     by_tick: list[np.ndarray] = []
+    engine_ticks = 0  # ticks commanded from the fallback engine's chunks
 
     def on_segment(seg: Segment, start: int, end: int) -> None:
+        nonlocal engine_ticks
         if end > start:
+            if seg.chunk == FALLBACK_CHUNK:
+                engine_ticks += end - start
             segments.append((start, end, seg.chunk, seg.index))
             if trace:
                 by_tick.extend([np.asarray(seg.action, dtype=np.float64)] * (end - start))
@@ -121,6 +127,7 @@ def run_episode(
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
         "watchdog": scheduler.watchdog.counters(env.tick),
+        "fallback_engine_ticks": engine_ticks,
         "info": env.info(),
         "error": None,
     }

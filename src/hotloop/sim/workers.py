@@ -14,6 +14,7 @@ Workers ignore SIGINT (the terminal sends it to the whole process group); only t
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import signal
 import traceback
@@ -60,6 +61,7 @@ class EpisodeJob:
         return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
     pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
+    fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
 
 
 class EpisodeRunner:
@@ -90,6 +92,16 @@ class EpisodeRunner:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
             self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
+        # The `engine` fallback's smaller policy, adapted to the task like the main one. It reads the task's
+        # observation directly (with --pipeline too: it must not wait for the chain the main one waits for).
+        self.fallback_policy = (
+            build_policy(
+                dataclasses.replace(job, target=job.fallback_target, policy_factory=None, num_steps=None),
+                self.env,
+            )
+            if job.fallback_target
+            else None
+        )
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -102,7 +114,13 @@ class EpisodeRunner:
 
         try:
             record = self._run(
-                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+                self.env,
+                self.policy,
+                self.strategy_for,
+                self.latency,
+                seed,
+                config=self.scheduler_config,
+                fallback_policy=self.fallback_policy,
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
