@@ -121,6 +121,8 @@ class EpisodeRunner:
                 seed,
                 config=self.scheduler_config,
                 fallback_policy=self.fallback_policy,
+                frame_ticks=getattr(self.policy, "frame_ticks", 0),
+                on_frame=getattr(self.policy, "on_frame", None),
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
