@@ -210,3 +210,51 @@ def test_camera_rate_in_the_closed_loop_perceives_every_control_tick():
     assert all(a >= 30.0 for a in frames["age_ms"])  # a detection is never used before it is ready
     assert record["latency_ms"]["mean"] == pytest.approx(100.0)  # perception is off the decision's path
     runner.env.close()
+
+
+def test_eval_at_camera_rate_reports_the_frames(tmp_path, monkeypatch):
+    from hotloop.sim import eval_run
+    from hotloop.sim.commands import add_commands
+
+    real = eval_run.EvalRequest
+    monkeypatch.setattr(
+        eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": "fakes:oracle"})
+    )
+    app = typer.Typer()
+    add_commands(app)
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--episodes", "1", "--seed", "1", "--workers", "0", "--quiet"]
+    args += [
+        "--latency",
+        "fixed:100",
+        "--pipeline",
+        "detector:camera_hz=10,perception=30",
+        "--json",
+        str(out),
+    ]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    frames = json.loads(out.read_text())["pipeline"]["frames"]
+    assert frames["count"] > 0 and frames["perception_ms"]["p50"] >= 30.0
+    assert frames["estimate_age_ms"]["p50"] >= 30.0
+    assert f"camera 10 Hz: {frames['count']} frames" in r.output
+
+
+def test_waiting_for_the_box_with_the_shipped_policy_behind_the_task_adapter():
+    """Before the box is seen the chain holds still with a chunk of the policy's own length; the shipped
+    policy reaches the chain through the task adapter, which has no `horizon` of its own (this crashed
+    every episode whose box was out of view at the first decision)."""
+    from hotloop.sim.workers import EpisodeJob, build_policy
+
+    env = make_task("conveyor-pick")
+    job = EpisodeJob("demo:conveyor", "conveyor-pick", None, "async", "fixed:0")
+    adapted = build_policy(job, env)
+    assert not hasattr(adapted, "horizon")
+    policy, _ = attach_pipeline(adapted, env, "detector", parse_latency("fixed:0"))
+    obs, _ = env.reset(seed=0)  # the box is out of view at first
+    policy.reset()
+    actions = policy.infer(obs)["actions"]
+    assert policy.take_episode()["waits"] == 1
+    assert actions.shape == (adapted.policy.horizon, 4)
+    np.testing.assert_allclose(actions[:, :3], np.tile(obs["state"][:3], (len(actions), 1)), atol=1e-6)
+    env.close()

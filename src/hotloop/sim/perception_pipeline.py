@@ -194,6 +194,7 @@ class PipelinePolicy:
         self._frame_log: list[tuple[float, float]] = []  # per frame: (perception latency ms, detected)
         self._ages_ms: list[float] = []  # per decision: age of the newest detection used
         self._newest: _Frame | None = None  # the newest frame any decision took
+        self._last_horizon = 0  # length of the last chunk the policy returned
         self._prev_ee: tuple[float, np.ndarray] | None = None
         self._errors: list[tuple[float, float]] = []  # (position mm, velocity mm/s) per estimated cycle
         self._detected = 0
@@ -202,7 +203,18 @@ class PipelinePolicy:
 
     @property
     def horizon(self) -> int:
-        return int(self.inner.horizon)
+        """The chunk length the wait-for-the-box chunk must have (the scheduler sizes its strategy by the
+        first chunk): the policy's own, seen through the task adapter when there is one."""
+        for source in (self.inner, getattr(self.inner, "policy", None)):
+            horizon = getattr(source, "horizon", None)
+            if horizon is not None:
+                return int(horizon)
+        if self._last_horizon:
+            return self._last_horizon
+        raise ConfigError(
+            "--pipeline holds still until the box is seen and needs the policy's chunk length for that: "
+            "give the policy a `horizon` attribute"
+        )
 
     def reset(self) -> None:
         self.inner.reset()
@@ -274,6 +286,7 @@ class PipelinePolicy:
                     )
                     out = dict(self.inner.infer({**obs, "state": seen}))  # other keys (RTC's) pass through
                     actions = np.asarray(out["actions"], dtype=np.float64)
+                    self._last_horizon = len(actions)
             with cycle.layer("control"):
                 actions = np.clip(actions, self.action_low, self.action_high)
             cycle.charge("control", cfg.control_ms)
@@ -481,6 +494,16 @@ def report_budgets(runs: list[dict[str, Any]], plot: Any = None) -> list[Any]:
             + ")"
         )
         report.print_table(title)
+        frames = r["pipeline"].get("frames")
+        if frames and frames["count"]:
+            from rich.console import Console
+
+            per, age = frames["perception_ms"], frames["estimate_age_ms"]
+            Console().print(
+                f"camera {r['pipeline']['camera_hz']:g} Hz: {frames['count']} frames, perception p50 "
+                f"{per['p50']:.1f} ms, p99 {per['p99']:.1f} ms; estimate age at a decision p50 "
+                + ("-" if age["p50"] is None else f"{age['p50']:.0f} ms, p95 {age['p95']:.0f} ms")
+            )
         if plot is not None:
             base = Path(plot)
             tag = f"{r['strategy']['name']}-{r['latency']['spec']}".replace(":", "").replace("/", "_")
