@@ -24,6 +24,7 @@ from hotloop.serve.server import PolicyServer, ServeConfig, ServerThread, check_
 
 STALL_STATE = 9.0  # the observation that makes the policy stall
 NAN_STATE = 5.0  # the observation that makes it answer NaN
+LIST_STATE = 7.0  # the observation that makes it answer a list (no 'actions')
 
 
 class StallingPolicy(StateEchoPolicy):
@@ -41,6 +42,8 @@ class StallingPolicy(StateEchoPolicy):
             self.release.wait(timeout=30)
         if value == NAN_STATE:
             return {"actions": np.full((10, 8), np.nan, dtype=np.float32)}
+        if value == LIST_STATE:
+            return [1, 2, 3]  # type: ignore[return-value]
         return super().infer(obs)
 
 
@@ -137,11 +140,13 @@ def test_a_fault_is_answered_by_the_engine_and_counted():
         reply = client.infer(_state(NAN_STATE))  # no deadline: the watchdog still catches the NaN
         assert reply["fallback"] == "small" and np.all(reply["actions"] == -1.0)
         assert np.all(client.infer(_state(1.0))["actions"] == 1.0)
+        assert client.infer(_state(LIST_STATE))["fallback"] == "small"  # no 'actions': a fault too
+        assert np.all(client.infer(_state(2.0))["actions"] == 2.0)
         scraped = _metrics(server.port)
-    assert scraped[("hotloop_engine_faults_total", ())] == 1
+    assert scraped[("hotloop_engine_faults_total", ())] == 2
     assert scraped[("hotloop_deadline_misses_total", ())] == 0
-    assert scraped[("hotloop_fallbacks_total", (("kind", "engine"),))] == 1
-    assert scraped[("hotloop_fallback_returns_total", ())] == 1
+    assert scraped[("hotloop_fallbacks_total", (("kind", "engine"),))] == 2
+    assert scraped[("hotloop_fallback_returns_total", ())] == 2
 
 
 def test_without_an_engine_the_late_reply_still_comes_and_the_miss_is_counted():

@@ -140,9 +140,8 @@ class PolicyServer:
             else None
         )
         self._running_since: float | None = None  # perf_counter when the model started on the current request
-        self._stale: asyncio.Future[Any] | None = (
-            None  # a main inference answered by the fallback, still running
-        )
+        # A main inference whose request the fallback answered (it may still be running).
+        self._stale: asyncio.Future[Any] | None = None
         self._infer_lock: asyncio.Lock | None = None  # one guarded inference at a time (made in the loop)
         self.metrics.watch_inference(self.inference_running_s)
         self._metadata = codec.packb(
@@ -385,7 +384,12 @@ class PolicyServer:
                 if self.fallback is not None:
                     return await self._fallback_infer(obs)
                 raise
-            if isinstance(action, Mapping) and "actions" in action and not finite_actions(action):
+            if not isinstance(action, Mapping) or "actions" not in action:
+                watchdog.fault(f"returned {type(action).__name__} without 'actions'")
+                if self.fallback is not None:
+                    return await self._fallback_infer(obs)
+                return action, "policy"  # `_answer` turns it into the error reply
+            if not finite_actions(action):
                 watchdog.fault("non-finite actions")
                 if self.fallback is not None:
                     return await self._fallback_infer(obs)
