@@ -40,7 +40,7 @@ class EvalRequest:
     policy_factory: str | None = None
     task_kwargs: str | None = None  # JSON object for gym:/plugin tasks (--task-kwargs)
     blend: str = "latest"
-    fallback: str = "hold"
+    fallback: str = "hold"  # hold | continue | stop | engine:TARGET (--fallback)
     deadline_ms: float | None = None
     guidance_weight: float | None = None
     pipeline: str | None = None
@@ -92,10 +92,12 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
     from hotloop.progress import Progress
     from hotloop.realtime.strategies import make_strategy
+    from hotloop.realtime.watchdog import parse_fallback
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
 
     latency = parse_latency(request.latency)
+    fallback, fallback_target = parse_fallback(request.fallback)
     threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
     job = EpisodeJob(
         target=request.target,
@@ -110,7 +112,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         threads=threads,
         task_kwargs=request.task_kwargs,
         blend=request.blend,
-        fallback=request.fallback,
+        fallback=fallback,
+        fallback_target=fallback_target,
         deadline_ms=request.deadline_ms,
         guidance_weight=request.guidance_weight,
         pipeline=request.pipeline,

@@ -14,6 +14,7 @@ Workers ignore SIGINT (the terminal sends it to the whole process group); only t
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import signal
 import traceback
@@ -61,6 +62,7 @@ class EpisodeJob:
 
     pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
+    fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
 
 
 class EpisodeRunner:
@@ -91,6 +93,18 @@ class EpisodeRunner:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
             self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
+        # The `engine` fallback's smaller policy, adapted to the task like the main one. It reads the task's
+        # observation directly (with --pipeline too: it must not wait for the chain the main one waits for).
+        self.fallback_policy = (
+            build_policy(
+                dataclasses.replace(  # --memory-cap-mb is the main target's
+                    job, target=job.fallback_target, policy_factory=None, num_steps=None, memory_cap_mb=None
+                ),
+                self.env,
+            )
+            if job.fallback_target
+            else None
+        )
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -103,7 +117,15 @@ class EpisodeRunner:
 
         try:
             record = self._run(
-                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+                self.env,
+                self.policy,
+                self.strategy_for,
+                self.latency,
+                seed,
+                config=self.scheduler_config,
+                fallback_policy=self.fallback_policy,
+                frame_ticks=getattr(self.policy, "frame_ticks", 0),
+                on_frame=getattr(self.policy, "on_frame", None),
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
