@@ -6,7 +6,8 @@ ART is a `hotloop compile` artifact. After `--warmup` untimed inferences it time
 (garbage collection off, as `hotloop bench` does) and reports p50, p99 and p99/p50 (the issue's target:
 p99 <= 1.3 x p50). Then, with garbage collection on as in deployment, it runs `--leak-iters` more
 inferences and reads this process's resident memory after the 100th and after the last: the change in
-percent (the target: within 2 %), with the curve sampled every `--sample-every` inferences in the JSON.
+percent (the target: within 2 %), with the curve sampled every `--sample-every` inferences in the JSON
+and, with `--plot`, a PNG of both.
 The same observation and noise every time, so any growth is the engine's, not the input's. Run it on an
 otherwise idle machine; timings taken under load say little.
 """
@@ -43,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the manifest's)")
     p.add_argument("--prompt-tokens", type=int, default=None, help="real prompt tokens (VLA artifacts)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    p.add_argument("--plot", type=Path, default=None, help="PNG: latency per inference and resident memory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     for flag, value, low in (
@@ -67,6 +69,7 @@ def _inputs(engine: Engine, prompt_tokens: int | None) -> tuple[Any, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_output_file(args.json, "--json")  # before the long work, not after it
+    check_output_file(args.plot, "--plot")
     engine = Engine.load(args.artifact, threads=args.threads)
     obs, noise = _inputs(engine, args.prompt_tokens)
     progress = not args.quiet
@@ -116,7 +119,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_change_pct": (last - base) / base * 100.0,
         "rss_curve_mb": [[n, mb] for n, mb in curve],
         "engine_memory": engine.memory.to_dict(),
+        "samples_ms": samples,
     }
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Latency of each timed inference (p50 / p99 marked) beside resident memory over the leak check."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hotloop.io import atomic_write_bytes
+
+    fig, (ax_lat, ax_mem) = plt.subplots(1, 2, figsize=(11, 4))
+    ax_lat.plot(result["samples_ms"], linewidth=0.6)
+    for q, style in (("p50_ms", "--"), ("p99_ms", ":")):
+        ax_lat.axhline(
+            result[q], linestyle=style, color="k", linewidth=1, label=f"{q[:3]} {result[q]:.2f} ms"
+        )
+    ax_lat.set_xlabel("timed inference")
+    ax_lat.set_ylabel("latency (ms)")
+    ax_lat.set_title(f"p99/p50 {result['p99_over_p50']:.2f}")
+    ax_lat.legend(fontsize=8)
+    counts, mb = zip(*result["rss_curve_mb"], strict=True)
+    ax_mem.plot(counts, mb, marker=".")
+    ax_mem.set_xlabel("inferences of the leak check")
+    ax_mem.set_ylabel("resident memory (MiB)")
+    ax_mem.ticklabel_format(axis="y", useOffset=False)
+    ax_mem.set_title(f"after {LEAK_BASE} -> after {result['leak_iters']}: {result['rss_change_pct']:+.2f} %")
+    fig.suptitle(f"{result['artifact']} ({result['target']})")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json is not None:
         print(f"wrote {atomic_write_json(args.json, result)}")
+    if args.plot is not None:
+        print(f"wrote {plot(result, args.plot)}")
     return 0
 
 

@@ -47,13 +47,13 @@ def art(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_script_writes_latency_and_leak_fields(art: Path, tmp_path: Path) -> None:
-    js = tmp_path / "s.json"
-    code = _script().main(  # type: ignore[attr-defined]
-        [str(art), "--iters", "30", "--leak-iters", "250", "--warmup", "2", "--quiet", "--json", str(js)]
-    )
+    js, png = tmp_path / "s.json", tmp_path / "s.png"
+    args = [str(art), "--iters", "30", "--leak-iters", "250", "--warmup", "2", "--quiet", "--json", str(js)]
+    code = _script().main([*args, "--plot", str(png)])  # type: ignore[attr-defined]
     assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = json.loads(js.read_text())
-    assert r["iters"] == 30 and r["leak_iters"] == 250
+    assert r["iters"] == 30 and r["leak_iters"] == 250 and len(r["samples_ms"]) == 30
     assert 0 < r["p50_ms"] <= r["p99_ms"] and r["p99_over_p50"] == pytest.approx(r["p99_ms"] / r["p50_ms"])
     assert r["rss_mb_after_100"] > 0 and r["rss_mb_after_n"] > 0
     want = (r["rss_mb_after_n"] - r["rss_mb_after_100"]) / r["rss_mb_after_100"] * 100
