@@ -84,6 +84,9 @@ class Engine:
 
             root = replan_artifact(root)
             manifest = read_manifest(root, verify_files=verify_files)
+        for backend in sorted({e.backend for e in entries(manifest).values()}):
+            # Import the libraries first: their code is the process's, shared by its engines, not this one's.
+            get_backend(backend).unavailable_reason()
         account = MemoryAccount(root, memory_cap_mb)
         account.load_started()
         if pin is not None:
