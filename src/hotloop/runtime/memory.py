@@ -12,8 +12,8 @@ Limits, stated plainly:
 - The resident set is process-wide. Memory that another thread allocates *during* this engine's call
   (another engine on another thread, the caller) is charged to it, and memory freed then is credited.
   Engines driven from one thread are accounted exactly, up to the allocator.
-- It is a check after the fact, not a limit: a call that allocates past the cap finishes, then raises.
-  It does not stop the kernel's OOM killer.
+- It is a check after the fact, not a limit: a call that allocates past the cap finishes, then raises
+  (and so does every later call while the engine stays over). It does not stop the kernel's OOM killer.
 - The allocator decides when freed memory leaves the resident set, so a leak shows up as growth only
   once its pages are touched. The backends' libraries are imported before the footprint is measured,
   but their one-time process-wide costs (OpenVINO's CPU plugin state and kernel caches, say) are charged
