@@ -1,17 +1,12 @@
 """Real Ctrl-C presses (SIGINT to this process) against `hotloop.interrupts`.
 
-Each scenario runs in a fresh interpreter: a SIGINT sent to the test process lands wherever its main
-thread is, and after hundreds of tests that can be inside a C extension's callback (the suite's interpreter
-crashed there once). A child holds only `hotloop.interrupts`, so a crash fails the one test, and the
-scenario is what is tested, not the state earlier tests left behind.
+Each scenario runs in a fresh interpreter (the `run_in_child` fixture, tests/conftest.py), which holds
+only `hotloop.interrupts`: what is tested is the scenario, not the state earlier tests left behind.
 """
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -53,33 +48,16 @@ def stop_at_next_boundary_never_raises() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def _run_in_child(scenario: str) -> str:
-    """Run `scenario` (a function of this module) in a fresh interpreter; return its stderr."""
-    here = Path(__file__).parent
-    child = subprocess.run(
-        [sys.executable, "-c", f"import test_interrupts as t; t.{scenario}(); print('scenario ok')"],
-        cwd=here,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert child.returncode == 0 and "scenario ok" in child.stdout, (
-        child.stdout[-2000:] + child.stderr[-3000:]
-    )
-    return child.stderr
-
-
-def test_the_first_press_raises_and_later_ones_are_only_noted():
-    err = _run_in_child("first_press_raises_and_later_ones_are_only_noted")
+def test_the_first_press_raises_and_later_ones_are_only_noted(run_in_child):
+    err = run_in_child(__file__, "first_press_raises_and_later_ones_are_only_noted")
     assert err.count("interrupt noted") == 2
 
 
-def test_a_nested_block_shares_the_outer_count():
-    err = _run_in_child("nested_block_shares_the_outer_count")
+def test_a_nested_block_shares_the_outer_count(run_in_child):
+    err = run_in_child(__file__, "nested_block_shares_the_outer_count")
     assert err.count("interrupt noted") == 1
 
 
-def test_stop_at_next_boundary_never_raises():
-    err = _run_in_child("stop_at_next_boundary_never_raises")
+def test_stop_at_next_boundary_never_raises(run_in_child):
+    err = run_in_child(__file__, "stop_at_next_boundary_never_raises")
     assert "stopping after the episode in progress" in err

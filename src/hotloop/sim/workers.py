@@ -89,6 +89,13 @@ class EpisodeRunner:
         self.policy = build_policy(
             job, self.env
         )  # adapted to the task; a pipeline feeds it task observations
+        # What the run reports beside its figures: how the policy was fitted to the task, and the unit of
+        # the positions its jump and jerk figures are in.
+        adaptation = getattr(self.policy, "adaptation", None)
+        self.describe = {
+            "adaptation": adaptation.describe() if adaptation is not None else None,
+            "length_unit": self.env.task_spec.length_unit,
+        }
         if job.pipeline:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
@@ -129,6 +136,7 @@ class EpisodeRunner:
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
+            record["run"] = self.describe  # lifted to the run's summary (eval_run), not kept per episode
             return record
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
