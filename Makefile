@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 OPENPI_VENV := .venv-openpi
+# pytest-xdist processes for `make test`: most tests use one core, so two workers halve the wall time here.
+TEST_WORKERS ?= 2
 OPENPI_STAMP := $(OPENPI_VENV)/.installed
 
 .PHONY: demo test lint install lock openpi-venv clean test-mujoco-min
@@ -48,7 +50,7 @@ demo: $(STAMP)
 	MUJOCO_GL=egl $(BIN)/hotloop demo
 
 test: $(STAMP) $(OPENPI_STAMP)
-	MUJOCO_GL=egl $(BIN)/python -m pytest -q
+	MUJOCO_GL=egl $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -64,17 +66,20 @@ MIN_STAMP := $(MIN_VENV)/.installed
 SIM_TESTS := tests/sim/tasks tests/sim/test_tasks.py tests/sim/test_gym_experts.py tests/sim/test_eval_targets.py \
 	tests/sim/test_demo_policy.py tests/sim/test_box_detector.py
 
-$(MIN_STAMP): pyproject.toml $(LOCK)
-	$(PY) -m venv $(MIN_VENV)
-	# The lock's versions of everything but MuJoCo itself.
+$(MIN_STAMP): pyproject.toml $(LOCK) $(STAMP)
+	rm -rf $(MIN_VENV) && $(PY) -m venv $(MIN_VENV)
+	# MuJoCo at the lowest version (its own dependencies at the lock's versions) in a venv of its own ...
 	grep -v -i -E '^mujoco(-core|-studio)?==' $(LOCK) > $(MIN_VENV)/constraints.txt
-	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/constraints.txt torch
-	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/constraints.txt -e '.[dev,sims]' 'mujoco==$(MUJOCO_MIN)'
+	$(MIN_VENV)/bin/pip install -q -c $(MIN_VENV)/constraints.txt 'mujoco==$(MUJOCO_MIN)'
+	# ... and everything else from .venv, behind it on sys.path (so `import mujoco` finds $(MUJOCO_MIN)):
+	# the same locked packages as a full install, without installing torch a second time.
+	echo "import site; site.addsitedir('$(abspath $(VENV))/lib/python$$($(BIN)/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')/site-packages')" \
+		> $$($(MIN_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-hotloop-venv.pth
 	touch $(MIN_STAMP)
 
 test-mujoco-min: $(MIN_STAMP)
 	$(MIN_VENV)/bin/python -c "import mujoco; assert mujoco.__version__ == '$(MUJOCO_MIN)', mujoco.__version__"
-	MUJOCO_GL=egl $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(SIM_TESTS)
+	MUJOCO_GL=egl $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SIM_TESTS)
 
 clean:
 	rm -rf $(VENV) $(OPENPI_VENV) hotloop-report

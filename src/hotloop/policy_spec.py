@@ -121,7 +121,10 @@ class TaskSpec:
     evaluator ("absolute": a target held while the policy thinks). `ee_state` names the state entries
     that hold the end-effector position (needed to turn "ee_delta" actions into absolute targets).
     `action_low` / `action_high` bound the action (used to pad missing dimensions at the midpoint of the
-    range, a neutral value, rather than at an arbitrary zero); empty when unbounded.
+    range, a neutral value, rather than at an arbitrary zero); empty when unbounded. `length_unit` is the
+    unit of the positions in the first action entries and in `ee_state` ("m", "px"), which the evaluator's
+    chunk-jump and jerk figures are in; None when the actions are not positions (then those figures are
+    in the env's own action units, or not reported).
     """
 
     name: str
@@ -135,6 +138,7 @@ class TaskSpec:
     prompt: str = ""
     fps: float = 10.0
     robot_type: str = "unknown"
+    length_unit: str | None = "m"
 
     @property
     def state_dim(self) -> int:

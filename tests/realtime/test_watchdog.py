@@ -14,7 +14,7 @@ from hotloop.realtime.clock import FakeClock, MonotonicClock
 from hotloop.realtime.runner import SimulatedEngine, WallClockRunner
 from hotloop.realtime.scheduler import SchedulerConfig, Segment
 from hotloop.realtime.strategies import StrategyConfig, make_strategy
-from hotloop.realtime.watchdog import WatchdogConfig
+from hotloop.realtime.watchdog import WatchdogConfig, parse_fallback
 
 PERIOD = 50
 HOME = np.array([0.1, 0.0, 0.2, 0.0])
@@ -146,3 +146,57 @@ def test_threaded_engine_on_the_wall_clock_switches_and_returns():
     assert [e.kind for e in events[:3]] == ["miss", "switch", "return"], report.events
     assert events[0].tick == events[1].tick
     assert report.counters["overruns"] >= 0 and report.chunks >= 3
+
+
+def test_fallback_spec_as_the_command_line_writes_it():
+    assert parse_fallback("hold") == ("hold", None)
+    assert parse_fallback("stop") == ("stop", None)
+    assert parse_fallback("engine:expert:scripted") == ("engine", "expert:scripted")
+    for bad in ("engine", "engine:", "brake", "hold:1", ""):
+        with pytest.raises(ConfigError, match="--fallback"):
+            parse_fallback(bad)
+    with pytest.raises(ConfigError, match="--serve-fallback"):
+        parse_fallback("engine", flag="--serve-fallback")
+
+
+@pytest.mark.parametrize("fault", ["stall", "nan"])
+def test_the_robot_runner_exports_its_watchdog_counters_live(fault):
+    """`WallClockRunner(metrics=...)` mirrors the watchdog at every control period: mid-run, while the
+    robot is in fallback, the switch is already on the exposition; at the end it equals the report."""
+    from hotloop.measure.live_metrics import LiveMetrics
+
+    metrics = LiveMetrics(read_machine=False)
+    clock = FakeClock(tick_s=0.002)
+    policy = FaultyPolicy(fault, fault_call=2)
+    calls = []
+
+    def latency(measured_ms: float) -> float:
+        calls.append(measured_ms)
+        return 800.0 if (fault == "stall" and len(calls) == 3) else 30.0
+
+    runner = WallClockRunner(
+        policy,
+        FakeRobot(HOME),
+        lambda h: make_strategy("async", StrategyConfig(h)),
+        10.0,
+        config=SchedulerConfig(watchdog=WatchdogConfig("hold")),
+        clock=clock,
+        engine=SimulatedEngine(policy, clock.tick_s, latency, catch_errors=True),
+        metrics=metrics,
+    )
+    seen_in_fallback = []
+
+    def on_segment(seg, a, b):
+        if seg.source == "fallback":
+            seen_in_fallback.append(metrics.value("hotloop_fallbacks_total", {"kind": "hold"}))
+
+    report = runner.run(2.0, on_segment)
+    assert seen_in_fallback and seen_in_fallback[0] == 1.0  # exported before the period ran out
+    c = report.counters
+    assert c["switches"] == 1 and c["returns"] == 1
+    assert metrics.value("hotloop_deadline_misses_total") == c["misses"] == (fault == "stall")
+    assert metrics.value("hotloop_engine_faults_total") == c["faults"] == (fault == "nan")
+    assert metrics.value("hotloop_fallbacks_total", {"kind": "hold"}) == c["switches"]
+    assert metrics.value("hotloop_fallback_returns_total") == c["returns"]
+    assert metrics.value("hotloop_fallback_seconds_total") == pytest.approx(c["fallback_ticks"] * 0.002)
+    assert b"hotloop_fallback_seconds_total" in metrics.exposition()[0]

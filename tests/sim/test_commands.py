@@ -309,9 +309,45 @@ def test_realtime_options_are_checked_before_any_episode():
     for args, words in (
         (["--blend", "mean"], ["--blend", "ensemble"]),
         (["--fallback", "brake"], ["--fallback", "hold"]),
-        (["--fallback", "engine"], ["--fallback engine", "second policy"]),
+        (["--fallback", "engine"], ["--fallback 'engine'", "engine:TARGET"]),
+        (["--fallback", "engine:"], ["--fallback 'engine:'", "engine:TARGET"]),
+        (["--fallback", "engine:nope:x"], ["--fallback engine:nope:x", "nope:x"]),
+        (["--fallback", "hold:2"], ["--fallback 'hold:2'", "engine:TARGET"]),
         (["--deadline-ms", "0"], ["--deadline-ms"]),
         (["--strategy", "rtc", "--guidance-weight", "-1"], ["--guidance-weight"]),
     ):
         r = runner.invoke(_app(), ["eval", "demo:conveyor", *args])
         assert r.exit_code == 2 and all(w in r.output for w in words), (args, r.output)
+
+
+def test_fallback_engine_runs_the_smaller_target_when_deadlines_are_missed(tmp_path):
+    """`--fallback engine:TARGET` from the command line: at 300 ms a sync policy misses every deadline
+    after the first (one control period), and the fallback engine's chunks fill exactly the fallback time;
+    with `hold` the same misses command nothing from an engine."""
+    runner = CliRunner()
+    base = ["eval", "expert:scripted", "--task", "reach", "--strategy", "sync", "--latency", "fixed:300"]
+    records = {}
+    for fallback in ("engine:expert:scripted", "hold"):
+        out = tmp_path / f"{fallback.split(':')[0]}.json"
+        args = [
+            *base,
+            "--episodes",
+            "1",
+            "--workers",
+            "0",
+            "--quiet",
+            "--fallback",
+            fallback,
+            "--json",
+            str(out),
+        ]
+        r = runner.invoke(_app(), args)
+        assert r.exit_code == 0, r.output
+        result = json.loads(out.read_text())
+        assert result["strategy"]["fallback"] == fallback
+        records[fallback] = result["per_episode"][0]
+    engine, hold = records["engine:expert:scripted"], records["hold"]
+    assert engine["watchdog"]["misses"] > 0 and engine["watchdog"]["switches"] == engine["watchdog"]["misses"]
+    assert engine["fallback_engine_ticks"] == engine["watchdog"]["fallback_ticks"] > 0
+    assert hold["watchdog"]["misses"] > 0 and hold["watchdog"]["fallback_ticks"] > 0
+    assert hold["fallback_engine_ticks"] == 0

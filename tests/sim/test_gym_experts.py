@@ -95,6 +95,27 @@ def test_record_then_eval_on_fetch_pick_and_place(tmp_path):
     assert result["task"] == "gym:FetchPickAndPlace-v4" and result["errors"] == 0
     assert result["successes"] == 2  # one step (40 ms) late, the expert still places the block
     assert all(e["inferences"] > 1 for e in result["per_episode"])
+    assert result["length_unit"] == "m"  # Fetch's targets are metres: jumps in mm, jerk in m/s³
+    assert all("run" not in e for e in result["per_episode"])  # said once for the run, not per episode
+
+
+@pytest.mark.slow
+def test_pusht_figures_are_in_pixels_and_the_adaptation_is_reported(tmp_path):
+    report = tmp_path / "eval.json"
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "eval", "pi05:tiny", "--task", "gym:gym_pusht/PushT-v0", "--task-kwargs", '{"max_episode_steps": 12}',
+            "--episodes", "1", "--workers", "1", "--latency", "fixed:0", "--json", str(report), "--quiet",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    result = json.loads(report.read_text())
+    assert result["errors"] == 0 and result["length_unit"] == "px"
+    # pi05:tiny takes 3 views of 224 px, a state and 32 actions: what PushT gives and takes is mapped.
+    adaptation = result["adaptation"]
+    assert adaptation["actions"].endswith("-> 2") and adaptation["views"][0]["task"] == "top"
+    assert " px" in r.stdout and " mm" not in r.stdout  # PushT's workspace is pixels, never reported as mm
 
 
 @pytest.mark.slow

@@ -150,3 +150,111 @@ def test_waiting_under_rtc_keeps_the_executing_chunk_and_says_so():
     np.testing.assert_allclose(out["actions"][:2], prev)
     np.testing.assert_allclose(out["actions"][2:], np.tile(prev[-1], (2, 1)))
     env.close()
+
+
+def test_camera_rate_perception_runs_on_every_frame_and_its_latency_is_the_estimates_age():
+    """camera_hz=10: a frame every control tick; a frame's detection is usable 50 ms after it, so the
+    decision at 0.1 s uses the frame at 0 s (not the one at 0.1 s), extrapolated to 0.1 s; the loop's
+    delay no longer includes perception (it runs ahead), only estimation and control."""
+    env = make_task("conveyor-pick")
+    obs, _ = env.reset(seed=1)  # the box is in view from the start
+    inner = SeeingPolicy()
+    spec = "detector:camera_hz=10,perception=50,control=1"
+    policy, latency = attach_pipeline(inner, env, spec, parse_latency("fixed:100"))
+    assert policy.frame_ticks == env.config.ticks_per_control == 50
+    policy.reset()
+    policy.on_frame(obs)
+    policy.infer(obs)  # t = 0: the frame taken now is not usable before 50 ms: hold and wait
+    assert inner.seen == []
+    env.advance(env.hold_action(), 50)
+    later = env.observe()
+    policy.on_frame(later)
+    policy.infer(later)  # t = 0.1 s: the frame at 0 s only (the one at 0.1 s is usable at 0.15 s)
+    assert latency.sample_ms(3.0, np.random.default_rng(0)) == pytest.approx(101.0)
+    truth = np.asarray(later["state"], dtype=np.float64)
+    assert np.linalg.norm(inner.seen[-1][4:6] - truth[4:6]) < 0.006  # tracked forward to 0.1 s
+    record = policy.take_episode()
+    assert record["waits"] == 1 and record["cycles"] == 2
+    assert record["frames"]["age_ms"] == [pytest.approx(100.0)]
+    assert len(record["frames"]["perception_ms"]) == 2
+    assert min(record["frames"]["perception_ms"]) >= 50.0
+    assert record["latencies_ms"]["perception"][-1] >= 50.0  # the cycle's perception: the frame it used
+    for bad, words in (("detector:camera_hz=7", "whole number"), ("truth:camera_hz=10", "truth")):
+        with pytest.raises(ConfigError, match=words):
+            attach_pipeline(SeeingPolicy(), env, bad, parse_latency("fixed:0"))
+    env.close()
+
+
+def test_camera_rate_in_the_closed_loop_perceives_every_control_tick():
+    from hotloop.sim.workers import EpisodeJob, EpisodeRunner
+
+    def job(pipeline):
+        return EpisodeJob(
+            target="demo:conveyor",
+            task="conveyor-pick",
+            difficulty=None,
+            strategy="chunk",
+            latency="fixed:100",
+            policy_factory="fakes:oracle",
+            pipeline=pipeline,
+        )
+
+    runner = EpisodeRunner(job("detector:camera_hz=10,perception=30"))
+    record = runner.run(1)
+    assert record["error"] is None, record["error"]
+    frames = record["pipeline"]["frames"]
+    # One frame per 100 ms of simulated time from t = 0, whatever the policy was doing.
+    assert len(frames["perception_ms"]) == int(round(record["sim_time_s"] / 0.1)) + 1
+    assert len(frames["perception_ms"]) > 2 * record["inferences"]
+    assert record["pipeline"]["cycles"] == record["inferences"]
+    assert all(a >= 30.0 for a in frames["age_ms"])  # a detection is never used before it is ready
+    assert record["latency_ms"]["mean"] == pytest.approx(100.0)  # perception is off the decision's path
+    runner.env.close()
+
+
+def test_eval_at_camera_rate_reports_the_frames(tmp_path, monkeypatch):
+    from hotloop.sim import eval_run
+    from hotloop.sim.commands import add_commands
+
+    real = eval_run.EvalRequest
+    monkeypatch.setattr(
+        eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": "fakes:oracle"})
+    )
+    app = typer.Typer()
+    add_commands(app)
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--episodes", "1", "--seed", "1", "--workers", "0", "--quiet"]
+    args += [
+        "--latency",
+        "fixed:100",
+        "--pipeline",
+        "detector:camera_hz=10,perception=30",
+        "--json",
+        str(out),
+    ]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    frames = json.loads(out.read_text())["pipeline"]["frames"]
+    assert frames["count"] > 0 and frames["perception_ms"]["p50"] >= 30.0
+    assert frames["estimate_age_ms"]["p50"] >= 30.0
+    assert f"camera 10 Hz: {frames['count']} frames" in r.output
+
+
+def test_waiting_for_the_box_with_the_shipped_policy_behind_the_task_adapter():
+    """Before the box is seen the chain holds still with a chunk of the policy's own length; the shipped
+    policy reaches the chain through the task adapter, which has no `horizon` of its own (this crashed
+    every episode whose box was out of view at the first decision)."""
+    from hotloop.sim.workers import EpisodeJob, build_policy
+
+    env = make_task("conveyor-pick")
+    job = EpisodeJob("demo:conveyor", "conveyor-pick", None, "async", "fixed:0")
+    adapted = build_policy(job, env)
+    assert not hasattr(adapted, "horizon")
+    policy, _ = attach_pipeline(adapted, env, "detector", parse_latency("fixed:0"))
+    obs, _ = env.reset(seed=0)  # the box is out of view at first
+    policy.reset()
+    actions = policy.infer(obs)["actions"]
+    assert policy.take_episode()["waits"] == 1
+    assert actions.shape == (adapted.policy.horizon, 4)
+    np.testing.assert_allclose(actions[:, :3], np.tile(obs["state"][:3], (len(actions), 1)), atol=1e-6)
+    env.close()

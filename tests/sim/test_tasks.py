@@ -103,3 +103,20 @@ def test_expert_recovers_from_recovery_starts():
         passed += int(_expert_episode(env, expert, seed, options))
     assert passed >= 5
     assert recovery_start(make_task("reach"), np.random.default_rng(0)) is None
+
+
+def test_a_box_thrown_into_the_air_is_not_a_pick():
+    # A gripper that strikes the box can throw it above the lift height; only a box held between both
+    # fingers counts (before this check a random policy "succeeded" by batting the box).
+    from hotloop.sim.tasks.conveyor import BOX_HALF
+    from hotloop.sim.tasks.gantry import BELT_TOP
+
+    env = make_task("conveyor-pick")
+    env.reset(seed=0, options={"home": [0.3, 0.1, 0.25]})  # the gripper far from the box
+    env.data.qvel[env._box_dof + 2] = 1.6  # straight up: an apex about 13 cm above the belt
+    hold, top = env.hold_action(), 0.0
+    for _ in range(30):
+        success, _ = env.advance(hold, 1)
+        top = max(top, env.box_pos()[2] - BOX_HALF - BELT_TOP)
+        assert not success
+    assert top > env.task_config.lift_height  # it did fly higher than a lift would need

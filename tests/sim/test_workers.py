@@ -21,30 +21,9 @@ def test_a_crashing_worker_is_an_error_episode_and_the_run_continues():
         assert not r["failed"]  # a crash says nothing about the policy: an error, not a failure
 
 
-def test_repeated_ctrl_c_while_workers_stop_keeps_the_finished_episodes():
-    # The scenario sends SIGINT to its own process. Run it in a child so that a signal landing inside a
-    # C extension (seen once: the interpreter crashed) fails this test instead of ending the whole suite.
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    here = Path(__file__).parent
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import test_workers as t; t.repeated_ctrl_c_scenario(); print('scenario ok')",
-        ],
-        cwd=here,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert child.returncode == 0 and "scenario ok" in child.stdout, (
-        child.stdout[-2000:] + child.stderr[-3000:]
-    )
+def test_repeated_ctrl_c_while_workers_stop_keeps_the_finished_episodes(run_in_child):
+    # The scenario sends SIGINT to its own process: see the `run_in_child` fixture.
+    run_in_child(__file__, "repeated_ctrl_c_scenario", timeout=300)
 
 
 def repeated_ctrl_c_scenario() -> None:

@@ -10,7 +10,7 @@ these names.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # Latency buckets from 100 us to 5 s: a loopback round trip, a CPU VLA step and a stall all resolve.
@@ -26,7 +26,7 @@ class LiveMetrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        ns = namespace
+        self.namespace = ns = namespace
         self.stage_seconds = Histogram(
             "stage_seconds",
             "Latency of one pipeline stage (decode, queue, infer, encode, ...)",
@@ -42,6 +42,18 @@ class LiveMetrics:
             "fallbacks",
             "Switches to a fallback action source",
             ["kind"],
+            namespace=ns,
+            registry=self.registry,
+        )
+        self.fallback_returns = Counter(
+            "fallback_returns",
+            "Returns from a fallback to the main policy (a fresh chunk arrived)",
+            namespace=ns,
+            registry=self.registry,
+        )
+        self.fallback_seconds = Counter(
+            "fallback_seconds",
+            "Time spent in a fallback",
             namespace=ns,
             registry=self.registry,
         )
@@ -90,15 +102,21 @@ class LiveMetrics:
             child = self._outcomes[outcome] = self.requests.labels(outcome=outcome)
         child.inc()
 
-    def observe_watchdog_totals(self, totals: Mapping[str, int], fallback_kind: str) -> None:
+    def observe_watchdog_totals(
+        self, totals: Mapping[str, int], fallback_kind: str, tick_s: float | None = None
+    ) -> None:
         """Mirror a runner's cumulative counters (a deadline watchdog's `counters()`: `misses`, `faults`,
-        `switches`) into this registry; call it as often as convenient, each call adds what is new."""
-        targets = {
-            "misses": self.deadline_misses,
-            "faults": self.faults,
-            "switches": self.fallbacks.labels(kind=fallback_kind),
+        `switches`, `returns`, and with the watchdog's `tick_s` its `fallback_ticks` as seconds) into this
+        registry; call it as often as convenient, each call adds what is new."""
+        targets: dict[str, tuple[Any, float]] = {
+            "misses": (self.deadline_misses, 1.0),
+            "faults": (self.faults, 1.0),
+            "switches": (self.fallbacks.labels(kind=fallback_kind), 1.0),
+            "returns": (self.fallback_returns, 1.0),
         }
-        for key, counter in targets.items():
+        if tick_s is not None:
+            targets["fallback_ticks"] = (self.fallback_seconds, tick_s)
+        for key, (counter, unit) in targets.items():
             total = int(totals.get(key, 0))
             seen_key = f"{key}/{fallback_kind}" if key == "switches" else key
             delta = total - self._totals_seen.get(seen_key, 0)
@@ -107,8 +125,20 @@ class LiveMetrics:
                     f"{key} went down from {self._totals_seen[seen_key]} to {total}; pass totals"
                 )
             if delta:
-                counter.inc(delta)
+                counter.inc(delta * unit)
             self._totals_seen[seen_key] = total
+
+    def watch_inference(self, seconds_running: Callable[[], float]) -> None:
+        """Export how long the inference in flight has been running (0 when idle), read at scrape time."""
+        from prometheus_client import Gauge
+
+        gauge = Gauge(
+            "inference_running_seconds",
+            "How long the inference in flight has been running (0 when none is)",
+            namespace=self.namespace,
+            registry=self.registry,
+        )
+        gauge.set_function(seconds_running)
 
     def exposition(self) -> tuple[bytes, str]:
         """(body, content type) for an HTTP `/metrics` response."""

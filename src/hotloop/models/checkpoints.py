@@ -212,7 +212,7 @@ def config_from_checkpoint(
                 f"{variant_key}={variant!r} names {_dims(base)}, but the tensors hold {_dims(derived)}: "
                 "using the tensor sizes"
             )
-        elif variant is not None and variant not in GEMMA_VARIANTS:
+        elif variant is not None and variant not in GEMMA_VARIANTS and variant != CUSTOM_VARIANT:
             report.notes.append(f"{variant_key}={variant!r} is not a known variant: using the tensor sizes")
         return derived
 
@@ -406,6 +406,10 @@ def load_weights(
 
 
 # Dtypes a checkpoint loads into. float16 is refused: the additive attention masks overflow to -inf in
+# The variant name `save_checkpoint` writes for sizes that match no published variant: the tensors are the
+# sizes by design, so loading it says nothing (an unknown name still gets a note).
+CUSTOM_VARIANT = "custom"
+
 # float16 and fully masked (padding) rows then turn the whole output into NaN.
 LOAD_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -609,8 +613,8 @@ def save_lerobot_checkpoint(
     arch = asdict(config)
     meta = {
         "type": "pi05" if config.pi05 else "pi0",
-        "paligemma_variant": variants.get(config.vlm, "custom"),
-        "action_expert_variant": variants.get(config.expert, "custom"),
+        "paligemma_variant": variants.get(config.vlm, CUSTOM_VARIANT),
+        "action_expert_variant": variants.get(config.expert, CUSTOM_VARIANT),
         "dtype": str(model.dtype).removeprefix("torch."),
         "chunk_size": config.chunk_size,
         "n_action_steps": config.chunk_size,

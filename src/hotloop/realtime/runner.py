@@ -277,7 +277,11 @@ class WallClockRunner:
         engine: Engine | None = None,
         fallback_policy: Any = None,
         action_dim: int | None = None,
+        metrics: Any = None,
     ) -> None:
+        """`metrics`: a `hotloop.measure.live_metrics.LiveMetrics` that mirrors the watchdog's counters
+        (misses, faults, switches, returns, time in fallback) at every control period while it runs;
+        expose it with `metrics.serve_http(port)`."""
         from hotloop.errors import ConfigError
 
         self.clock = clock if clock is not None else MonotonicClock()
@@ -298,20 +302,39 @@ class WallClockRunner:
             config=config,
             fallback_policy=fallback_policy,
         )
+        self.metrics = metrics
 
     def run(
         self, duration_s: float, on_segment: Callable[[Segment, int, int], None] | None = None
     ) -> RunReport:
         start = self.clock.now()
         end = start + round(duration_s / self.clock.tick_s)
+        watch = on_segment
+        if self.metrics is not None:
+            metrics, watchdog, kind = (
+                self.metrics,
+                self.scheduler.watchdog,
+                self.scheduler.config.watchdog.fallback,
+            )
+
+            def watch(seg: Segment, a: int, b: int) -> None:
+                # Counters only (dict arithmetic, microseconds): the period's time is the robot's.
+                metrics.observe_watchdog_totals(watchdog.counters(b), kind, tick_s=self.clock.tick_s)
+                if on_segment is not None:
+                    on_segment(seg, a, b)
+
         try:
-            run_loop(self.scheduler, self.clock, self.engine, self.plant, end, on_segment)
+            run_loop(self.scheduler, self.clock, self.engine, self.plant, end, watch)
         finally:
             close = getattr(self.engine, "close", None)
             if close is not None:
                 close()
         now = self.clock.now()
         counters = dict(self.scheduler.watchdog.counters(now))
+        if self.metrics is not None:
+            self.metrics.observe_watchdog_totals(
+                counters, self.scheduler.config.watchdog.fallback, tick_s=self.clock.tick_s
+            )
         overruns = getattr(self.clock, "overruns", None)
         counters["overruns"] = overruns.count if overruns is not None else 0
         counters["worst_overrun_ticks"] = overruns.worst_ticks if overruns is not None else 0

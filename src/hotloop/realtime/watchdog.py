@@ -46,6 +46,22 @@ class WatchdogConfig:
             raise ConfigError(f"--max-decel must be a positive number (got {self.max_decel})")
 
 
+def parse_fallback(text: str, flag: str = "--fallback") -> tuple[str, str | None]:
+    """A fallback as the command line writes it: `hold`, `continue`, `stop` or `engine:TARGET` (the smaller
+    engine's target, e.g. `engine:expert:scripted`) -> (kind, target or None)."""
+    kind, sep, target = text.strip().partition(":")
+    if kind == "engine":
+        if not target.strip():
+            raise ConfigError(
+                f"{flag} {text!r} names no engine; write engine:TARGET with the smaller engine's target, "
+                "e.g. engine:expert:scripted (see `hotloop targets`)"
+            )
+        return kind, target.strip()
+    if sep or kind not in FALLBACKS:
+        raise ConfigError(f"{flag} {text!r} is not known; use hold, continue, stop or engine:TARGET")
+    return kind, None
+
+
 @dataclass(frozen=True)
 class Event:
     """One thing the watchdog saw, at `tick` (when the runner saw it). kind: miss | fault | switch |

@@ -29,6 +29,19 @@ def serve(
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
+    deadline_ms: Annotated[
+        float | None,
+        typer.Option(help="watchdog: an inference running longer misses its deadline (counted on /metrics)"),
+    ] = None,
+    fallback: Annotated[
+        str | None,
+        typer.Option(
+            help="engine:TARGET: a smaller policy that answers when the main one misses --deadline-ms or fails"
+        ),
+    ] = None,
+    stall_limit_ms: Annotated[
+        float | None, typer.Option(help="/healthz answers 503 while an inference runs longer than this")
+    ] = None,
 ) -> None:
     """Serve TARGET over websocket + msgpack, wire-compatible with openpi-client; Ctrl-C stops it."""
     import asyncio
@@ -42,11 +55,14 @@ def serve(
     _check_device(device)
     if max_message_mb <= 0:
         raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
+    engine = _fallback_engine(fallback) if fallback is not None else None
     config = ServeConfig(
         host=host,
         port=port,
         api_key=_read_key(api_key_file) if api_key_file is not None else None,
         max_message_bytes=int(max_message_mb * 2**20),
+        deadline_ms=deadline_ms,
+        stall_limit_ms=stall_limit_ms,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # The websocket library logs every health check and handshake at INFO; the server logs one line per
@@ -57,11 +73,27 @@ def serve(
             "serving on %s without --api-key-file: anyone who reaches this port can drive the policy", host
         )
     served = load_served_policy(target, TargetOptions(num_steps=steps, device=device, seed=seed))
-    server = PolicyServer(served, config)
+    small = load_served_policy(engine, TargetOptions(device=device, seed=seed)) if engine else None
+    server = PolicyServer(served, config, fallback=small)
     try:
         asyncio.run(server.run())
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
+
+
+def _fallback_engine(text: str) -> str:
+    """`--fallback engine:TARGET` -> TARGET; the robot-side fallbacks are refused with the reason."""
+    from hotloop.realtime.watchdog import parse_fallback
+    from hotloop.sim.commands import check_fallback_target
+
+    kind, engine = parse_fallback(text)
+    if engine is None:
+        raise ConfigError(
+            f"--fallback {kind}: the server cannot {kind} a robot (its runner does: WallClockRunner, "
+            "hotloop.client); `hotloop serve` takes --fallback engine:TARGET"
+        )
+    check_fallback_target(engine)
+    return engine
 
 
 def _read_key(path: Path) -> str:

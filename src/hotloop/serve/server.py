@@ -35,6 +35,7 @@ from hotloop.errors import ConfigError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, spec_to_wire
+from hotloop.serve.watchdog import finite_actions
 
 log = logging.getLogger("hotloop.serve")
 
@@ -51,8 +52,14 @@ class ServeConfig:
     api_key: str | None = None  # clients send header `Authorization: Api-Key <key>` (openpi-client's api_key)
     max_message_bytes: int = 16 * 2**20
     open_timeout_s: float = 10.0  # a TCP client that never completes the websocket handshake is closed
+    deadline_ms: float | None = None  # the watchdog's deadline per inference (serve/watchdog.py)
+    stall_limit_ms: float | None = None  # /healthz answers 503 while an inference runs longer than this
 
     def __post_init__(self) -> None:
+        from hotloop.serve.watchdog import check_limit_ms
+
+        check_limit_ms("--deadline-ms", self.deadline_ms)
+        check_limit_ms("--stall-limit-ms", self.stall_limit_ms)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port} is out of range; pick a port in 1-65535")
         if self.max_message_bytes < 1024:
@@ -108,11 +115,35 @@ class _LatestSlot:
 class PolicyServer:
     """Serve one policy to any number of clients; `run()` in an event loop, or `ServerThread` for a thread."""
 
-    def __init__(self, served: ServedPolicy, config: ServeConfig, metrics: LiveMetrics | None = None) -> None:
+    def __init__(
+        self,
+        served: ServedPolicy,
+        config: ServeConfig,
+        metrics: LiveMetrics | None = None,
+        fallback: ServedPolicy | None = None,
+    ) -> None:
+        """`fallback`: the smaller engine that answers when the main policy misses its deadline or fails
+        (`--fallback engine:TARGET`); with it or with `config.deadline_ms` a watchdog runs."""
+        from hotloop.serve.watchdog import ServerWatchdog
+
         self.served = served
         self.config = config
         self.metrics = metrics or LiveMetrics()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-infer")
+        self.fallback = fallback
+        if fallback is not None:
+            check_fallback_engine(served, fallback)
+        self._fallback_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-fallback")
+        self.watchdog = (
+            ServerWatchdog(config.deadline_ms, "engine" if fallback else "hold", self.metrics)
+            if fallback is not None or config.deadline_ms is not None
+            else None
+        )
+        self._running_since: float | None = None  # perf_counter when the model started on the current request
+        # A main inference whose request the fallback answered (it may still be running).
+        self._stale: asyncio.Future[Any] | None = None
+        self._infer_lock: asyncio.Lock | None = None  # one guarded inference at a time (made in the loop)
+        self.metrics.watch_inference(self.inference_running_s)
         self._metadata = codec.packb(
             {
                 "server": "hotloop",
@@ -139,6 +170,7 @@ class PolicyServer:
                 open_timeout=self.config.open_timeout_s,
                 logger=logging.getLogger("hotloop.serve.websockets"),
             )
+            self._infer_lock = asyncio.Lock()
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror}); "
@@ -152,7 +184,16 @@ class PolicyServer:
         try:
             await self._ws_server.serve_forever()
         finally:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._shutdown_executors()
+
+    def _shutdown_executors(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._fallback_executor.shutdown(wait=False, cancel_futures=True)
+
+    def inference_running_s(self) -> float:
+        """How long the main model has been on its current request (0 when idle)."""
+        since = self._running_since
+        return 0.0 if since is None else max(0.0, time.perf_counter() - since)
 
     def close(self) -> None:
         if self._ws_server is not None:
@@ -161,14 +202,23 @@ class PolicyServer:
     async def wait_closed(self) -> None:
         if self._ws_server is not None:
             await self._ws_server.wait_closed()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._shutdown_executors()
 
     # -- HTTP on the same port -------------------------------------------------------------------------
     def _process_request(self, connection: Any, request: Any) -> Any:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
+            running_s, limit_ms = self.inference_running_s(), self.config.stall_limit_ms
+            if limit_ms is not None and running_s * 1e3 > limit_ms:
+                return connection.respond(
+                    http.HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"unhealthy: an inference has been running for {running_s * 1e3:.0f} ms, over the "
+                    f"--stall-limit-ms of {limit_ms:g} ms\n",
+                )
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if path == "/metrics":
+            if self.watchdog is not None:
+                self.watchdog.export()  # the time in fallback grows between events
             body, content_type = self.metrics.exposition()
             response = connection.respond(http.HTTPStatus.OK, body.decode())
             del response.headers["Content-Type"]
@@ -248,7 +298,7 @@ class PolicyServer:
                 item = await slot.take()
                 start = time.perf_counter()
                 try:
-                    payload = await self._answer(item, packer, prev_total_ms)
+                    payload, source = await self._answer(item, packer, prev_total_ms)
                 except Exception as exc:  # the policy's failure is this request's error, not the server's
                     packer = codec.Packer()  # never reuse a buffer a failed encode may have left dirty
                     self.metrics.request("policy_error")
@@ -263,16 +313,22 @@ class PolicyServer:
                 self.metrics.observe_stage("queue", start - item.received - item.decode_s)
                 self.metrics.observe_stage("send", sent - encoded)
                 self.metrics.observe_stage("server_total", sent - item.received)
-                self.metrics.request("ok")
+                self.metrics.request("fallback" if source == "fallback" else "ok")
                 prev_total_ms = (sent - item.received) * 1e3
         except ConnectionClosed:
             pass
 
-    async def _answer(self, item: _Pending, packer: codec.Packer, prev_total_ms: float | None) -> bytes:
-        """Run the policy on the worker thread and encode its reply with openpi's `server_timing`."""
+    async def _answer(
+        self, item: _Pending, packer: codec.Packer, prev_total_ms: float | None
+    ) -> tuple[bytes, str]:
+        """Run the policy on the worker thread and encode its reply with openpi's `server_timing`;
+        returns (reply, source): "policy", or "fallback" when the fallback engine answered."""
         start = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        action = await loop.run_in_executor(self._executor, self.served.policy.infer, item.obs)
+        if self.watchdog is None:
+            loop = asyncio.get_running_loop()
+            action, source = await loop.run_in_executor(self._executor, self._run_policy, item.obs), "policy"
+        else:
+            action, source = await self._guarded_infer(item.obs)
         done = time.perf_counter()
         if not isinstance(action, Mapping) or "actions" not in action:
             raise TypeError(
@@ -285,10 +341,92 @@ class PolicyServer:
         }
         if prev_total_ms is not None:
             timing["prev_total_ms"] = prev_total_ms
-        payload = packer.pack({**action, "server_timing": timing, "request_id": item.request_id})
+        extra = {"fallback": self.fallback.name} if source == "fallback" and self.fallback else {}
+        payload = packer.pack({**action, "server_timing": timing, "request_id": item.request_id, **extra})
         self.metrics.observe_stage("infer", done - start)
         self.metrics.observe_stage("encode", time.perf_counter() - done)
-        return payload
+        return payload, source
+
+    def _run_policy(self, obs: dict[str, Any]) -> Any:
+        """On the worker thread: the main policy, with the start time /healthz and the gauge read."""
+        self._running_since = time.perf_counter()
+        try:
+            return self.served.policy.infer(obs)
+        finally:
+            self._running_since = None
+
+    async def _guarded_infer(self, obs: dict[str, Any]) -> tuple[Any, str]:
+        """The main policy under the watchdog (serve/watchdog.py): a miss or a fault switches to the
+        fallback engine when there is one; without one a late reply still goes out and a fault is
+        raised (an error reply)."""
+        assert self.watchdog is not None and self._infer_lock is not None
+        watchdog = self.watchdog
+        loop = asyncio.get_running_loop()
+        async with self._infer_lock:
+            if self._stale is not None and not self._stale.done():
+                # The model is still on a request the fallback answered: it cannot take this one in time.
+                return await self._fallback_infer(obs)
+            watchdog.started()
+            future = loop.run_in_executor(self._executor, self._run_policy, obs)
+            try:
+                wait_s = watchdog.seconds_left()
+                if wait_s is not None:
+                    done, _ = await asyncio.wait({future}, timeout=wait_s)
+                    if not done:
+                        watchdog.missed()
+                        if self.fallback is not None:
+                            self._stale = future
+                            future.add_done_callback(_discard_late_result)
+                            return await self._fallback_infer(obs)
+                action = await future  # no fallback engine: the late reply still goes out
+            except Exception as exc:
+                watchdog.fault(f"{type(exc).__name__}: {exc}")
+                if self.fallback is not None:
+                    return await self._fallback_infer(obs)
+                raise
+            if not isinstance(action, Mapping) or "actions" not in action:
+                watchdog.fault(f"returned {type(action).__name__} without 'actions'")
+                if self.fallback is not None:
+                    return await self._fallback_infer(obs)
+                return action, "policy"  # `_answer` turns it into the error reply
+            if not finite_actions(action):
+                watchdog.fault("non-finite actions")
+                if self.fallback is not None:
+                    return await self._fallback_infer(obs)
+                raise ValueError("non-finite actions (NaN or inf)")
+            watchdog.fresh()
+            return action, "policy"
+
+    async def _fallback_infer(self, obs: dict[str, Any]) -> tuple[Any, str]:
+        assert self.fallback is not None
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        action = await loop.run_in_executor(self._fallback_executor, self.fallback.policy.infer, obs)
+        self.metrics.observe_stage("fallback_infer", time.perf_counter() - start)
+        return action, "fallback"
+
+
+def check_fallback_engine(served: ServedPolicy, fallback: ServedPolicy) -> None:
+    """The fallback engine answers the main policy's requests: it must read the same observation and
+    answer actions of the same width (its horizon may differ)."""
+    if dict(fallback.observation_spec) != dict(served.observation_spec):
+        raise ConfigError(
+            f"--fallback engine:{fallback.name} reads observations {spec_to_wire(fallback.observation_spec)} "
+            f"but {served.name} reads {spec_to_wire(served.observation_spec)}; pick an engine with the same inputs"
+        )
+    mine, theirs = served.action_spec.get("actions"), fallback.action_spec.get("actions")
+    if mine is None or theirs is None or mine.shape[-1:] != theirs.shape[-1:]:
+        raise ConfigError(
+            f"--fallback engine:{fallback.name} answers actions {theirs} but {served.name} answers {mine}; "
+            "pick an engine with the same action width"
+        )
+
+
+def _discard_late_result(future: asyncio.Future[Any]) -> None:
+    """A main result that came after the fallback answered its request: retrieved (so asyncio logs no
+    'exception never retrieved') and dropped."""
+    if not future.cancelled() and future.exception() is not None:
+        log.info("a late inference failed after the fallback answered: %s", future.exception())
 
 
 def _peer(ws: Any) -> str:

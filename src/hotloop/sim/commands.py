@@ -107,19 +107,28 @@ def _check_strategy_options(
 def _check_realtime_options(
     blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
 ) -> None:
-    from hotloop.errors import ConfigError
     from hotloop.realtime.blending import BlendConfig
     from hotloop.realtime.strategies import StrategyConfig
-    from hotloop.realtime.watchdog import WatchdogConfig
+    from hotloop.realtime.watchdog import WatchdogConfig, parse_fallback
 
     BlendConfig(blend)
-    WatchdogConfig(fallback, deadline_ms)
-    if fallback == "engine":
-        raise ConfigError(
-            "--fallback engine needs a second policy; `hotloop eval` offers hold, continue or stop"
-        )
+    kind, engine = parse_fallback(fallback)
+    WatchdogConfig(kind, deadline_ms)
+    if engine is not None:
+        check_fallback_target(engine)
     if guidance_weight is not None:
         StrategyConfig(1, max_guidance_weight=guidance_weight)
+
+
+def check_fallback_target(engine: str, flag: str = "--fallback") -> None:
+    """The smaller engine of `--fallback engine:TARGET` must be a known target (checked before any work)."""
+    from hotloop.errors import ConfigError, UnknownNameError
+    from hotloop.targets import find_target
+
+    try:
+        find_target(engine)
+    except UnknownNameError as e:
+        raise ConfigError(f"{flag} engine:{engine}: {e}") from None
 
 
 def record_cmd(
@@ -234,7 +243,11 @@ def eval_cmd(
         str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
     ] = "latest",
     fallback: Annotated[
-        str, typer.Option(help="on a missed deadline or failed inference: hold, continue or stop")
+        str,
+        typer.Option(
+            help="on a missed deadline or failed inference: hold, continue, stop, or engine:TARGET "
+            "(a smaller policy, e.g. engine:expert:scripted)"
+        ),
     ] = "hold",
     deadline_ms: Annotated[
         float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")

@@ -6,7 +6,9 @@ strategies or a latency sweep)::
     {"target", "task", "difficulty", "strategy": {name, ...}, "latency": {kind, spec, ...},
      "episodes", "successes", "success_rate", "success_ci95": [lo, hi],
      "task_time_s": {"mean", "std"}  (successful episodes only),
-     "jerk" (m/s^3, mean of per-episode RMS), "chunk_discontinuity" (m, mean jump at chunk boundaries),
+     "length_unit" (the task's position unit: "m", "px", or null when its actions are not positions),
+     "jerk" (length_unit/s^3, mean of per-episode RMS), "chunk_discontinuity" (length_unit, mean jump
+     at chunk boundaries), "adaptation" (how the policy was fitted to the task: views, state, actions),
      "completed", "failures" (completed episodes that did not succeed), "errors" and "error_seeds"
      (episodes that raised or whose worker died: neither successes nor failures, and the success rate is
      over completed episodes), "interrupted", "wall_s", "seeds" (those that ran, each with a record),
@@ -40,7 +42,7 @@ class EvalRequest:
     policy_factory: str | None = None
     task_kwargs: str | None = None  # JSON object for gym:/plugin tasks (--task-kwargs)
     blend: str = "latest"
-    fallback: str = "hold"
+    fallback: str = "hold"  # hold | continue | stop | engine:TARGET (--fallback)
     deadline_ms: float | None = None
     guidance_weight: float | None = None
     pipeline: str | None = None
@@ -87,10 +89,12 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     from hotloop.measure.fingerprint import machine_fingerprint
     from hotloop.progress import Progress
     from hotloop.realtime.strategies import make_strategy
+    from hotloop.realtime.watchdog import parse_fallback
     from hotloop.sim.evaluator import summarize
     from hotloop.sim.latency import parse_latency
 
     latency = parse_latency(request.latency)
+    fallback, fallback_target = parse_fallback(request.fallback)
     threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
     job = EpisodeJob(
         target=request.target,
@@ -105,7 +109,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         threads=threads,
         task_kwargs=request.task_kwargs,
         blend=request.blend,
-        fallback=request.fallback,
+        fallback=fallback,
+        fallback_target=fallback_target,
         deadline_ms=request.deadline_ms,
         guidance_weight=request.guidance_weight,
         pipeline=request.pipeline,
@@ -124,6 +129,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     with bar:
         records, interrupted = run_episodes(job, seeds, request.workers, on_result)
+    described = [r.pop("run") for r in records if "run" in r]  # the same from every episode that ran
+    run_info = described[0] if described else {"adaptation": None, "length_unit": None}
     # Describe the strategy with the horizon the policy showed (or a placeholder when nothing ran).
     try:
         strategy_info = make_strategy(request.strategy, job.strategy_config(16)).describe()
@@ -141,6 +148,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         "difficulty": resolved_difficulty(request.task, request.difficulty),
         "strategy": strategy_info,
         "latency": latency.describe(),
+        "adaptation": run_info["adaptation"],
+        "length_unit": run_info["length_unit"],
         **summarize(records),
         **extra,
         "interrupted": interrupted,
@@ -160,6 +169,14 @@ def _latency_ms(run: dict[str, Any]) -> float | None:
     return sum(means) / len(means) if means else None
 
 
+def _with_unit(value: float, unit: str | None, per: str = "") -> str:
+    """A length (per="") or jerk (per="/s³") in the task's unit: a jump in metres shown in mm, other units
+    as they are, and with no known unit the env's own action units, said rather than guessed."""
+    if unit == "m":
+        return f"{1000 * value:.1f} mm" if not per else f"{value:.0f} m{per}"
+    return f"{value:.3g} {unit if unit is not None else 'action units'}{per}"
+
+
 def print_table(runs: list[dict[str, Any]]) -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
@@ -174,8 +191,8 @@ def print_table(runs: list[dict[str, Any]]) -> None:
         "95% CI",
         "errors",
         "task time s",
-        "jerk m/s³",
-        "chunk jump mm",
+        "jerk",
+        "chunk jump",
         "wall s",
     ):
         table.add_column(col)
@@ -189,8 +206,10 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             f"{100 * lo:.0f}–{100 * hi:.0f}%" if r["completed"] else "-",
             f"[red]{r['errors']}[/red]" if r["errors"] else "0",
             "-" if tt["mean"] is None else f"{tt['mean']:.2f} ± {tt['std']:.2f}",
-            "-" if r["jerk"] is None else f"{r['jerk']:.0f}",
-            "-" if r["chunk_discontinuity"] is None else f"{1000 * r['chunk_discontinuity']:.1f}",
+            "-" if r["jerk"] is None else _with_unit(r["jerk"], r.get("length_unit"), "/s³"),
+            "-"
+            if r["chunk_discontinuity"] is None
+            else _with_unit(r["chunk_discontinuity"], r.get("length_unit")),
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(120, Console().width)).print(table)

@@ -20,7 +20,7 @@ import numpy as np
 
 from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
-from hotloop.realtime.scheduler import ChunkScheduler, SchedulerConfig, Segment
+from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
 from hotloop.realtime.strategies import Strategy
 from hotloop.sim.latency import LatencyModel
 from hotloop.sim.metrics import mean_std, rms_jerk, wilson_interval
@@ -37,6 +37,8 @@ class SimPlant:
     sample: int = SAMPLE_TICKS  # ticks between samples (gym: tasks, whose tick is a whole step: 1)
     success: bool = False
     failed: bool = False
+    frame_ticks: int = 0  # > 0: a camera frame every this many ticks goes to `on_frame` (rendered)
+    on_frame: Callable[[dict[str, Any]], None] | None = None
     _action: np.ndarray | None = None
 
     def observe(self) -> dict[str, Any]:
@@ -54,9 +56,13 @@ class SimPlant:
         while env.tick < tick:
             # Sample on one 10 ms grid whatever the segment boundaries (jerk needs a uniform step).
             step = min(self.sample - env.tick % self.sample, tick - env.tick)
+            if self.frame_ticks:
+                step = min(step, self.frame_ticks - env.tick % self.frame_ticks)
             self.success, self.failed = env.advance(self._action, step)
             if env.tick % self.sample == 0:
                 self.ee.append(env.ee_pos())
+            if self.frame_ticks and env.tick % self.frame_ticks == 0 and self.on_frame is not None:
+                self.on_frame(self.observe())  # the camera runs whatever the policy is doing
             if self.success or self.failed:
                 return True
         return False
@@ -72,13 +78,19 @@ def run_episode(
     trace: bool = False,
     config: SchedulerConfig | None = None,
     fallback_policy: Any = None,
+    frame_ticks: int = 0,
+    on_frame: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one episode; returns its record (see `summarize` for the fields). `trace=True` adds
     `trace`: one (start_tick, end_tick, chunk_id, action_index) per executed segment, index -1 = hold,
     `inference_ticks`: one (obs_tick, ready_tick) per inference, and `actions_by_tick` (one commanded
-    action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold)."""
+    action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold).
+    `on_frame`: called with a rendered observation every `frame_ticks` ticks from tick 0 (a camera-rate
+    perception layer, see sim/perception_pipeline.py)."""
     env.reset(seed=seed)
     policy.reset()
+    if fallback_policy is not None:
+        fallback_policy.reset()
     rng = np.random.default_rng([seed, 0x1A7])  # latency draws: repeatable per episode seed
     dt = env.config.physics_dt
     max_ticks = round(env.config.time_limit_s / dt)
@@ -91,12 +103,24 @@ def run_episode(
         fallback_policy=fallback_policy,
     )
     engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
-    plant = SimPlant(env, [env.ee_pos()], sample=min(SAMPLE_TICKS, env.config.ticks_per_control))
+    plant = SimPlant(
+        env,
+        [env.ee_pos()],
+        sample=min(SAMPLE_TICKS, env.config.ticks_per_control),
+        frame_ticks=frame_ticks if on_frame is not None else 0,
+        on_frame=on_frame,
+    )
+    if plant.frame_ticks and on_frame is not None:
+        on_frame(plant.observe())  # the frame at tick 0
     segments: list[tuple[int, int, int, int]] = []
     by_tick: list[np.ndarray] = []
+    engine_ticks = 0  # ticks commanded from the fallback engine's chunks
 
     def on_segment(seg: Segment, start: int, end: int) -> None:
+        nonlocal engine_ticks
         if end > start:
+            if seg.chunk == FALLBACK_CHUNK:
+                engine_ticks += end - start
             segments.append((start, end, seg.chunk, seg.index))
             if trace:
                 by_tick.extend([np.asarray(seg.action, dtype=np.float64)] * (end - start))
@@ -121,6 +145,7 @@ def run_episode(
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
         "watchdog": scheduler.watchdog.counters(env.tick),
+        "fallback_engine_ticks": engine_ticks,
         "info": env.info(),
         "error": None,
     }

@@ -25,15 +25,27 @@ costs in task success. Under `fixed` or `replay` latency only charged time count
 The wrapper sees the true box state only to score its estimate (`estimate_error_mm` in the record:
 against the box at the observation's time, so with `predict` it includes the deliberate extrapolation).
 
+Camera rate (`camera_hz=N`, detector only): perception runs on every camera frame (rendered every 1/N s
+of simulated time, e.g. `camera_hz=10` at each control tick), as a robot's perception layer does, not
+only when the policy is called. A frame's detection is usable `perception` ms after the frame (the
+layer's injected latency; its real compute time is reported, not charged, so runs repeat); at each
+decision the tracker takes every detection usable by then, in frame order, and extrapolates to the
+decision's time. Perception is then pipelined: its latency is the age of the estimate, not a delay the
+loop waits for (`sample_ms` adds only estimation and control). Per layer: every frame's perception
+latency is recorded (`frames` in the record and summary, with the estimate's age at each decision), and
+each decision cycle's perception entry is the latency of the newest frame it used.
+
 Spec: `KIND[:key=value,...]`, KIND `detector` or `truth`; keys: perception, estimation, control
-(injected ms), predict (0/1), budget.LAYER (ms; defaults perception 20, estimation 2, decision 100,
-control 2). Example: `--pipeline detector:perception=50,predict=1`.
+(injected ms), predict (0/1), camera_hz (frames per second; 0, the default: perception at each
+decision), budget.LAYER (ms; defaults perception 20, estimation 2, decision 100, control 2). Example:
+`--pipeline detector:perception=50,predict=1` or `--pipeline detector:camera_hz=10,perception=50`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +76,7 @@ class PipelineConfig:
     estimation_ms: float = 0.0
     control_ms: float = 0.0
     predict: bool = False
+    camera_hz: float = 0.0  # > 0: perception on every camera frame at this rate (0: at each decision)
     budgets_ms: tuple[tuple[str, float], ...] = tuple(DEFAULT_BUDGETS_MS.items())
     # Detections are good to ~3-5 mm; the belt carries the box along x at a constant speed, so the motion
     # model is trusted, and across the belt (y) and vertically (z) the box barely moves at all.
@@ -84,6 +97,12 @@ class PipelineConfig:
         for name in ("perception_ms", "estimation_ms", "control_ms"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"--pipeline {name.removesuffix('_ms')}= must be >= 0 ms")
+        if not self.camera_hz >= 0:
+            raise ConfigError(f"--pipeline camera_hz={self.camera_hz:g} must be >= 0 (0: at each decision)")
+        if self.camera_hz > 0 and self.kind == "truth":
+            raise ConfigError(
+                "--pipeline truth reads the simulator at each decision; camera_hz= is for detector"
+            )
 
     @property
     def budget(self) -> PipelineBudget:
@@ -97,6 +116,11 @@ class PipelineConfig:
     def injected_ms(self) -> float:
         return self.perception_ms + self.estimation_ms + self.control_ms
 
+    @property
+    def delay_ms(self) -> float:
+        """Injected latency on the decision's path: at camera rate perception runs ahead of it."""
+        return self.injected_ms - (self.perception_ms if self.camera_hz > 0 else 0.0)
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -106,6 +130,7 @@ class PipelineConfig:
                 "control": self.control_ms,
             },
             "predict": self.predict,
+            "camera_hz": self.camera_hz,
             "budgets_ms": dict(self.budgets_ms),
         }
 
@@ -130,12 +155,14 @@ def parse_pipeline(spec: str) -> PipelineConfig:
             values[f"{key}_ms"] = number
         elif key == "predict":
             values["predict"] = bool(number)
+        elif key == "camera_hz":
+            values["camera_hz"] = number
         elif key.startswith("budget.") and key[7:] in budgets:
             budgets[key[7:]] = number
         else:
             raise ConfigError(
-                f"--pipeline {spec!r}: unknown key {key!r}; use perception, estimation, control, predict "
-                f"or budget.LAYER ({', '.join(budgets)})"
+                f"--pipeline {spec!r}: unknown key {key!r}; use perception, estimation, control, predict, "
+                f"camera_hz or budget.LAYER ({', '.join(budgets)})"
             )
     values["budgets_ms"] = tuple(budgets.items())
     return PipelineConfig(**values)
@@ -161,7 +188,13 @@ class PipelinePolicy:
         self.action_low, self.action_high = (np.asarray(b, dtype=np.float64) for b in action_bounds)
         self.recorder = CycleRecorder(config.budget)
         self.tracker = KalmanTracker(config.kalman)
-        self.lookahead_ms = config.injected_ms  # the latency the estimate is predicted over (with predict)
+        self.lookahead_ms = config.delay_ms  # the latency the estimate is predicted over (with predict)
+        self.frame_ticks = 0  # physics ticks between camera frames (set by attach_pipeline; 0: no frames)
+        self._frames: list[_Frame] = []  # perceived, not yet taken by a decision (frame order)
+        self._frame_log: list[tuple[float, float]] = []  # per frame: (perception latency ms, detected)
+        self._ages_ms: list[float] = []  # per decision: age of the newest detection used
+        self._newest: _Frame | None = None  # the newest frame any decision took
+        self._last_horizon = 0  # length of the last chunk the policy returned
         self._prev_ee: tuple[float, np.ndarray] | None = None
         self._errors: list[tuple[float, float]] = []  # (position mm, velocity mm/s) per estimated cycle
         self._detected = 0
@@ -170,12 +203,40 @@ class PipelinePolicy:
 
     @property
     def horizon(self) -> int:
-        return int(self.inner.horizon)
+        """The chunk length the wait-for-the-box chunk must have (the scheduler sizes its strategy by the
+        first chunk): the policy's own, seen through the task adapter when there is one."""
+        for source in (self.inner, getattr(self.inner, "policy", None)):
+            horizon = getattr(source, "horizon", None)
+            if horizon is not None:
+                return int(horizon)
+        if self._last_horizon:
+            return self._last_horizon
+        raise ConfigError(
+            "--pipeline holds still until the box is seen and needs the policy's chunk length for that: "
+            "give the policy a `horizon` attribute"
+        )
 
     def reset(self) -> None:
         self.inner.reset()
         self.tracker.reset()
         self._prev_ee = None
+        self._frames.clear()
+        self._newest = None
+
+    def _perceive(self, obs: dict[str, Any], state: np.ndarray) -> tuple[np.ndarray | None, float | None]:
+        if self.config.kind == "truth":
+            return state[4:7].copy(), None
+        detection = self.detector.detect(obs["images"]["top"])  # type: ignore[union-attr]
+        return detection.position, detection.partial_x
+
+    def on_frame(self, obs: dict[str, Any]) -> None:
+        """Camera rate: the perception layer on one frame; its detection is usable `perception` ms later."""
+        t = float(obs["timestamp"])
+        start = time.perf_counter_ns()
+        measured, partial_x = self._perceive(obs, np.asarray(obs["state"], dtype=np.float64))
+        latency_ms = (time.perf_counter_ns() - start) / 1e6 + self.config.perception_ms
+        self._frames.append(_Frame(t, t + self.config.perception_ms / 1e3, latency_ms, measured, partial_x))
+        self._frame_log.append((latency_ms, float(measured is not None)))
 
     def infer(self, obs: dict[str, Any], timer: Any = None) -> dict[str, np.ndarray]:
         if "timestamp" not in obs:
@@ -184,17 +245,24 @@ class PipelinePolicy:
         state = np.asarray(obs["state"], dtype=np.float64)
         cfg = self.config
         with self.recorder.cycle() as cycle:
-            with cycle.layer("perception"):
-                if cfg.kind == "truth":
-                    measured: np.ndarray | None = state[4:7].copy()
-                    partial_x = None
-                else:
-                    detection = self.detector.detect(obs["images"]["top"])  # type: ignore[union-attr]
-                    measured, partial_x = detection.position, detection.partial_x
-            cycle.charge("perception", cfg.perception_ms)
-            self._detected += int(measured is not None)
+            if self.frame_ticks:  # camera rate: take the frames perceived and usable by now
+                usable = [f for f in self._frames if f.ready_s <= t + 1e-9]
+                self._frames = self._frames[len(usable) :]
+                if usable:
+                    self._newest = usable[-1]
+                    self._detected += int(any(f.measured is not None for f in usable))
+                if self._newest is not None:
+                    cycle.charge("perception", self._newest.latency_ms, replace=True)
+                    self._ages_ms.append(1e3 * (t - self._newest.t))
+                frames = [(f.t, f.measured, f.partial_x) for f in usable]
+            else:
+                with cycle.layer("perception"):
+                    measured, partial_x = self._perceive(obs, state)
+                cycle.charge("perception", cfg.perception_ms)
+                self._detected += int(measured is not None)
+                frames = [(t, measured, partial_x)]
             with cycle.layer("estimation"):
-                estimate = self._estimate(t, state, measured, partial_x)
+                estimate = self._estimate(t, state, frames)
             cycle.charge("estimation", cfg.estimation_ms)
             out: dict[str, Any] = {}
             with cycle.layer("decision"):
@@ -218,15 +286,17 @@ class PipelinePolicy:
                     )
                     out = dict(self.inner.infer({**obs, "state": seen}))  # other keys (RTC's) pass through
                     actions = np.asarray(out["actions"], dtype=np.float64)
+                    self._last_horizon = len(actions)
             with cycle.layer("control"):
                 actions = np.clip(actions, self.action_low, self.action_high)
             cycle.charge("control", cfg.control_ms)
         return {**out, "actions": actions}
 
     def _estimate(
-        self, t: float, state: np.ndarray, measured: np.ndarray | None, partial_x: float | None = None
+        self, t: float, state: np.ndarray, frames: list[tuple[float, np.ndarray | None, float | None]]
     ) -> np.ndarray | None:
-        """[box xyz, box velocity xyz] for the policy, or None before the first detection."""
+        """[box xyz, box velocity xyz] for the policy at time `t`, or None before the first detection;
+        `frames`: the new detections (frame time, position or None, partial x or None), in frame order."""
         ee, gap = state[:3], float(state[3])
         ee_vel = np.zeros(3)
         if self._prev_ee is not None and t > self._prev_ee[0]:
@@ -240,12 +310,13 @@ class PipelinePolicy:
         if self.config.kind == "truth":
             pos, vel = state[4:7] + state[7:10] * ahead, state[7:10]
             return np.concatenate([pos, vel])
-        if measured is None and partial_x is not None:  # half hidden: its x is still good, its y is not
-            self.tracker.update(
-                t, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False])
-            )
-        else:
-            self.tracker.update(t, measured)
+        for t_frame, measured, partial_x in frames:
+            if measured is None and partial_x is not None:  # half hidden: x is still good, y is not
+                self.tracker.update(
+                    t_frame, np.array([partial_x, 0.0, self.plane_z]), axes=np.array([True, False, False])
+                )
+            else:
+                self.tracker.update(t_frame, measured)
         # A plan on an unknown velocity chases the box: no target until the velocity is known well enough
         # (at once with the belt's nominal speed as the prior; otherwise after a second detection).
         if not self.tracker.initialized or self.tracker.velocity_std[0] > TRACKED_VELOCITY_STD:
@@ -266,11 +337,30 @@ class PipelinePolicy:
             "estimate_error_mm": errors[:, 0].tolist(),
             "velocity_error_mm_s": errors[:, 1].tolist(),
         }
+        if self.frame_ticks:
+            out["frames"] = {
+                "perception_ms": [f[0] for f in self._frame_log],
+                "detected": [f[1] for f in self._frame_log],
+                "age_ms": list(self._ages_ms),
+            }
+        self._frame_log.clear()
+        self._ages_ms.clear()
         self.recorder.clear()
         self._errors.clear()
         self._detected = self._waits = 0
         self._rejected_before = self.tracker.rejected
         return out
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """One camera frame's perception: taken at `t`, usable from `ready_s` (simulated seconds)."""
+
+    t: float
+    ready_s: float
+    latency_ms: float  # measured compute + the injected perception latency
+    measured: np.ndarray | None
+    partial_x: float | None
 
 
 @dataclass(frozen=True)
@@ -298,7 +388,7 @@ class PipelineLatency:
         cycle = self.policy.recorder.last
         if self.base.kind != "measured" and cycle is not None:
             cycle.charge("decision", decision, replace=True)  # the simulated inference stands for the wall
-        return decision + self.policy.config.injected_ms
+        return decision + self.policy.config.delay_ms
 
 
 def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[PipelinePolicy, PipelineLatency]:
@@ -327,8 +417,17 @@ def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Pip
             initial_velocity_std=((high - low) / math.sqrt(12), *config.per_axis_velocity_std[1:]),
         )
         wrapper.tracker = KalmanTracker(kalman)
+    if config.camera_hz > 0:
+        dt = env.config.physics_dt
+        ticks = round(1.0 / (config.camera_hz * dt))
+        if ticks < 1 or abs(ticks * dt * config.camera_hz - 1.0) > 1e-6:
+            raise ConfigError(
+                f"--pipeline camera_hz={config.camera_hz:g}: the frame period must be a whole number of "
+                f"{dt * 1e3:g} ms physics ticks (e.g. camera_hz=10, 25 or 50)"
+            )
+        wrapper.frame_ticks = ticks
     if config.predict and getattr(latency, "kind", None) == "fixed":
-        wrapper.lookahead_ms = config.injected_ms + float(latency.fixed_ms)
+        wrapper.lookahead_ms = config.delay_ms + float(latency.fixed_ms)
     return wrapper, PipelineLatency(latency, wrapper)
 
 
@@ -343,6 +442,19 @@ def summarize_pipeline(records: list[dict[str, Any]], config: PipelineConfig) ->
         [np.asarray(p["velocity_error_mm_s"], dtype=np.float64) for p in parts] or [np.zeros(0)]
     )
     cycles = sum(p["cycles"] for p in parts)
+    frames: dict[str, Any] = {}
+    if config.camera_hz > 0:
+        per_frame = np.asarray([x for p in parts for x in p.get("frames", {}).get("perception_ms", [])])
+        detected = [x for p in parts for x in p.get("frames", {}).get("detected", [])]
+        ages = np.asarray([x for p in parts for x in p.get("frames", {}).get("age_ms", [])])
+        frames = {
+            "frames": {
+                "count": int(per_frame.size),
+                "detection_rate": float(np.mean(detected)) if detected else None,
+                "perception_ms": {"p50": _pct(per_frame, 50), "p99": _pct(per_frame, 99)},
+                "estimate_age_ms": {"p50": _pct(ages, 50), "p95": _pct(ages, 95)},
+            }
+        }
 
     def pct(x: np.ndarray, q: float) -> float | None:
         return float(np.percentile(x, q)) if x.size else None
@@ -356,7 +468,12 @@ def summarize_pipeline(records: list[dict[str, Any]], config: PipelineConfig) ->
         "rejected_detections": sum(p["rejected"] for p in parts),
         "estimate_error_mm": {"p50": pct(pos, 50), "p95": pct(pos, 95)},
         "velocity_error_mm_s": {"p50": pct(vel, 50), "p95": pct(vel, 95)},
+        **frames,
     }
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if x.size else None
 
 
 def report_budgets(runs: list[dict[str, Any]], plot: Any = None) -> list[Any]:
@@ -377,6 +494,16 @@ def report_budgets(runs: list[dict[str, Any]], plot: Any = None) -> list[Any]:
             + ")"
         )
         report.print_table(title)
+        frames = r["pipeline"].get("frames")
+        if frames and frames["count"]:
+            from rich.console import Console
+
+            per, age = frames["perception_ms"], frames["estimate_age_ms"]
+            Console().print(
+                f"camera {r['pipeline']['camera_hz']:g} Hz: {frames['count']} frames, perception p50 "
+                f"{per['p50']:.1f} ms, p99 {per['p99']:.1f} ms; estimate age at a decision p50 "
+                + ("-" if age["p50"] is None else f"{age['p50']:.0f} ms, p95 {age['p95']:.0f} ms")
+            )
         if plot is not None:
             base = Path(plot)
             tag = f"{r['strategy']['name']}-{r['latency']['spec']}".replace(":", "").replace("/", "_")

@@ -14,6 +14,7 @@ Workers ignore SIGINT (the terminal sends it to the whole process group); only t
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import signal
 import traceback
@@ -60,6 +61,7 @@ class EpisodeJob:
         return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
     pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
+    fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
 
 
 class EpisodeRunner:
@@ -86,10 +88,27 @@ class EpisodeRunner:
         self.policy = build_policy(
             job, self.env
         )  # adapted to the task; a pipeline feeds it task observations
+        # What the run reports beside its figures: how the policy was fitted to the task, and the unit of
+        # the positions its jump and jerk figures are in.
+        adaptation = getattr(self.policy, "adaptation", None)
+        self.describe = {
+            "adaptation": adaptation.describe() if adaptation is not None else None,
+            "length_unit": self.env.task_spec.length_unit,
+        }
         if job.pipeline:
             from hotloop.sim.perception_pipeline import attach_pipeline
 
             self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
+        # The `engine` fallback's smaller policy, adapted to the task like the main one. It reads the task's
+        # observation directly (with --pipeline too: it must not wait for the chain the main one waits for).
+        self.fallback_policy = (
+            build_policy(
+                dataclasses.replace(job, target=job.fallback_target, policy_factory=None, num_steps=None),
+                self.env,
+            )
+            if job.fallback_target
+            else None
+        )
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -102,10 +121,19 @@ class EpisodeRunner:
 
         try:
             record = self._run(
-                self.env, self.policy, self.strategy_for, self.latency, seed, config=self.scheduler_config
+                self.env,
+                self.policy,
+                self.strategy_for,
+                self.latency,
+                seed,
+                config=self.scheduler_config,
+                fallback_policy=self.fallback_policy,
+                frame_ticks=getattr(self.policy, "frame_ticks", 0),
+                on_frame=getattr(self.policy, "on_frame", None),
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
+            record["run"] = self.describe  # lifted to the run's summary (eval_run), not kept per episode
             return record
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way

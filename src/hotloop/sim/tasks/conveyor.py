@@ -1,8 +1,10 @@
 """`conveyor-pick`: a box rides a belt through the workspace; grasp it and lift it before it leaves.
 
 The belt moves along +x at a speed drawn per episode from the difficulty's range. The box starts
-upstream at a random x and y. Success: the box's bottom is `lift_height` above the belt. Failure: the box
-passes `exit_x` (it left the workspace), falls off the belt, or the time limit passes.
+upstream at a random x and y. Success: the box's bottom is `lift_height` above the belt while both fingers
+touch it (held, not batted: a gripper that strikes the box can throw it that high, and a random policy
+then "succeeded"). Failure: the box passes `exit_x` (it left the workspace), falls off the belt, or the
+time limit passes.
 
 Latency matters here because the box keeps moving while the policy thinks: a plan made on an observation
 that is L seconds old is off by `speed * L` along the belt, and the fingers close along the belt axis,
@@ -60,6 +62,8 @@ class ConveyorPickEnv(GantryEnv):
         self._box_qpos = self.model.joint("box").qposadr[0]
         self._box_dof = self.model.joint("box").dofadr[0]
         self._box_body = self.model.body("box").id
+        self._box_geom = self.model.geom("box").id
+        self._finger_geoms = (self.model.geom("finger_l").id, self.model.geom("finger_r").id)
 
     def _extra_xml(self) -> str:
         return f"""
@@ -97,9 +101,18 @@ class ConveyorPickEnv(GantryEnv):
 
     def _outcome(self) -> tuple[bool, bool]:
         pos = self.data.xpos[self._box_body]
-        lifted = pos[2] - BOX_HALF > BELT_TOP + self.task_config.lift_height
+        lifted = pos[2] - BOX_HALF > BELT_TOP + self.task_config.lift_height and self._held()
         failed = pos[0] > self.task_config.exit_x or pos[2] < BELT_TOP - 0.05 or abs(pos[1]) > 0.16
         return bool(lifted), bool(failed and not lifted)
+
+    def _held(self) -> bool:
+        """Both fingers in contact with the box now."""
+        touching: set[int] = set()
+        for contact in self.data.contact[: self.data.ncon]:
+            pair = (int(contact.geom1), int(contact.geom2))
+            if self._box_geom in pair:
+                touching.update(pair)
+        return all(g in touching for g in self._finger_geoms)
 
     def info(self) -> dict:
         return {"time_s": self.time_s, "belt_speed": self.belt_speed}

@@ -33,6 +33,9 @@ class GymProfile:
     image_size: int = 64
     ee_state: tuple[int, ...] = ()
     expert: str = ""  # "module:Class" of a scripted expert, if we have one
+    # The unit of the positions in the actions and in ee_state; None for an env we know nothing of
+    # (its actions may be torques or joint angles: the evaluator then names no unit).
+    length_unit: str | None = None
 
     def register(self) -> None:
         """Import whatever registers the env ids (a package's import side effect)."""
@@ -279,11 +282,12 @@ def profile_for(env_id: str) -> GymProfile:
             "FetchReach": "hotloop.sim.gym_experts:FetchReachExpert",
             "FetchPickAndPlace": "hotloop.sim.gym_experts:FetchPickAndPlaceExpert",
         }.get(name.split("-")[0], "")
-        return FetchProfile(prompt=goal, ee_state=(0, 1, 2), expert=expert)
+        return FetchProfile(prompt=goal, ee_state=(0, 1, 2), expert=expert, length_unit="m")
     if name.startswith("PushT"):
         return PushTProfile(
             prompt="push the T block onto the green T",
             ee_state=(0, 1),
             expert="hotloop.sim.gym_experts:PushTExpert",
+            length_unit="px",  # PushT's 512 x 512 pixel workspace
         )
     return GymProfile()

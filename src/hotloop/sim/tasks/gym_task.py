@@ -161,6 +161,7 @@ class GymTask:
             prompt=self.prompt,
             fps=self.config.control_hz,
             robot_type=self.task_name,
+            length_unit=self.profile.length_unit,
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
