@@ -41,7 +41,7 @@ class TrainVisionDemoConfig:
     ordinal_state_embeddings: bool = True
     record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     model: str = "pi05:mini"
-    steps: int = 500  # what the shipped weights had time for on a loaded machine; see docs/closed-loop.md
+    steps: int = 1500  # the shipped weights (about 40 min on a shared 2-core CPU); see docs/closed-loop.md
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
