@@ -110,6 +110,30 @@ def raising() -> RaisingPolicy:
     return RaisingPolicy()
 
 
+class OverCapPolicy(CountingPolicy):
+    """From its second episode on, every call raises the engine's MemoryCapError (an engine that grew
+    past --memory-cap-mb while running: the cap is checked after each call, and calls keep raising)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episodes = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self.episodes += 1
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        from hotloop.errors import MemoryCapError
+
+        if self.episodes >= 2:
+            raise MemoryCapError("engine ART grew to 900 MiB, over --memory-cap-mb 512")
+        return super().infer(obs)
+
+
+def over_cap() -> OverCapPolicy:
+    return OverCapPolicy()
+
+
 def slow_to_stop() -> CountingPolicy:
     """A policy whose worker takes 2 s to stop when terminated (a native library flushing, say): a
     window in which a second Ctrl-C used to lose every finished episode."""

@@ -124,6 +124,19 @@ def _with_fake_policy(monkeypatch, factory):
     monkeypatch.setattr(eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": factory}))
 
 
+def test_an_engine_over_its_memory_cap_mid_run_keeps_the_finished_episodes(tmp_path, monkeypatch):
+    # A cap breach is the engine failing at run time, not a bad option: the episode is an error (counted
+    # apart, exit 1), and the episodes that finished before it are kept and written.
+    _with_fake_policy(monkeypatch, "fakes:over_cap")
+    out = tmp_path / "r.json"
+    args = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "3", "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(_app(), [*args, "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    run = json.loads(out.read_text())
+    assert run["completed"] == 1 and run["errors"] == 2 and run["error_seeds"] == [1, 2]
+    assert all("--memory-cap-mb 512" in e["error"] for e in run["per_episode"] if e["error"])
+
+
 def _one_error_line(r):
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), r.output

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from hotloop.errors import ConfigError, HotloopError
+from hotloop.errors import ConfigError, HotloopError, MemoryCapError
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,8 @@ class EpisodeRunner:
                 record["pipeline"] = self.policy.take_episode()
             record["run"] = self.describe  # lifted to the run's summary (eval_run), not kept per episode
             return record
+        except MemoryCapError as e:  # the engine failed while running: an error episode, work kept
+            return failed_record(seed, str(e))
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash
