@@ -88,9 +88,8 @@ class InterruptingPolicy(CountingPolicy):
             raise KeyboardInterrupt
 
 
-class RaisingPolicy(CountingPolicy):
-    """Raises a plain Python error in every second episode (in-process runs: episodes 2, 4, ...), a
-    stand-in for a policy bug: those episodes are errors, the others run normally."""
+class EpisodeCountingPolicy(CountingPolicy):
+    """CountingPolicy that also counts its episodes (resets), for policies that fail in chosen ones."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,6 +98,11 @@ class RaisingPolicy(CountingPolicy):
     def reset(self) -> None:
         super().reset()
         self.episodes += 1
+
+
+class RaisingPolicy(EpisodeCountingPolicy):
+    """Raises a plain Python error in every second episode (in-process runs: episodes 2, 4, ...), a
+    stand-in for a policy bug: those episodes are errors, the others run normally."""
 
     def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         if self.episodes % 2 == 0:
@@ -110,17 +114,9 @@ def raising() -> RaisingPolicy:
     return RaisingPolicy()
 
 
-class OverCapPolicy(CountingPolicy):
+class OverCapPolicy(EpisodeCountingPolicy):
     """From its second episode on, every call raises the engine's MemoryCapError (an engine that grew
     past --memory-cap-mb while running: the cap is checked after each call, and calls keep raising)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.episodes = 0
-
-    def reset(self) -> None:
-        super().reset()
-        self.episodes += 1
 
     def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         from hotloop.errors import MemoryCapError
