@@ -138,32 +138,34 @@ class DemoConveyorPolicy:
         return out
 
 
-def load_demo_policy(
-    folder: str | Path | None = None,
+def load_demo_pi(
+    folder: Path,
     *,
-    num_steps: int | None = None,
-    seed: int = 0,
-    threads: int | None = None,
-) -> DemoConveyorPolicy:
-    """Load the demo policy from `folder` (default: the shipped assets); no network access."""
+    num_steps: int | None,
+    seed: int,
+    threads: int | None,
+    what: str = "demo policy",
+    train_command: str = "hotloop train-demo",
+) -> tuple[Any, dict[str, Any]]:
+    """(PiPolicy, demo.json) of a shipped demo policy folder, loaded as float32; no network access.
+    Shared by `demo:conveyor` and `demo:conveyor-vision`, which differ only in the wrapper around it."""
     import torch
 
     from hotloop.models.checkpoints import load_checkpoint
     from hotloop.models.pi_policy import PiPolicy
 
-    folder = Path(folder) if folder is not None else ASSET_DIR
     meta_path = folder / "demo.json"
     if not meta_path.is_file() or not (folder / "model.safetensors").is_file():
         raise CheckpointError(
-            f"demo policy weights are missing from {folder} (need demo.json and model.safetensors); "
-            "train them with `hotloop train-demo` or reinstall hotloop"
+            f"{what} weights are missing from {folder} (need demo.json and model.safetensors); "
+            f"train them with `{train_command}` or reinstall hotloop"
         )
     if threads is not None:
         torch.set_num_threads(threads)
     meta = json.loads(meta_path.read_text())
-    ckpt = load_checkpoint(folder)
+    ckpt = load_checkpoint(folder, dtype=torch.float32)
     if ckpt.norm_stats is None:
-        raise CheckpointError(f"{folder} has no norm_stats.json; retrain with `hotloop train-demo`")
+        raise CheckpointError(f"{folder} has no norm_stats.json; retrain with `{train_command}`")
     pi = PiPolicy(
         ckpt.model,
         ckpt.config,
@@ -174,6 +176,19 @@ def load_demo_policy(
         num_steps=num_steps,
         seed=seed,
     )
+    return pi, meta
+
+
+def load_demo_policy(
+    folder: str | Path | None = None,
+    *,
+    num_steps: int | None = None,
+    seed: int = 0,
+    threads: int | None = None,
+) -> DemoConveyorPolicy:
+    """Load the demo policy from `folder` (default: the shipped assets); no network access."""
+    folder = Path(folder) if folder is not None else ASSET_DIR
+    pi, meta = load_demo_pi(folder, num_steps=num_steps, seed=seed, threads=threads)
     return DemoConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
 

@@ -10,7 +10,6 @@ end effector at observation time plus an absolute grip; `infer` returns absolute
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from hotloop.errors import CheckpointError
 from hotloop.sim.demo_policy import PROMPT_TOKENS, DemoConveyorPolicy
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_vision"
@@ -65,37 +63,18 @@ def load_vision_policy(
     threads: int | None = None,
 ) -> VisionConveyorPolicy:
     """Load the vision demo policy from `folder` (default: the shipped assets) as float32; no network."""
-    import torch
-
-    from hotloop.models.checkpoints import load_checkpoint
-    from hotloop.models.pi_policy import PiPolicy
+    from hotloop.sim.demo_policy import load_demo_pi
 
     folder = Path(folder) if folder is not None else ASSET_DIR
-    meta_path = folder / "demo.json"
-    if not meta_path.is_file() or not (folder / "model.safetensors").is_file():
-        raise CheckpointError(
-            f"vision demo policy weights are missing from {folder} (need demo.json and model.safetensors); "
-            "train them with `hotloop train-demo --variant vision` or reinstall hotloop"
-        )
-    if threads is not None:
-        torch.set_num_threads(threads)
-    meta = json.loads(meta_path.read_text())
     with _quiet_checkpoint_notes():
-        ckpt = load_checkpoint(folder, dtype=torch.float32)
-    if ckpt.norm_stats is None:
-        raise CheckpointError(
-            f"{folder} has no norm_stats.json; retrain with `hotloop train-demo --variant vision`"
+        pi, meta = load_demo_pi(
+            folder,
+            num_steps=num_steps,
+            seed=seed,
+            threads=threads,
+            what="vision demo policy",
+            train_command="hotloop train-demo --variant vision",
         )
-    pi = PiPolicy(
-        ckpt.model,
-        ckpt.config,
-        norm_stats=ckpt.norm_stats,
-        action_dim=int(meta["action_dim"]),
-        horizon=int(meta["horizon"]),
-        default_prompt_tokens=list(PROMPT_TOKENS),
-        num_steps=num_steps,
-        seed=seed,
-    )
     return VisionConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
 
