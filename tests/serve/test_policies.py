@@ -19,3 +19,15 @@ def test_demo_policy_spec_takes_the_env_observation():
     checked = check_observation(obs, spec)
     assert checked["images"]["top"].shape == spec["images/top"].shape
     assert checked["state"].dtype.name == "float32" and checked["prompt"] == obs["prompt"]
+
+
+@pytest.mark.parametrize("target", ["pi05:tiny", "pi0:tiny"])
+def test_pi_targets_serve_with_the_state_length_they_declare(target):
+    # pi0.5 writes each state entry as a prompt token: pi05:tiny takes 9 of its 32 padded entries, and
+    # its spec used to ask for 32, so its warm-up inference (and `hotloop serve pi05:tiny`) failed.
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.targets import TargetOptions
+
+    served = load_served_policy(target, TargetOptions())
+    assert served.observation_spec["state"].shape == (served.policy.spec.state_dim,)
+    assert served.action_spec["actions"].shape == (served.policy.spec.horizon, served.policy.spec.action_dim)

@@ -42,6 +42,13 @@ def serve(
     stall_limit_ms: Annotated[
         float | None, typer.Option(help="/healthz answers 503 while an inference runs longer than this")
     ] = None,
+    memory_cap_mb: Annotated[
+        float | None,
+        typer.Option(
+            help="a compiled artifact's resident-memory cap in MiB: refused at load if over it; while "
+            "serving, a breach is an error reply (or the fallback's answer) and /healthz answers 503"
+        ),
+    ] = None,
 ) -> None:
     """Serve TARGET over websocket + msgpack, wire-compatible with openpi-client; Ctrl-C stops it."""
     import asyncio
@@ -50,11 +57,15 @@ def serve(
     from hotloop.cli import _check_device
     from hotloop.serve.policies import load_served_policy
     from hotloop.serve.server import PolicyServer, ServeConfig
-    from hotloop.targets import TargetOptions
+    from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, find_target
 
     _check_device(device)
     if max_message_mb <= 0:
         raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
+    if memory_cap_mb is not None and find_target(target) is not ARTIFACT_ENTRY:
+        raise ConfigError(
+            f"--memory-cap-mb caps a compiled artifact's engine; {target!r} is not one: drop the flag"
+        )
     engine = _fallback_engine(fallback) if fallback is not None else None
     config = ServeConfig(
         host=host,
@@ -72,7 +83,9 @@ def serve(
         logging.getLogger("hotloop.serve").warning(
             "serving on %s without --api-key-file: anyone who reaches this port can drive the policy", host
         )
-    served = load_served_policy(target, TargetOptions(num_steps=steps, device=device, seed=seed))
+    served = load_served_policy(
+        target, TargetOptions(num_steps=steps, device=device, seed=seed, memory_cap_mb=memory_cap_mb)
+    )
     small = load_served_policy(engine, TargetOptions(device=device, seed=seed)) if engine else None
     server = PolicyServer(served, config, fallback=small)
     try:

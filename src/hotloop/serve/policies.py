@@ -63,9 +63,11 @@ def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
     if isinstance(policy, PiPolicy):
         cfg = policy.config
         size = cfg.vision.image_size
+        # The state length the policy declares, not the model's padded width: pi0.5 writes each entry as
+        # a prompt token, so a small model cannot take max_state_dim of them (pi05:tiny: 32 > 12 slots).
         return {
             "images": ArraySpec((cfg.views, size, size, 3), "uint8"),
-            "state": ArraySpec((cfg.max_state_dim,), "float32"),
+            "state": ArraySpec((policy.spec.state_dim,), "float32"),
         }
     raise ConfigError(
         f"policy {type(policy).__name__} declares no observation_spec, so the server cannot check its "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hotloop.client import codec
-from hotloop.errors import ConfigError
+from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, spec_to_wire
@@ -140,6 +140,9 @@ class PolicyServer:
             else None
         )
         self._running_since: float | None = None  # perf_counter when the model started on the current request
+        # Set when the engine went over its --memory-cap-mb: every later call raises too (memory.py), so
+        # /healthz reports it until the process is restarted.
+        self._over_cap: str | None = None
         # A main inference whose request the fallback answered (it may still be running).
         self._stale: asyncio.Future[Any] | None = None
         self._infer_lock: asyncio.Lock | None = None  # one guarded inference at a time (made in the loop)
@@ -208,6 +211,11 @@ class PolicyServer:
     def _process_request(self, connection: Any, request: Any) -> Any:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
+            if self._over_cap is not None:
+                return connection.respond(
+                    http.HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"unhealthy: the engine is over its memory cap: {self._over_cap}\n",
+                )
             running_s, limit_ms = self.inference_running_s(), self.config.stall_limit_ms
             if limit_ms is not None and running_s * 1e3 > limit_ms:
                 return connection.respond(
@@ -352,6 +360,9 @@ class PolicyServer:
         self._running_since = time.perf_counter()
         try:
             return self.served.policy.infer(obs)
+        except MemoryCapError as exc:
+            self._over_cap = str(exc)
+            raise
         finally:
             self._running_since = None
 
