@@ -117,6 +117,7 @@ def bench(
         batch=batch,
         seed=seed,
         memory_cap_mb=memory_cap_mb,
+        threads=threads,
     )
     _check_device(device)
     _warn_oversubscription(threads)

@@ -25,6 +25,7 @@ OPTION_LIMITS: dict[str, int] = {
     "action_dim": 1024,
     "batch": 1024,
     "prompt_tokens": 100_000,
+    "threads": 1024,
 }
 MAX_SEED = 2**32 - 1
 _FLAGS = {"num_steps": "--steps", "batch": "--batch", "dtype": "--dtype", "device": "--device"}
@@ -50,6 +51,9 @@ class TargetOptions:
     batch: int = 1
     seed: int = 0
     memory_cap_mb: float | None = None  # a loaded engine's resident-memory cap (artifact targets)
+    # Intra-op threads the caller chose (--threads): an artifact's engine runs its backends with these
+    # instead of the threads recorded at compile time. None: the manifest's.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for name, limit in OPTION_LIMITS.items():

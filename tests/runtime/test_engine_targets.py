@@ -178,3 +178,20 @@ def test_artifact_with_a_changed_policy_spec_is_refused_by_name(art: Path, tmp_p
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="manifest.json: the stored policy spec"):
         engine_policy(Engine.load(copy, warmup=0))
+
+
+def test_the_callers_threads_override_the_manifests(art: Path) -> None:
+    # `hotloop bench ART --threads 2` (and eval's workers) used to be overridden by the thread count the
+    # artifact was compiled with (1 here): the engine and the interleaved reference then ran on 1 thread.
+    from hotloop.runtime.targets import build_bench
+    from hotloop.targets import TargetOptions
+
+    before = torch.get_num_threads()
+    try:
+        assert json.loads((art / "manifest.json").read_text())["threads"] == 1
+        build_bench(str(art), TargetOptions(threads=2))
+        assert torch.get_num_threads() == 2
+        build_bench(str(art), TargetOptions())  # no choice made: the manifest's
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -13,7 +13,7 @@ def _engine(path: str, options: TargetOptions, supported: frozenset[str] = froze
     # Shapes were fixed at compile time: an option that would change them is refused, not ignored.
     # --prompt-tokens only chooses how many prompt slots the observation fills (the engine picks its bucket).
     options.reject_unsupported(path, set(supported) | {"memory_cap_mb"})
-    return Engine.load(path, memory_cap_mb=options.memory_cap_mb)
+    return Engine.load(path, threads=options.threads, memory_cap_mb=options.memory_cap_mb)
 
 
 def build_bench(path: str, options: TargetOptions) -> BenchCase:

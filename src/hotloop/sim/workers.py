@@ -159,7 +159,9 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
     else:
         policy = find_target(job.target).build_policy(
             job.target,
-            TargetOptions(num_steps=job.num_steps, seed=job.seed, memory_cap_mb=job.memory_cap_mb),
+            TargetOptions(
+                num_steps=job.num_steps, seed=job.seed, memory_cap_mb=job.memory_cap_mb, threads=job.threads
+            ),
         )
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
