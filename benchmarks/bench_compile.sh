@@ -15,6 +15,13 @@ mkdir -p "$out"
 $hl compile pi05:small --budget-ms 100 --tolerance cos:0.995 --backends "$backends" --iters 30 \
   -o "$out/pi05-small" --json "$out/compile-pi05-small.json" || [ $? -eq 3 ]
 $hl bench "$out/pi05-small" --compare pi05:small --iters 200 --json "$out/bench-pi05-small.json"
+# The mixed plan (static int8 where it measures faster, calibrated on recorded episodes): docs/compile.md.
+$hl record --task conveyor-pick --episodes 8 -o "$out/calib" --quiet
+$hl compile pi05:small --budget-ms 100 --tolerance cos:0.995 --backends openvino --precisions bf16,int8 \
+  --calibration "$out/calib" --calibration-frames 64 --variants plain --views 1 --threads 2 --iters 20 \
+  -o "$out/pi05-small-int8" --json "$out/compile-pi05-small-int8.json" || [ $? -eq 3 ]
+$hl bench "$out/pi05-small-int8" --compare pi05:small --prompt-tokens 20 --threads 2 --iters 60 \
+  --json "$out/bench-pi05-small-int8.json"
 $hl profile "$out/pi05-small" --top 10 --json "$out/profile-pi05-small.json"
 $hl compile demo:conveyor --budget-ms 100 --backends "$backends" -o "$out/demo" \
   --json "$out/compile-demo.json" || [ $? -eq 3 ]
