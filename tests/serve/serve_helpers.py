@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +67,12 @@ def run_robot(python: Path, scenario: str, port: int, *extra: str) -> dict[str, 
     )
     assert done.returncode == 0, f"robot scenario {scenario} failed:\n{done.stderr[-3000:]}"
     return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def healthz(port: int) -> tuple[int, str]:
+    """GET /healthz on a loopback server: (status, body), a 503 included."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

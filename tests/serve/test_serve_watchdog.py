@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serve_helpers import EchoPolicy, StateEchoPolicy
+from serve_helpers import EchoPolicy, StateEchoPolicy, healthz
 from typer.testing import CliRunner
 
 from hotloop.cli import app
@@ -61,14 +61,6 @@ def _server(policy: Any, fallback: Any = None, **config: Any) -> ServerThread:
     )
 
 
-def _healthz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -99,7 +91,7 @@ def test_a_stall_switches_to_the_engine_and_healthz_and_metrics_say_so():
     policy = StallingPolicy()
     with _server(policy, SmallEngine(), deadline_ms=50, stall_limit_ms=200) as server:
         port = server.port
-        assert _healthz(port) == (200, "OK\n")
+        assert healthz(port) == (200, "OK\n")
         with PolicyClient(port=port) as client:
             assert np.all(client.infer(_state(1.0))["actions"] == 1.0)  # in time: the main policy
             stalled = client.infer(_state(STALL_STATE))  # the deadline passes: the engine answers
@@ -109,10 +101,10 @@ def test_a_stall_switches_to_the_engine_and_healthz_and_metrics_say_so():
             # The model is still asleep on that request: the next one goes to the engine at once.
             assert client.infer(_state(2.0))["fallback"] == "small"
             deadline = time.monotonic() + 10
-            while _healthz(port)[0] == 200:  # running past the 200 ms limit: unhealthy
+            while healthz(port)[0] == 200:  # running past the 200 ms limit: unhealthy
                 assert time.monotonic() < deadline, "/healthz never reported the stall"
                 time.sleep(0.02)
-            code, reason = _healthz(port)
+            code, reason = healthz(port)
             assert code == 503 and "an inference has been running for" in reason
             assert "--stall-limit-ms of 200 ms" in reason
             during = _metrics(port)
@@ -123,7 +115,7 @@ def test_a_stall_switches_to_the_engine_and_healthz_and_metrics_say_so():
             assert during[("hotloop_requests_total", (("outcome", "fallback"),))] == 2
             policy.release.set()
             deadline = time.monotonic() + 10
-            while _healthz(port)[0] != 200:
+            while healthz(port)[0] != 200:
                 assert time.monotonic() < deadline, "/healthz stayed unhealthy after the stall ended"
                 time.sleep(0.02)
             back = client.infer(_state(3.0))  # the main policy, in time again: the server returns
@@ -159,7 +151,7 @@ def test_without_an_engine_the_late_reply_still_comes_and_the_miss_is_counted():
         thread, out = _infer_in_thread(server.port, STALL_STATE)
         assert policy.stalled.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _healthz(server.port)[0] == 200:
+        while healthz(server.port)[0] == 200:
             assert time.monotonic() < deadline, "/healthz never reported the stall"
             time.sleep(0.02)
         assert _metrics(server.port)[("hotloop_fallbacks_total", (("kind", "hold"),))] == 1
@@ -169,7 +161,7 @@ def test_without_an_engine_the_late_reply_still_comes_and_the_miss_is_counted():
         with PolicyClient(port=server.port) as client, pytest.raises(ServerError, match="non-finite actions"):
             client.infer(_state(NAN_STATE))
         scraped = _metrics(server.port)
-        assert _healthz(server.port) == (200, "OK\n")
+        assert healthz(server.port) == (200, "OK\n")
     assert scraped[("hotloop_deadline_misses_total", ())] == 1
     assert scraped[("hotloop_engine_faults_total", ())] == 1
     assert scraped[("hotloop_fallbacks_total", (("kind", "hold"),))] == 2  # the miss, then the fault
