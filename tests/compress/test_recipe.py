@@ -80,6 +80,8 @@ def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
         (["--eval-latency", "soon"], "soon"),
         (["--backends", "eager,tpu"], "tpu"),
         (["--data", str(tmp_path / "none")], "--data"),
+        (["--distill-batch", "0"], "--distill-batch must be >= 1"),
+        (["--distill-episodes", "-1"], "--distill-episodes must be >= 0"),
     ):
         res = runner.invoke(
             app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]

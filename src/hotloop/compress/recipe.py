@@ -119,12 +119,14 @@ class RecipeConfig:
             ("calibration_frames", "--calibration-frames"),
             ("eval_observations", "--eval-observations"),
             ("distill_steps", "--distill-steps"),
+            ("distill_batch", "--distill-batch"),
             ("distill_episodes", "--distill-episodes"),
             ("bench_iters", "--bench-iters"),
         ):
             value = getattr(self, name)
-            if value < (0 if name == "episodes" else 1):
-                raise ConfigError(f"{flag} must be >= {0 if name == 'episodes' else 1} (got {value})")
+            low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
+            if value < low:
+                raise ConfigError(f"{flag} must be >= {low} (got {value})")
 
 
 @dataclass

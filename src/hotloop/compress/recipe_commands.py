@@ -32,6 +32,7 @@ def compress_cmd(
     calibration_frames: Annotated[int, typer.Option(help="observations to calibrate / distill on")] = 32,
     eval_observations: Annotated[int, typer.Option(help="observations the action error is judged on")] = 8,
     distill_steps: Annotated[int, typer.Option(help="optimizer steps per distillation")] = 100,
+    distill_batch: Annotated[int, typer.Option(help="observations per distillation step")] = 8,
     distill_episodes: Annotated[
         int,
         typer.Option(help="step-distill on a demo target: teacher episodes to learn from (0: start frames)"),
@@ -70,6 +71,7 @@ def compress_cmd(
         calibration_frames=calibration_frames,
         eval_observations=eval_observations,
         distill_steps=distill_steps,
+        distill_batch=distill_batch,
         distill_episodes=distill_episodes,
         bench_iters=bench_iters,
         backends=names,
