@@ -106,6 +106,7 @@ class RecipeConfig:
     # the teacher (its start observations alone never show it grasping or carrying).
     distill_episodes: int = 20
     step_distill_intermediate: float = 0.0  # weight of the teacher's states at shared flow times
+    step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     threads: int | None = None
@@ -127,6 +128,8 @@ class RecipeConfig:
             low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
             if value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if not self.step_distill_first_action >= 0:
+            raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
 
 
 @dataclass
@@ -218,6 +221,7 @@ def apply_step(
         opts = StepDistillOptions(
             noise="zero" if inputs.zero_noise else "random",
             intermediate_weight=config.step_distill_intermediate,
+            first_action_weight=config.step_distill_first_action,
         )
         new.details = step_distill(
             teacher, new.model, obs, new.num_steps, dcfg, cand.num_steps, work / f"step-distill-{step.arg}",

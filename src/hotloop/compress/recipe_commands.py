@@ -37,6 +37,12 @@ def compress_cmd(
         int,
         typer.Option(help="step-distill on a demo target: teacher episodes to learn from (0: start frames)"),
     ] = 20,
+    first_action_weight: Annotated[
+        float,
+        typer.Option(
+            help="step-distill: extra loss weight on the chunk's first action (the one sync executes)"
+        ),
+    ] = 0.0,
     bench_iters: Annotated[int, typer.Option("--bench-iters", help="timed inferences per step")] = 20,
     backends: Annotated[
         str, typer.Option(help="backends the compile step may choose from")
@@ -73,6 +79,7 @@ def compress_cmd(
         distill_steps=distill_steps,
         distill_batch=distill_batch,
         distill_episodes=distill_episodes,
+        step_distill_first_action=first_action_weight,
         bench_iters=bench_iters,
         backends=names,
         threads=threads,
