@@ -80,6 +80,8 @@ def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
         (["--eval-latency", "soon"], "soon"),
         (["--backends", "eager,tpu"], "tpu"),
         (["--data", str(tmp_path / "none")], "--data"),
+        (["--distill-batch", "0"], "--distill-batch must be >= 1"),
+        (["--distill-episodes", "-1"], "--distill-episodes must be >= 0"),
     ):
         res = runner.invoke(
             app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]
@@ -87,3 +89,23 @@ def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
         assert res.exit_code == 2, (flags, res.output)
         assert message in res.output, (flags, res.output)
     assert not (tmp_path / "a").exists()
+
+
+def test_step_distill_bad_counts_exit_2_before_any_work(tmp_path: Path) -> None:
+    """N >= the teacher's steps (10, or an earlier steps:M), N <= 0, a missing --data: one `error:` line
+    naming the flag, exit 2, neither the artifact nor its work folder written."""
+    out = tmp_path / "a"
+    for recipe, extra, message in (
+        ("step-distill:10", [], "--recipe step-distill:10: the student must take fewer steps than the teacher's 10"),
+        ("step-distill:12", [], "fewer steps than the teacher's 10"),
+        ("steps:3,step-distill:3", [], "--recipe step-distill:3: the student must take fewer steps than the teacher's 3"),
+        ("step-distill:0", [], "--recipe step-distill:0: give a positive step count"),
+        ("step-distill:-2", [], "--recipe step-distill:-2: give a positive step count"),
+        ("step-distill", [], "--recipe step-distill: give a positive step count"),
+        ("step-distill:4", ["--data", str(tmp_path / "none")], "--data"),
+    ):  # fmt: skip
+        res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", recipe, "-o", str(out), *extra, *FAST])
+        assert res.exit_code == 2, (recipe, res.output)
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], (recipe, res.output)
+        assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe

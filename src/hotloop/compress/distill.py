@@ -161,11 +161,15 @@ def train_resumable(
     kind: str,
     on_step: Callable[[int, float], None] | None = None,
     progress: bool = False,
+    params: list[nn.Parameter] | None = None,
 ) -> TrainState:
-    """Adam on `loss_fn(generator)` for `config.steps` steps, resuming from `checkpoint_dir` if it holds one."""
+    """Adam on `loss_fn(generator)` for `config.steps` steps, resuming from `checkpoint_dir` if it holds one.
+    `params`: the parameters to train (default: all of `student`'s); the others stay frozen."""
+    trained = list(student.parameters()) if params is None else list(params)
+    ids = {id(p) for p in trained}
     for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
-        p.requires_grad_(True)
-    optimizer = torch.optim.Adam(student.parameters(), lr=config.lr)
+        p.requires_grad_(id(p) in ids)
+    optimizer = torch.optim.Adam(trained, lr=config.lr)
     state = TrainState()
     path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT
     identity = {"kind": kind, "config": asdict(student.cfg), "train": asdict(config)}

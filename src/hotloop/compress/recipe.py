@@ -102,6 +102,11 @@ class RecipeConfig:
     eval_observations: int = 8
     distill_steps: int = 100
     distill_batch: int = 8
+    # step-distill on a demo target without --data: observations along this many closed-loop episodes of
+    # the teacher (its start observations alone never show it grasping or carrying).
+    distill_episodes: int = 20
+    step_distill_intermediate: float = 0.0  # weight of the teacher's states at shared flow times
+    step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     threads: int | None = None
@@ -115,11 +120,16 @@ class RecipeConfig:
             ("calibration_frames", "--calibration-frames"),
             ("eval_observations", "--eval-observations"),
             ("distill_steps", "--distill-steps"),
+            ("distill_batch", "--distill-batch"),
+            ("distill_episodes", "--distill-episodes"),
             ("bench_iters", "--bench-iters"),
         ):
             value = getattr(self, name)
-            if value < (0 if name == "episodes" else 1):
-                raise ConfigError(f"{flag} must be >= {0 if name == 'episodes' else 1} (got {value})")
+            low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
+            if value < low:
+                raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if not self.step_distill_first_action >= 0:
+            raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
 
 
 @dataclass
@@ -143,6 +153,8 @@ class Inputs:
     actions: Tensor | None
     calibration: dict[str, Any] | None
     calibration_set: Any = None  # the CalibrationSet static int8 calibrates on (with --data)
+    zero_noise: bool = False  # the policy integrates from x = 0 (demo policies), not from a random draw
+    rollouts: Any = None  # teacher rollouts (RolloutSet) for step-distill, gathered on first use
 
 
 def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
@@ -201,14 +213,21 @@ def apply_step(
     elif step.name == "steps":
         new.num_steps = int(step.arg)
     elif step.name == "step-distill":
-        from hotloop.compress.steps import step_distill
+        from hotloop.compress.steps import StepDistillOptions, step_distill
 
+        obs, source = step_distill_observations(inputs, config)
         new.model = copy.deepcopy(cand.model)
         new.num_steps = int(step.arg)
+        opts = StepDistillOptions(
+            noise="zero" if inputs.zero_noise else "random",
+            intermediate_weight=config.step_distill_intermediate,
+            first_action_weight=config.step_distill_first_action,
+        )
         new.details = step_distill(
-            teacher, new.model, inputs.obs, new.num_steps, dcfg, cand.num_steps, work / f"step-distill-{step.arg}",
-            progress=config.progress,
+            teacher, new.model, obs, new.num_steps, dcfg, cand.num_steps, work / f"step-distill-{step.arg}",
+            progress=config.progress, options=opts,
         )  # fmt: skip
+        new.details["data"] = source
     elif step.name == "sparse24":
         from hotloop.compress.prune import semi_structured_2_4
 
@@ -224,6 +243,35 @@ def apply_step(
         p.requires_grad_(False)
     new.model.eval()
     return new
+
+
+def step_distill_observations(inputs: Inputs, config: RecipeConfig) -> tuple[PiObservation, dict[str, Any]]:
+    """What step-distill trains on: the recorded frames with --data; for a demo target without, the
+    teacher's own closed-loop observations (gathered once per recipe); else the recipe's observations."""
+    if inputs.calibration is not None or not config.target.startswith("demo:") or not config.distill_episodes:
+        return inputs.obs, {"source": "recipe observations", "observations": int(inputs.obs.batch)}
+    if inputs.rollouts is None:
+        from hotloop.compress.rollouts import rollout_observations
+        from hotloop.targets import TargetOptions, default_targets
+
+        demo = (
+            default_targets().get(config.target).build_policy(config.target, TargetOptions(seed=config.seed))
+        )
+        inputs.rollouts = rollout_observations(demo, config.task, config.distill_episodes, config.seed)
+    return inputs.rollouts.obs, inputs.rollouts.manifest_entry()
+
+
+def check_step_counts(recipe: tuple[RecipeStep, ...], reference_steps: int) -> None:
+    """step-distill:N must take fewer steps than the model it distils from (the reference, or an earlier
+    steps:M): refused before any work."""
+    from hotloop.compress.steps import check_step_distill
+
+    current = reference_steps
+    for step in recipe:
+        if step.name == "step-distill":
+            check_step_distill(int(step.arg), current)
+        if step.name in ("steps", "step-distill"):
+            current = int(step.arg)
 
 
 # ---- judging a candidate ---------------------------------------------------------------------------------
@@ -352,7 +400,9 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     teacher = source.model.float().eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
+    check_step_counts(config.recipe, source.shape.num_steps)
     inputs = load_inputs(config, source)
+    inputs.zero_noise = bool(source.policy.get("zero_noise"))
     action_dim = int(source.policy.get("action_dim") or teacher.cfg.max_action_dim)
     n_eval = min(config.eval_observations, inputs.obs.batch)
     from hotloop.compress.adapters import select

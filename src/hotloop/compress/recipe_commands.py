@@ -32,6 +32,17 @@ def compress_cmd(
     calibration_frames: Annotated[int, typer.Option(help="observations to calibrate / distill on")] = 32,
     eval_observations: Annotated[int, typer.Option(help="observations the action error is judged on")] = 8,
     distill_steps: Annotated[int, typer.Option(help="optimizer steps per distillation")] = 100,
+    distill_batch: Annotated[int, typer.Option(help="observations per distillation step")] = 8,
+    distill_episodes: Annotated[
+        int,
+        typer.Option(help="step-distill on a demo target: teacher episodes to learn from (0: start frames)"),
+    ] = 20,
+    first_action_weight: Annotated[
+        float,
+        typer.Option(
+            help="step-distill: extra loss weight on the chunk's first action (the one sync executes)"
+        ),
+    ] = 0.0,
     bench_iters: Annotated[int, typer.Option("--bench-iters", help="timed inferences per step")] = 20,
     backends: Annotated[
         str, typer.Option(help="backends the compile step may choose from")
@@ -66,6 +77,9 @@ def compress_cmd(
         calibration_frames=calibration_frames,
         eval_observations=eval_observations,
         distill_steps=distill_steps,
+        distill_batch=distill_batch,
+        distill_episodes=distill_episodes,
+        step_distill_first_action=first_action_weight,
         bench_iters=bench_iters,
         backends=names,
         threads=threads,
