@@ -203,6 +203,13 @@ def test_rtc_prefix_strategy_and_its_refusals():
     with pytest.raises(ConfigError, match="did not condition on it"):
         # A policy that only knows guided inpainting answers rtc_guided but not rtc_mode "prefix".
         sched.completed(Completion(50, 60, {"actions": chunk(0.1), GUIDED_KEY: True}), hold)
+    sched.started(50, guided=True)
+    with pytest.raises(ConfigError, match="ignored them.*compiled artifact"):
+        # A compiled artifact's policy answers neither key: refused, never a silent async.
+        sched.completed(Completion(50, 60, {"actions": chunk(0.1)}), hold)
+    sched.started(50, guided=True)
+    sched.completed(Completion(50, 60, {"actions": chunk(0.2), GUIDED_KEY: True, MODE_KEY: "prefix"}), hold)
+    assert sched.chunks == 2
 
 
 def test_guidance_weight_with_rtc_prefix_only_is_refused(tmp_path):

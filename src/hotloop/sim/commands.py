@@ -97,7 +97,9 @@ def _check_strategy_options(
             if changed:
                 users.append(name)
         if not users:
-            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async or rtc"}.get(flag, "rtc")
+            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async, rtc or rtc-prefix"}.get(
+                flag, "rtc"
+            )
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
                 f"drop it or add that strategy"
@@ -222,7 +224,8 @@ def eval_cmd(
     ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
-        list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
+        list[str],
+        typer.Option(help="sync, chunk, async, rtc or rtc-prefix; repeat or comma-separate for several"),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str | None,
