@@ -208,12 +208,18 @@ def flow_matching_loss(
     noise: Tensor | None = None,
     time: Tensor | None = None,
     reduce: bool = True,
+    prefix_len: Tensor | None = None,
 ) -> Tensor:
     """Flow-matching MSE: x_t = t * noise + (1 - t) * actions, target u = noise - actions.
 
     actions (B, chunk, max_action_dim) normalised and zero-padded. `noise`/`time` default to draws from
     `generator`. Returns the mean loss, or per-element losses (B, chunk, A) with `reduce=False` (so the
     caller can mask padded action columns). Gradients flow through all three sub-engines.
+
+    `prefix_len` (B,) int, training-time action conditioning (Black, Galliker, Levine 2025): the first
+    d = prefix_len[b] action tokens of sample b are given clean, at flow time 0 (this module's data end),
+    and the model learns to continue them; their losses are 0 (masked out, so with `reduce` the mean is
+    over the other tokens) and no gradient reaches the model through them.
     """
     b = actions.shape[0]
     device = actions.device
@@ -221,12 +227,25 @@ def flow_matching_loss(
         noise = torch.randn(actions.shape, generator=generator, device=device)
     if time is None:
         time = sample_time(b, generator, device)
-    t = time[:, None, None]
+    token_time: Tensor = time
+    keep: Tensor | None = None
+    if prefix_len is not None:
+        keep = torch.arange(actions.shape[1], device=device)[None, :] >= prefix_len.to(device)[:, None]
+        token_time = torch.where(keep, time[:, None].float(), torch.zeros((), device=device))
+        t = token_time[:, :, None]
+    else:
+        t = time[:, None, None]
     x_t = t * noise + (1 - t) * actions
     u_t = noise - actions
     image_tokens = model.vision(obs.images)
     cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks)
-    # denoise_step takes one t per sample (B,) as well as a scalar.
-    v_t = model.denoise_step(cache, x_t, time, obs.state)
+    # denoise_step takes one t per sample (B,), one per action token (B, chunk), or a scalar.
+    v_t = model.denoise_step(cache, x_t, token_time, obs.state)
     losses = F.mse_loss(v_t, u_t.float(), reduction="none")
-    return losses.mean() if reduce else losses
+    if keep is None:
+        return losses.mean() if reduce else losses
+    weights = keep[:, :, None].to(losses.dtype)
+    losses = losses * weights
+    if not reduce:
+        return losses
+    return losses.sum() / (weights.sum() * losses.shape[-1]).clamp_min(1.0)

@@ -8,7 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
+from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, PREV_ACTIONS_KEY
 from hotloop.realtime.strategies import StrategyConfig, default_strategies, make_strategy
 from hotloop.sim.evaluator import run_episode
 from hotloop.sim.latency import parse_latency
@@ -46,7 +46,8 @@ class OracleExpertPolicy:
             prev = np.asarray(obs[PREV_ACTIONS_KEY])
             gap = float(np.abs(prev - out["actions"][: len(prev)]).max())
             self.prefix_mismatch = max(self.prefix_mismatch, gap)
-            out[GUIDED_KEY] = True  # the plan already continues the executing chunk (checked above)
+            out[GUIDED_KEY] = True  # the plan already continues the executing chunk (checked above),
+            out[MODE_KEY] = obs.get(MODE_KEY, "guided")  # so it is also a prefix continuation
         return out
 
 
@@ -85,4 +86,4 @@ def test_oracle_reproduces_the_expert_under_every_strategy(name):
     assert rec["success"] and env.tick == expert_ticks
     np.testing.assert_array_equal(rec["actions_by_tick"], expert_actions)
     assert oracle.prefix_mismatch == 0.0  # rtc: the tail sent is exactly the plan's continuation
-    assert (oracle.guided_calls > 0) == (name == "rtc")
+    assert (oracle.guided_calls > 0) == (name in ("rtc", "rtc-prefix"))

@@ -49,3 +49,25 @@ def test_config_rejects_a_bad_fraction():
 
     with pytest.raises(ConfigError, match="recovery_starts"):
         TrainDemoConfig(recovery_starts=1.5)
+
+
+@pytest.mark.slow
+def test_prefix_conditioned_training_is_repeatable_and_its_policy_runs_rtc_prefix(tmp_path):
+    import numpy as np
+
+    from hotloop.realtime.rtc import DELAY_KEY, MODE_KEY, PREV_ACTIONS_KEY
+
+    cfg = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1, action_prefix_prob=0.5, max_action_prefix=4)
+    train_demo(cfg, tmp_path / "a", progress=False)
+    train_demo(cfg, tmp_path / "b", dataset_dir=tmp_path / "a" / "dataset", progress=False)
+    weights = (tmp_path / "a" / "model.safetensors").read_bytes()
+    assert weights == (tmp_path / "b" / "model.safetensors").read_bytes()
+    plain = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1)
+    train_demo(plain, tmp_path / "c", dataset_dir=tmp_path / "a" / "dataset", progress=False)
+    assert weights != (tmp_path / "c" / "model.safetensors").read_bytes()  # the augmentation acts
+    policy = load_demo_policy(tmp_path / "a")
+    obs, _ = make_task("conveyor-pick").reset(seed=0)
+    prev = policy.infer(obs)["actions"][:8]
+    out = policy.infer({**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 2, MODE_KEY: "prefix"})
+    assert out[MODE_KEY] == "prefix"
+    np.testing.assert_allclose(out["actions"][:2], prev[:2], atol=1e-5)

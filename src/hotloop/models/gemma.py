@@ -53,7 +53,13 @@ class AdaRMSNorm(nn.Module):
     def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         if cond is None:
             raise ValueError("AdaRMSNorm needs the time conditioning `cond`")
-        scale, shift, gate = self.dense(cond).unsqueeze(1).chunk(3, dim=-1)
+        if cond.ndim == 3:
+            # One time per token (training-time action conditioning): the dense layer runs per token
+            # position on (B, width), the one-time path's shape, so equal times give identical bits.
+            mod = torch.stack([self.dense(cond[:, j]) for j in range(cond.shape[1])], dim=1)
+        else:
+            mod = self.dense(cond).unsqueeze(1)
+        scale, shift, gate = mod.chunk(3, dim=-1)
         out = rms_normalize(x, self.eps) * (1.0 + scale.float()) + shift.float()
         return out.to(x.dtype), gate.to(x.dtype)
 

@@ -243,18 +243,38 @@ class PiModel(nn.Module):
 
     # ---- sub-engine 3: one denoising step ----------------------------------------------------------------
     def embed_suffix(self, x_t: Tensor, t: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """(expert input tokens (B, S, expert width), adaRMS conditioning (B, width) or None)."""
+        """(expert input tokens (B, S, expert width), adaRMS conditioning or None).
+
+        `t` is a scalar, one time per sample (B,), or one per action token (B, chunk): the last is
+        training-time action conditioning (`hotloop.realtime.rtc_prefix`), where the given prefix of the
+        chunk sits at t = 0 and the rest at the sample's t. The conditioning is then (B, chunk, width)
+        instead of (B, width), so every adaRMS norm scales, shifts and gates each token by its own time.
+        """
         cfg = self.cfg
-        t = t.to(torch.float32).expand(x_t.shape[0])
-        temb = sincos_time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period).to(self.dtype)
+        b, h = x_t.shape[0], x_t.shape[1]
+        per_token = t.ndim == 2
+        if per_token and tuple(t.shape) != (b, h):
+            raise ValueError(f"per-token time must be (B, chunk) = {(b, h)}; got {tuple(t.shape)}")
+        # Per token, every time-only layer runs once per token position on (B, width), the exact shapes of
+        # the one-time path: a matmul's rounding depends on its row count, and equal times must give
+        # bit-identical outputs (the parity fixtures pin the one-time path).
+        columns = [t[:, j] for j in range(h)] if per_token else [t]
+        temb_cols = [
+            sincos_time_embedding(
+                c.to(torch.float32).expand(b), cfg.expert.width, cfg.min_period, cfg.max_period
+            ).to(self.dtype)
+            for c in columns
+        ]
         action_emb = self.action_in_proj(x_t.to(self.dtype))
         if cfg.pi05:
-            cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(temb))))
-            return action_emb, cond
+            conds = [F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(e)))) for e in temb_cols]
+            return action_emb, torch.stack(conds, dim=1) if per_token else conds[0]
+        temb = torch.stack(temb_cols, dim=1) if per_token else temb_cols[0]
         if state is None:
             raise ValueError("pi0 needs `state` (B, max_state_dim) for its state token")
         state_emb = self.state_proj(state.to(self.dtype))
-        joint = torch.cat((action_emb, temb[:, None, :].expand_as(action_emb)), dim=2)
+        token_time = temb if per_token else temb[:, None, :].expand_as(action_emb)
+        joint = torch.cat((action_emb, token_time), dim=2)
         action_time = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(joint)))
         return torch.cat((state_emb[:, None, :], action_time), dim=1), None
 

@@ -268,11 +268,14 @@ class PiPolicy:
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         """Sample a chunk; with RTC guidance keys in `obs` (`hotloop.realtime.rtc`), inpaint it onto
         the previous chunk's unexecuted actions and answer `rtc_guided: True`."""
-        from hotloop.realtime.rtc import GUIDED_KEY, guidance_inputs
+        from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, guidance_inputs, guidance_mode
 
         model_obs = self.observation(obs)
         guidance = guidance_inputs(obs)
-        if guidance is None:
+        mode = guidance_mode(obs)
+        if guidance is not None and mode == "prefix":
+            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+        elif guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
                 self.model,
@@ -288,7 +291,51 @@ class PiPolicy:
         out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
         if guidance is not None:
             out[GUIDED_KEY] = True
+            out[MODE_KEY] = mode
         return out
+
+    def prefix_sample(
+        self,
+        model_obs: PiObservation,
+        guidance: tuple[np.ndarray, int, float],
+        to_policy_actions: Any,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        timer: Any = None,
+    ) -> torch.Tensor:
+        """RTC by action conditioning (`hotloop.realtime.rtc_prefix`): the first d of the previous
+        actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
+        prefix of the new chunk (d capped at the rows given and the horizon; beta is not used)."""
+        from hotloop.realtime.rtc import model_space_guidance
+        from hotloop.realtime.rtc_prefix import prefix_sample_actions
+
+        prev, delay, _ = guidance
+        if prev.shape[1] != self.action_dim:
+            raise ConfigError(
+                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
+            )
+        d = max(0, min(int(delay), len(prev), self.horizon))
+        target, _ = model_space_guidance(
+            prev,
+            d,
+            self.horizon,
+            self.config.chunk_size,
+            self.config.max_action_dim,
+            lambda a: self.norm_stats.normalize(
+                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
+            ),
+        )
+        return prefix_sample_actions(
+            self.model,
+            model_obs,
+            target.to(self.device),
+            d,
+            noise=noise,
+            num_steps=self.num_steps,
+            generator=generator,
+            timer=timer,
+            cache=self._cache,
+        )
 
     def guided_sample(
         self,

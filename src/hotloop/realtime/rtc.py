@@ -19,6 +19,11 @@ carries it as three plain keys: `PREV_ACTIONS_KEY` ((n, action_dim) float32 acti
 action space, row i meant for the period starting at the observation time + i periods), `DELAY_KEY`
 (d, an int) and `MAX_GUIDANCE_WEIGHT_KEY` (beta). A policy that applied them answers `GUIDED_KEY: True`.
 
+A fourth key, `MODE_KEY`, picks how: "guided" (the default when absent: the sampler above) or "prefix"
+(training-time action conditioning, `hotloop.realtime.rtc_prefix`: the first d actions are given to a
+model trained to continue them). A policy that applied "prefix" answers `MODE_KEY: "prefix"` too, so a
+policy that only knows guidance cannot be taken for one that conditioned on the prefix.
+
 This module imports torch only inside `guided_sample_actions`.
 """
 
@@ -40,6 +45,8 @@ PREV_ACTIONS_KEY = "rtc_prev_actions"
 DELAY_KEY = "rtc_delay"
 MAX_GUIDANCE_WEIGHT_KEY = "rtc_max_guidance_weight"
 GUIDED_KEY = "rtc_guided"
+MODE_KEY = "rtc_mode"
+MODES = ("guided", "prefix")
 
 # The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor
 # (20 episodes, docs/realtime.md) 20 was the best trade: at 300 ms async's success (15/20) with half its
@@ -81,6 +88,16 @@ def guidance_inputs(obs: dict[str, Any]) -> tuple[np.ndarray, int, float] | None
         int(obs.get(DELAY_KEY, 0)),
         float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT)),
     )
+
+
+def guidance_mode(obs: dict[str, Any]) -> str:
+    """The RTC mode an observation asks for: "guided" (also when it names none) or "prefix"."""
+    mode = obs.get(MODE_KEY, "guided")
+    if mode not in MODES:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"observation {MODE_KEY!r} must be one of {', '.join(MODES)}; got {mode!r}")
+    return str(mode)
 
 
 def guided_sample_actions(

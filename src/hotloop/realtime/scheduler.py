@@ -22,7 +22,13 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.realtime.blending import BlendConfig, ChunkBlender
-from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, MAX_GUIDANCE_WEIGHT_KEY, PREV_ACTIONS_KEY
+from hotloop.realtime.rtc import (
+    DELAY_KEY,
+    GUIDED_KEY,
+    MAX_GUIDANCE_WEIGHT_KEY,
+    MODE_KEY,
+    PREV_ACTIONS_KEY,
+)
 from hotloop.realtime.strategies import ActiveChunk, Strategy
 from hotloop.realtime.watchdog import DeadlineWatchdog, Event, WatchdogConfig
 
@@ -159,7 +165,11 @@ class ChunkScheduler:
             PREV_ACTIONS_KEY: a.actions[a.next_index :].copy(),
             DELAY_KEY: self.expected_delay(),
             MAX_GUIDANCE_WEIGHT_KEY: float(getattr(s, "max_guidance_weight", 0.0)),
+            MODE_KEY: self._mode(),
         }
+
+    def _mode(self) -> str:
+        return str(getattr(self.strategy, "mode", "guided"))
 
     def started(self, now: int, guided: bool = False) -> None:
         """An inference on the observation of `now` was started (`guided`: with `guidance(now)`)."""
@@ -201,7 +211,14 @@ class ChunkScheduler:
             raise ConfigError(
                 f"--strategy {self.strategy.name} sends the unexecuted actions to the policy to inpaint, "
                 "but this policy ignored them; use a policy with a guided sampler (demo:conveyor, pi0 "
-                "targets) or --strategy async"
+                "targets; a compiled artifact has none) or --strategy async"
+            )
+        if self._guided and self._mode() == "prefix" and done.output.get(MODE_KEY) != "prefix":
+            raise ConfigError(
+                f"--strategy {self.strategy.name} gives the policy the executing actions as a prefix to "
+                "continue, but this policy did not condition on it (it answered rtc_mode "
+                f"{done.output.get(MODE_KEY, 'guided')!r}); use a pi0/pi0.5 policy in PyTorch "
+                "(demo:conveyor) or --strategy rtc"
             )
         period = self.period
         self.delays.append(max(0, math.ceil((done.ready_tick - done.obs_tick) / period)))

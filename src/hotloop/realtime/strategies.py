@@ -22,6 +22,9 @@ Built in:
 - `rtc`: async, and the policy inpaints the new chunk so that it continues the one being executed
   (real-time chunking, Black et al. 2025): its first d actions (d = the expected delay in control
   periods) are pulled onto what the robot executes meanwhile, the rest of the overlap softly.
+- `rtc-prefix`: async, and the policy is given the d actions the robot executes meanwhile as the clean
+  prefix of the new chunk and samples the rest (training-time action conditioning, Black, Galliker,
+  Levine 2025; `hotloop.realtime.rtc_prefix`). Needs a policy trained for it.
 """
 
 from __future__ import annotations
@@ -150,6 +153,7 @@ class RealTimeChunking:
     name: str = "rtc"
     overlaps: bool = True
     guided: bool = True
+    mode: str = "guided"  # "guided": inference-time guidance; "prefix": a prefix-conditioned policy
 
     def wants_inference(self, chunk: ActiveChunk | None) -> bool:
         return chunk is None or chunk.remaining <= self.trigger_remaining
@@ -158,12 +162,15 @@ class RealTimeChunking:
         return splice_by_time(obs_tick, ready_tick, period)
 
     def describe(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "name": self.name,
             "trigger_remaining": self.trigger_remaining,
             "overlaps": True,
-            "max_guidance_weight": self.max_guidance_weight,
+            "mode": self.mode,
         }
+        if self.mode == "guided":  # the prefix mode has no guidance weight (--guidance-weight is an error)
+            out["max_guidance_weight"] = self.max_guidance_weight
+        return out
 
 
 def _sync(cfg: StrategyConfig) -> Strategy:
@@ -192,12 +199,17 @@ def _rtc(cfg: StrategyConfig) -> Strategy:
     return RealTimeChunking(_trigger(cfg), cfg.max_guidance_weight)
 
 
+def _rtc_prefix(cfg: StrategyConfig) -> Strategy:
+    return RealTimeChunking(_trigger(cfg), name="rtc-prefix", mode="prefix")
+
+
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry: Registry[Callable[[StrategyConfig], Strategy]] = Registry("strategy")
     registry.register("sync", _sync)
     registry.register("chunk", _chunk)
     registry.register("async", _async)
     registry.register("rtc", _rtc)
+    registry.register("rtc-prefix", _rtc_prefix)
     return registry
 
 

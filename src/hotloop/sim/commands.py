@@ -97,7 +97,9 @@ def _check_strategy_options(
             if changed:
                 users.append(name)
         if not users:
-            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async or rtc"}.get(flag, "rtc")
+            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async, rtc or rtc-prefix"}.get(
+                flag, "rtc"
+            )
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
                 f"drop it or add that strategy"
@@ -222,7 +224,8 @@ def eval_cmd(
     ] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
-        list[str], typer.Option(help="sync, chunk, async or rtc; repeat or comma-separate for several")
+        list[str],
+        typer.Option(help="sync, chunk, async, rtc or rtc-prefix; repeat or comma-separate for several"),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str | None,
@@ -426,6 +429,13 @@ def train_demo_cmd(
         str,
         typer.Option(help="state: demo:conveyor (box pose in the state); vision: demo:conveyor-vision"),
     ] = "state",
+    action_prefix_prob: Annotated[
+        float | None,
+        typer.Option(help="state variant: fraction of examples trained to continue a given action prefix"),
+    ] = None,
+    max_action_prefix: Annotated[
+        int | None, typer.Option(help="state variant: the longest given prefix (actions)")
+    ] = None,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
     import dataclasses
@@ -437,6 +447,8 @@ def train_demo_cmd(
         raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
     check_output_dir(out, "-o")
     if variant == "vision":
+        if action_prefix_prob is not None or max_action_prefix is not None:
+            raise ConfigError("--action-prefix-prob / --max-action-prefix are for --variant state; drop them")
         from hotloop.sim.train_vision_demo import run_from_cli
 
         run_from_cli(
@@ -453,6 +465,10 @@ def train_demo_cmd(
         updates["episodes"] = episodes
     if threads is not None:
         updates["threads"] = threads
+    if action_prefix_prob is not None:
+        updates["action_prefix_prob"] = action_prefix_prob
+    if max_action_prefix is not None:
+        updates["max_action_prefix"] = max_action_prefix
     cfg = dataclasses.replace(cfg, **updates)
     summary = train_demo(cfg, out, dataset_dir=dataset)
     tr = summary["training"]

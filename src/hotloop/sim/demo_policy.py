@@ -98,10 +98,11 @@ class DemoConveyorPolicy:
         """Absolute action chunk for an env observation. RTC guidance keys in `obs`
         (`hotloop.realtime.rtc`: previous absolute targets, delay) are moved into the model's relative
         action space with this observation's end effector, and the answer says `rtc_guided: True`."""
-        from hotloop.realtime.rtc import GUIDED_KEY, guidance_inputs
+        from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, guidance_inputs, guidance_mode
 
         raw = np.asarray(obs["state"], dtype=np.float32)
         guidance = guidance_inputs(obs)
+        mode = guidance_mode(obs)
         if not self.zero_noise and guidance is None:
             rel = self.pi.infer(self.model_inputs(obs))["actions"]
             return {"actions": to_absolute(rel, raw)}
@@ -115,12 +116,21 @@ class DemoConveyorPolicy:
             self._noise = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
             self._cache = pi.model.allocate_cache(batch=1)
         model_obs = pi.observation(self.model_inputs(obs))
-        from_zero = self.zero_noise and (guidance is None or not self.rtc_from_noise)
+        from_zero = self.zero_noise and (guidance is None or mode == "prefix" or not self.rtc_from_noise)
         noise = self._noise if from_zero else None
         generator = None if from_zero else pi.generator
         if guidance is None:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
+            )
+        elif mode == "prefix":
+            chunk = pi.prefix_sample(
+                model_obs,
+                guidance,
+                lambda a: to_relative(a, raw),
+                noise=noise,
+                generator=generator,
+                timer=timer,
             )
         else:
             chunk = pi.guided_sample(
@@ -135,6 +145,7 @@ class DemoConveyorPolicy:
         out: dict[str, Any] = {"actions": to_absolute(rel, raw)}
         if guidance is not None:
             out[GUIDED_KEY] = True
+            out[MODE_KEY] = mode
         return out
 
 

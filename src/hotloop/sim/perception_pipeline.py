@@ -60,7 +60,7 @@ from hotloop.realtime.budget import (
     merge_latencies,
 )
 from hotloop.realtime.filters.kalman import KalmanConfig, KalmanTracker
-from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
+from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, PREV_ACTIONS_KEY, guidance_mode
 
 KINDS = ("detector", "truth")
 DEFAULT_BUDGETS_MS = {"perception": 20.0, "estimation": 2.0, "decision": 100.0, "control": 2.0}
@@ -274,7 +274,8 @@ class PipelinePolicy:
                         prev = np.asarray(prev, dtype=np.float64)[: self.horizon]
                         actions[: len(prev)] = prev
                         actions[len(prev) :] = prev[-1] if len(prev) else actions[len(prev) :]
-                        out = {GUIDED_KEY: True}
+                        # Every given action is kept, so this also is a prefix continuation.
+                        out = {GUIDED_KEY: True, MODE_KEY: guidance_mode(obs)}
                 else:
                     seen = np.array(state, dtype=np.float32)
                     seen[4:10] = estimate

@@ -39,11 +39,29 @@ class TrainDemoConfig:
     grad_clip: float = 1.0
     seed: int = 0
     threads: int = 1  # one thread: the same weights on any machine, and no stalls on a shared CPU
+    # Training-time action conditioning (`--strategy rtc-prefix`, docs/realtime.md): this fraction of the
+    # examples gets a delay d uniform in [1, max_action_prefix]; their first d actions are given clean
+    # (flow time 0) and left out of the loss. 0 trains the plain policy with the exact draws of before.
+    action_prefix_prob: float = 0.0
+    max_action_prefix: int = 8
 
     def __post_init__(self) -> None:
         for name in ("episodes", "steps", "batch", "threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train-demo {name} must be >= 1 (got {getattr(self, name)})")
+        if not 0.0 <= self.action_prefix_prob <= 1.0:
+            raise ConfigError(
+                f"train-demo --action-prefix-prob must be in [0, 1] (got {self.action_prefix_prob})"
+            )
+        if self.action_prefix_prob > 0:
+            from hotloop.models.configs import get_pi_config
+
+            horizon = get_pi_config(self.model).chunk_size
+            if not 1 <= self.max_action_prefix < horizon:
+                raise ConfigError(
+                    f"train-demo --max-action-prefix must be in [1, {horizon - 1}] for the chunk of "
+                    f"{horizon} (got {self.max_action_prefix})"
+                )
         if not 0.0 <= self.recovery_starts <= 1.0:
             raise ConfigError(f"train-demo recovery_starts must be in [0, 1] (got {self.recovery_starts})")
         if not 0 < self.lr < 1:
@@ -126,6 +144,15 @@ def ordinal_bin_embeddings(model: Any, num_bins: int, generator: Any) -> None:
         target_norm = weight[:base].norm(dim=1).mean()
         rows = rows / rows.norm(dim=1, keepdim=True) * target_norm
         weight[base:] = rows.to(weight.dtype)
+
+
+def _draw_prefix_len(cfg: TrainDemoConfig, gen: Any) -> Any:
+    """Per example of a batch: 0 (plain) or, with probability action_prefix_prob, d ~ U{1..max}."""
+    import torch
+
+    conditioned = torch.rand(cfg.batch, generator=gen) < cfg.action_prefix_prob
+    d = torch.randint(1, cfg.max_action_prefix + 1, (cfg.batch,), generator=gen)
+    return torch.where(conditioned, d, torch.zeros_like(d))
 
 
 def _lr_at(step: int, cfg: TrainDemoConfig) -> float:
@@ -225,8 +252,16 @@ def train_demo(
         obs = PiObservation(
             images=img, image_masks=ones, lang_tokens=tokens[idx], lang_masks=token_masks[idx]
         )
-        per = flow_matching_loss(model, obs, actions[idx], generator=gen, reduce=False)
-        loss = (per * action_mask).sum() / (action_mask.sum() * per.shape[0] * per.shape[1])
+        if cfg.action_prefix_prob > 0:
+            prefix_len = _draw_prefix_len(cfg, gen)
+            per = flow_matching_loss(
+                model, obs, actions[idx], generator=gen, reduce=False, prefix_len=prefix_len
+            )
+            loss_tokens = (per.shape[1] - prefix_len).sum()  # the loss is over the tokens after each prefix
+        else:
+            per = flow_matching_loss(model, obs, actions[idx], generator=gen, reduce=False)
+            loss_tokens = per.shape[0] * per.shape[1]
+        loss = (per * action_mask).sum() / (action_mask.sum() * loss_tokens)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)

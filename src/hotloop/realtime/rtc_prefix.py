@@ -1,0 +1,84 @@
+"""Real-time chunking by training-time action conditioning (`--strategy rtc-prefix`).
+
+Black, Galliker, Levine, "Training-Time Action Conditioning for Efficient Real-Time Chunking" (2025).
+Guided RTC (`hotloop.realtime.rtc`) steers a plain policy at inference time through a vector-Jacobian
+product, and can only move the chunk as far as the model's prediction depends on x_t. Here the policy is
+trained to continue a given prefix instead (`flow_matching_loss(prefix_len=...)`, `hotloop train-demo
+--action-prefix-prob`): during training the first d action tokens of the noisy chunk are replaced by the
+clean actions at flow time 0 (this package's data end), every other token keeps the sample's t, and the
+loss covers only the tokens from d on. At inference the d actions the robot executes while the next
+chunk is inferred are given the same way, held fixed at every Euler step, and the model samples the
+rest: no gradient, one forward per step.
+
+The time reaches the model per token, t of shape (B, chunk) (`PiModel.embed_suffix`); for pi0.5 every
+adaRMS norm then scales, shifts and gates each token by its own time. Only a model trained with the
+augmentation continues a prefix well; any pi0 / pi0.5 model runs, and returns the prefix exactly.
+
+This module imports torch only inside its functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from hotloop.measure.stages import StageTimer
+    from hotloop.models.pi0 import PiModel, PrefixCache
+    from hotloop.sampling import PiObservation
+
+
+def prefix_token_time(t: Tensor, delay: int, batch: int, chunk: int) -> Tensor:
+    """Per-token flow time (batch, chunk): 0 (clean, given) on the first `delay` tokens, `t` after."""
+    import torch
+
+    tt = t.to(torch.float32).expand(batch).clone()[:, None].repeat(1, chunk)
+    tt[:, :delay] = 0.0
+    return tt
+
+
+def prefix_sample_actions(
+    model: PiModel,
+    obs: PiObservation,
+    prefix: Tensor,
+    delay: int,
+    noise: Tensor | None = None,
+    num_steps: int | None = None,
+    generator: Any = None,
+    timer: StageTimer | None = None,
+    cache: PrefixCache | None = None,
+) -> Tensor:
+    """`hotloop.sampling.sample_actions` conditioned on a given prefix: rows [0, delay) of `prefix`
+    (B, chunk, max_action_dim), model space (normalised, zero-padded), are the first actions of the
+    result exactly; the rest is sampled. delay = 0 is plain sampling."""
+    import torch
+
+    from hotloop.measure.stages import null_timer
+    from hotloop.sampling import make_noise
+
+    chunk = model.cfg.chunk_size
+    if not 0 <= delay <= chunk:
+        raise ValueError(f"delay must be in [0, {chunk}] (got {delay})")
+    timer = timer if timer is not None else null_timer()
+    steps = num_steps if num_steps is not None else model.cfg.num_steps
+    if noise is None:
+        noise = make_noise(model, obs.batch, generator)
+    given = prefix.to(device=noise.device, dtype=torch.float32)[:, :delay]
+    with torch.no_grad():
+        with timer.stage("vision"):
+            image_tokens = model.vision(obs.images)
+        with timer.stage("prefix"):
+            cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+        with timer.stage("denoise"):
+            dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
+            x = noise.to(torch.float32).clone()
+            x[:, :delay] = given
+            for k in range(steps):
+                # The same float64-then-float32 time as `sample_actions`, so delay 0 matches it bit for bit.
+                t = torch.tensor(1.0 + k * (-1.0 / steps), dtype=torch.float32, device=noise.device)
+                tt = prefix_token_time(t, delay, x.shape[0], chunk) if delay else t
+                v = model.denoise_step(cache, x, tt, obs.state)
+                x = x + dt * v
+                x[:, :delay] = given  # held: the prefix is data (t = 0) at every step
+    return x
