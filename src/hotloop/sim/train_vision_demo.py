@@ -2,7 +2,9 @@
 
 The recipe of `demo:conveyor` (DART noise, recovery starts, ordinal state-bin embeddings, zero-noise
 sampling) with the box taken out of the state: the model gets the end effector and grip opening only, and
-must find the box in the camera image. Two additions make that learnable on two CPU cores:
+must find the box in the camera images: the 64 px top view, which shows where it is on the belt, and the
+wrist view (a camera on the gripper looking between the fingers), which shows it close up for the last
+centimetres that the top view's 16 px patches blur. Two additions make that learnable on two CPU cores:
 
 - **A box-localisation auxiliary loss.** A linear probe on the vision tower's patch features predicts the
   box position (normalised), supervised by the simulator's box position. The probe is a training-time
@@ -43,7 +45,9 @@ class TrainVisionDemoConfig:
     record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     views: tuple[str, ...] = ("top", "wrist")  # camera views recorded and read, in model order
     model: str = "pi05:mini"  # its `views` is set to len(views)
-    steps: int = 1500  # the shipped weights (about 40 min on a shared 2-core CPU); see docs/closed-loop.md
+    steps: int = (
+        1000  # the shipped weights (10 CPU-minutes; 35 min on the shared 2-core CPU); docs/closed-loop.md
+    )
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)

@@ -3,7 +3,8 @@ the camera.
 
 Unlike `demo:conveyor` (whose state carries the box's position and velocity), this policy's state is the
 robot's own proprioception: end-effector xyz and grip opening. Where the box is must be read from the
-64 px top view, so compressing the vision tower or the VLM changes what the policy can do: this is the
+64 px camera views (top, and wrist: a camera on the gripper; weights trained before it existed read the
+top view only), so compressing the vision tower or the VLM changes what the policy can do: this is the
 policy compression is judged on (issue 9). The actions are those of `demo:conveyor`: xyz relative to the
 end effector at observation time plus an absolute grip; `infer` returns absolute targets.
 """
