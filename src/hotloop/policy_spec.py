@@ -125,6 +125,8 @@ class TaskSpec:
     unit of the positions in the first action entries and in `ee_state` ("m", "px"), which the evaluator's
     chunk-jump and jerk figures are in; None when the actions are not positions (then those figures are
     in the env's own action units, or not reported).
+    `optional_images`: views the task can also render but does not unless a policy asks for one by name
+    (the gantry's wrist camera); `hotloop.sim.adapter.request_views` turns them on.
     """
 
     name: str
@@ -139,6 +141,7 @@ class TaskSpec:
     fps: float = 10.0
     robot_type: str = "unknown"
     length_unit: str | None = "m"
+    optional_images: tuple[ImageSpec, ...] = ()
 
     @property
     def state_dim(self) -> int:

@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hotloop.sim.tasks import make_task
 from hotloop.sim.train_vision_demo import TrainVisionDemoConfig, repeat_cache, train_vision_demo
-from hotloop.sim.vision_demo import ASSET_DIR, load_vision_policy, proprio_state
+from hotloop.sim.vision_demo import ASSET_DIR, load_vision_policy, make_demo_task, proprio_state
 from hotloop.targets import TargetOptions, default_targets
 
 
@@ -16,8 +15,8 @@ def policy():
 
 
 @pytest.fixture(scope="module")
-def env():
-    e = make_task("conveyor-pick")
+def env(policy):
+    e = make_demo_task(policy.meta)  # rendering the views the shipped weights read
     yield e
     e.close()
 
@@ -31,6 +30,7 @@ def test_observation_holds_only_the_robots_own_state(policy, env):
         state, np.concatenate([env.ee_pos(), [env.grip_opening()]]).astype(np.float32)
     )
     assert set(inputs) == {"images", "state", "prompt_tokens"}
+    assert inputs["images"].shape == (len(policy.views), 64, 64, 3)
     assert not np.isin(np.round(box, 5), np.round(state, 5)).any()
     # What the network gets: 3 prompt ids + 4 state bins in the prompt, one image, nothing else.
     model_obs = policy.pi.observation(inputs)
@@ -46,10 +46,24 @@ def test_box_pose_in_the_state_is_ignored_and_the_image_is_not(policy, env):
     lied["state"][4:10] = [0.3, 0.1, 0.5, -1.0, 2.0, 3.0]  # a box pose and velocity nowhere near the truth
     policy.reset()
     np.testing.assert_array_equal(policy.infer(lied)["actions"], actions)
-    # The same robot state with the box elsewhere in the picture: the plan changes.
-    other = dict(obs, images={"top": env.reset(seed=4)[0]["images"]["top"]})
-    policy.reset()
-    assert np.abs(policy.infer(other)["actions"] - actions).max() > 1e-3
+    # The same robot state with the box elsewhere in a picture: the plan changes, for every view it reads.
+    elsewhere = env.reset(seed=4)[0]["images"]
+    for view in policy.views:
+        other = dict(obs, images=dict(obs["images"], **{view: elsewhere[view]}))
+        policy.reset()
+        assert np.abs(policy.infer(other)["actions"] - actions).max() > 1e-3, view
+
+
+def test_spec_names_the_views_the_weights_read(policy):
+    spec = policy.spec
+    assert [i.key for i in spec.images] == list(policy.views)
+    assert spec.min_views == len(policy.views)
+    assert policy.pi.config.views == len(policy.views)
+    # Weights trained before the wrist camera (no `views` in demo.json) read the top view only.
+    import dataclasses
+
+    old = dataclasses.replace(policy, meta={k: v for k, v in policy.meta.items() if k != "views"})
+    assert old.views == ("top",) and [i.key for i in old.spec.images] == ["top"]
 
 
 def test_shipped_weights_are_small_float16_and_load_as_float32(policy):
@@ -103,6 +117,32 @@ def test_config_rejects_bad_values_by_flag():
         TrainVisionDemoConfig(noise_draws=0)
     with pytest.raises(ConfigError, match="--recovery-starts"):
         TrainVisionDemoConfig(recovery_starts=-0.1)
+    with pytest.raises(ConfigError, match="--views"):
+        TrainVisionDemoConfig(views=("top", "side"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--variant", "vision", "--views", "top,side"], "--views"),
+        (["--variant", "vision", "--views", ""], "--views"),
+        (["--variant", "state", "--views", "top,wrist"], "--views"),
+    ],
+)
+def test_bad_views_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, args, needle):
+    import typer
+    from typer.testing import CliRunner
+
+    from hotloop.sim.commands import add_commands
+
+    app = typer.Typer()
+    add_commands(app)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["train-demo", "-o", str(out), *args])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+    assert not out.exists()
 
 
 def test_unknown_variant_exits_2():
@@ -128,7 +168,8 @@ def test_training_is_seeded_and_repeatable(tmp_path):
     assert a["training"]["frames"] > 0 and a["parameters"] > 10_000_000
     assert np.isfinite(a["training"]["final_box_probe_mse"])
     policy = load_vision_policy(tmp_path / "a")
-    obs, _ = make_task("conveyor-pick").reset(seed=0)
+    assert policy.views == ("top", "wrist") and policy.pi.config.views == 2
+    obs, _ = make_demo_task(policy.meta).reset(seed=0)
     assert policy.infer(obs)["actions"].shape == (16, 4)
 
 

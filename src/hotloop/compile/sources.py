@@ -89,13 +89,13 @@ def pi_source(target: str, options: Any) -> PiSource:
 
 
 def demo_source(target: str, options: Any) -> PiSource:
-    from hotloop.sim.tasks import make_task
+    from hotloop.sim.vision_demo import make_demo_task
     from hotloop.targets import default_targets
 
     # Through the registry: each demo target has its own adapter (demo:conveyor-vision drops the box).
     demo = default_targets().get(target).build_policy(target, options)
     pi = demo.pi
-    env = make_task(demo.meta.get("task", "conveyor-pick"), difficulty=demo.meta.get("difficulty"))
+    env = make_demo_task(demo.meta)  # rendering the views the policy reads (the wrist camera too)
     raw, _ = env.reset(seed=options.seed)
     obs = pi.observation(demo.model_inputs(raw))
     env.close()

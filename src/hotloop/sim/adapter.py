@@ -213,6 +213,19 @@ class AdaptedPolicy:
         return result
 
 
+def request_views(env: Any, policy: Any) -> tuple[str, ...]:
+    """Turn on the task views `policy`'s spec names that `env` renders only on request (its task spec's
+    `optional_images`, e.g. the gantry's wrist camera); returns the keys turned on. A task renders such a
+    view only for a policy that reads it, so the others keep their cost and their observations."""
+    spec = policy_spec_of(policy)
+    task = env.task_spec
+    optional = {i.key for i in task.optional_images}
+    wanted = [i.key for i in spec.images if i.key in optional] if spec is not None else []
+    if wanted:
+        env.set_views((*(i.key for i in task.images), *wanted))
+    return tuple(wanted)
+
+
 def policy_spec_of(policy: Any) -> PolicySpec | None:
     spec = getattr(policy, "spec", None)
     return spec if isinstance(spec, PolicySpec) else None

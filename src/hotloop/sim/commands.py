@@ -436,6 +436,10 @@ def train_demo_cmd(
     max_action_prefix: Annotated[
         int | None, typer.Option(help="state variant: the longest given prefix (actions)")
     ] = None,
+    views: Annotated[
+        str | None,
+        typer.Option(help="vision variant: camera views to train on, comma-separated (default top,wrist)"),
+    ] = None,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
     import dataclasses
@@ -445,6 +449,13 @@ def train_demo_cmd(
 
     if variant not in ("state", "vision"):
         raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
+    if views is not None and variant != "vision":
+        raise ConfigError("--views is for --variant vision (demo:conveyor reads the top view only)")
+    view_keys = None
+    if views is not None:
+        from hotloop.sim.tasks.gantry import check_views
+
+        view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
     check_output_dir(out, "-o")
     if variant == "vision":
         if action_prefix_prob is not None or max_action_prefix is not None:
@@ -452,7 +463,14 @@ def train_demo_cmd(
         from hotloop.sim.train_vision_demo import run_from_cli
 
         run_from_cli(
-            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship
+            out,
+            steps=steps,
+            episodes=episodes,
+            dataset=dataset,
+            seed=seed,
+            threads=threads,
+            ship=ship,
+            views=view_keys,
         )
         return
     from hotloop.sim.train_demo import TrainDemoConfig, ship_assets, train_demo

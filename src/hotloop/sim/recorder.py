@@ -57,6 +57,7 @@ def record(
     progress: Callable[[int, bool], None] | None = None,
     stop: Callable[[], bool] | None = None,
     task_kwargs: str | None = None,
+    views: tuple[str, ...] | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
@@ -67,10 +68,11 @@ def record(
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
     `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
     `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
+    `views`: the camera views a built-in task records (default: its own, the top view).
     Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped"}.
     """
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
-    env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs)
+    env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs, views=views)
     expert = make_expert(task, env)
     spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
     shapes = {(i.height, i.width) for i in spec.images}

@@ -2,7 +2,9 @@
 
 The recipe of `demo:conveyor` (DART noise, recovery starts, ordinal state-bin embeddings, zero-noise
 sampling) with the box taken out of the state: the model gets the end effector and grip opening only, and
-must find the box in the camera image. Two additions make that learnable on two CPU cores:
+must find the box in the camera images: the 64 px top view, which shows where it is on the belt, and the
+wrist view (a camera on the gripper looking between the fingers), which shows it close up for the last
+centimetres that the top view's 16 px patches blur. Two additions make that learnable on two CPU cores:
 
 - **A box-localisation auxiliary loss.** A linear probe on the vision tower's patch features predicts the
   box position (normalised), supervised by the simulator's box position. The probe is a training-time
@@ -19,6 +21,7 @@ same weights. The shipped weights are stored as float16 (half the bytes; loaded 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -40,8 +43,11 @@ class TrainVisionDemoConfig:
     recovery_starts: float = 0.3  # as demo:conveyor
     ordinal_state_embeddings: bool = True
     record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
-    model: str = "pi05:mini"
-    steps: int = 1500  # the shipped weights (about 40 min on a shared 2-core CPU); see docs/closed-loop.md
+    views: tuple[str, ...] = ("top", "wrist")  # camera views recorded and read, in model order
+    model: str = "pi05:mini"  # its `views` is set to len(views)
+    steps: int = (
+        1000  # the shipped weights (10 CPU-minutes; 35 min on the shared 2-core CPU); docs/closed-loop.md
+    )
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
@@ -65,13 +71,16 @@ class TrainVisionDemoConfig:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
         if self.aux_weight < 0:
             raise ConfigError(f"train-demo aux_weight must be >= 0 (got {self.aux_weight})")
+        from hotloop.sim.tasks.gantry import check_views
+
+        check_views(self.views, flag="--views")
         if self.store_dtype not in ("float16", "float32"):
             raise ConfigError(f"train-demo store_dtype must be float16 or float32 (got {self.store_dtype!r})")
 
 
 @dataclass
 class _Arrays:
-    images: np.ndarray  # (N, H, W, 3) uint8
+    images: np.ndarray  # (N, V, H, W, 3) uint8, the views in model order
     tokens: np.ndarray  # (N, L) int64: prompt + proprioceptive state bins
     token_masks: np.ndarray  # (N, L) bool
     actions: np.ndarray  # (N, H, max_action_dim) float32, normalised, zero-padded
@@ -79,7 +88,9 @@ class _Arrays:
     action_dim: int
 
 
-def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, Any, int]:
+def _build_arrays(
+    dataset: Any, cfg_model: Any, horizon: int, views: tuple[str, ...]
+) -> tuple[_Arrays, Any, int]:
     from hotloop.models.pi0 import state_prompt_tokens
     from hotloop.models.pi_policy import NormStats, Stats
     from hotloop.sim.demo_policy import PROMPT_TOKENS, to_relative
@@ -98,7 +109,13 @@ def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, 
         chunks.append(to_relative(ep.action[idx], ep.state))
         states.append(proprio_state(ep.state))
         boxes.append(np.asarray(ep.state, dtype=np.float32)[:, 4:7])
-        images.append(ep.images["top"])
+        missing = [v for v in views if v not in ep.images]
+        if missing:
+            raise ConfigError(
+                f"the dataset has no {', '.join(missing)} view (it has {', '.join(ep.images) or 'none'}); "
+                f"record one with views {', '.join(views)} (drop --dataset to record it)"
+            )
+        images.append(np.stack([ep.images[v] for v in views], axis=1))
     if not used:
         raise ConfigError("the dataset has no successful episodes to learn from")
     state = np.concatenate(states)
@@ -189,16 +206,17 @@ def train_vision_demo(
             seed=cfg.record_seed,
             action_noise=cfg.action_noise,
             recovery_starts=cfg.recovery_starts,
+            views=cfg.views,
         )
     dataset = Dataset(data_path)
     t_recorded = time.perf_counter()
 
-    model_cfg = get_pi_config(cfg.model)
+    model_cfg = dataclasses.replace(get_pi_config(cfg.model), views=len(cfg.views))
     horizon = model_cfg.chunk_size
-    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon)
-    if arrays.images.shape[1] != model_cfg.vision.image_size:
+    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon, cfg.views)
+    if arrays.images.shape[2] != model_cfg.vision.image_size:
         raise ConfigError(
-            f"the dataset's images are {arrays.images.shape[1]} px; {cfg.model} takes "
+            f"the dataset's images are {arrays.images.shape[2]} px; {cfg.model} takes "
             f"{model_cfg.vision.image_size} px (record with --image-size {model_cfg.vision.image_size})"
         )
     n = arrays.images.shape[0]
@@ -208,8 +226,9 @@ def train_vision_demo(
     init_weights(model, gen)
     if cfg.ordinal_state_embeddings:
         ordinal_bin_embeddings(model, 256, gen)
-    # The box probe: patch features (B, T, W) flattened -> normalised box xyz. Training only.
-    probe = torch.nn.Linear(model_cfg.vision.tokens_per_view * model_cfg.vision.width, 3)
+    # The box probe: every view's patch features (B, V*T, W) flattened -> normalised box xyz. Training only.
+    nv = len(cfg.views)
+    probe = torch.nn.Linear(nv * model_cfg.vision.tokens_per_view * model_cfg.vision.width, 3)
     with torch.no_grad():
         probe.weight.normal_(0.0, 0.1 / probe.weight.shape[1] ** 0.5, generator=gen)
         probe.bias.zero_()
@@ -223,7 +242,7 @@ def train_vision_demo(
     boxes = torch.from_numpy(arrays.box)
     action_mask = torch.zeros(model_cfg.max_action_dim)
     action_mask[: arrays.action_dim] = 1.0
-    ones = torch.ones(cfg.batch, 1, dtype=torch.bool)
+    ones = torch.ones(cfg.batch, nv, dtype=torch.bool)
     k = cfg.noise_draws
 
     losses: list[float] = []
@@ -235,8 +254,8 @@ def train_vision_demo(
         bar = tqdm(total=cfg.steps, desc="train-demo vision", unit="step", dynamic_ncols=True)
     for step in range(cfg.steps):
         idx = torch.randint(0, n, (cfg.batch,), generator=gen)
-        img = images[idx].permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
-        feats = model.vision_tower(img)  # (B, T, W)
+        img = images[idx].permute(0, 1, 4, 2, 3).flatten(0, 1).float().div_(127.5).sub_(1.0)
+        feats = model.vision_tower(img).reshape(cfg.batch, -1, model_cfg.vision.width)  # (B, V*T, W)
         image_tokens = model.projector(feats)
         cache = model.prefix(image_tokens, ones, tokens[idx], token_masks[idx])
         target = actions[idx].repeat_interleave(k, dim=0)
@@ -281,6 +300,7 @@ def train_vision_demo(
         "action_transform": "xyz relative to the ee at observation time, absolute grip",
         "prompt_tokens": [1, 2, 3],
         "zero_noise": True,
+        "views": list(cfg.views),
         "stored_dtype": cfg.store_dtype,
         "config": asdict(cfg),
         "training": {
@@ -313,13 +333,14 @@ def run_from_cli(
     seed: int,
     threads: int | None,
     ship: bool,
+    views: tuple[str, ...] | None = None,
 ) -> None:
-    """`hotloop train-demo --variant vision`: the same options as the state variant."""
-    import dataclasses
-
+    """`hotloop train-demo --variant vision`: the state variant's options plus `--views`."""
     import typer
 
     updates: dict[str, Any] = {"seed": seed}
+    if views is not None:
+        updates["views"] = tuple(views)
     for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
         if value is not None:
             updates[name] = value

@@ -3,7 +3,8 @@ the camera.
 
 Unlike `demo:conveyor` (whose state carries the box's position and velocity), this policy's state is the
 robot's own proprioception: end-effector xyz and grip opening. Where the box is must be read from the
-64 px top view, so compressing the vision tower or the VLM changes what the policy can do: this is the
+64 px camera views (top, and wrist: a camera on the gripper; weights trained before it existed read the
+top view only), so compressing the vision tower or the VLM changes what the policy can do: this is the
 policy compression is judged on (issue 9). The actions are those of `demo:conveyor`: xyz relative to the
 end effector at observation time plus an absolute grip; `infer` returns absolute targets.
 """
@@ -30,13 +31,36 @@ def proprio_state(state: np.ndarray) -> np.ndarray:
     return np.asarray(state, dtype=np.float32)[..., :PROPRIO_DIM].copy()
 
 
+def policy_views(meta: dict[str, Any]) -> tuple[str, ...]:
+    """The camera views a trained vision policy reads, in model order (demo.json's `views`; weights
+    trained before the wrist camera existed read the top view only)."""
+    return tuple(meta.get("views", ("top",)))
+
+
 @dataclass
 class VisionConveyorPolicy(DemoConveyorPolicy):
-    """`demo:conveyor`'s adapter with a proprioceptive state: the box reaches the model as pixels only."""
+    """`demo:conveyor`'s adapter with a proprioceptive state: the box reaches the model as pixels only,
+    through the views its weights were trained on (top, or top + wrist)."""
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        return policy_views(self.meta)
+
+    @property
+    def spec(self) -> Any:
+        """Its views by name (the wrist view is one the task renders on request), the gantry state (the
+        adapter passes all 10 numbers; `proprio_state` keeps the robot's own 4) and absolute targets."""
+        import dataclasses
+
+        from hotloop.policy_spec import ImageSpec
+
+        size = int(self.pi.config.vision.image_size)
+        views = tuple(ImageSpec(key, size, size) for key in self.views)
+        return dataclasses.replace(super().spec, images=views, min_views=len(views))
 
     def model_inputs(self, obs: dict[str, Any]) -> dict[str, Any]:
         return {
-            "images": np.stack([obs["images"]["top"]]),
+            "images": np.stack([obs["images"][key] for key in self.views]),
             "state": proprio_state(np.asarray(obs["state"], dtype=np.float32)),
             "prompt_tokens": list(PROMPT_TOKENS),
         }
@@ -78,6 +102,15 @@ def load_vision_policy(
     return VisionConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
 
+def make_demo_task(meta: dict[str, Any]) -> Any:
+    """The task a demo policy was trained on, rendering the views it reads (`demo:conveyor`: the top view)."""
+    from hotloop.sim.tasks import make_task
+
+    return make_task(
+        meta.get("task", "conveyor-pick"), difficulty=meta.get("difficulty"), views=policy_views(meta)
+    )
+
+
 def build_policy(config_name: str, options: Any) -> VisionConveyorPolicy:
     options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
     return load_vision_policy(num_steps=options.num_steps, seed=options.seed)
@@ -85,11 +118,10 @@ def build_policy(config_name: str, options: Any) -> VisionConveyorPolicy:
 
 def build_bench(config_name: str, options: Any) -> Any:
     """One timed inference of the vision demo policy on a rendered conveyor-pick observation."""
-    from hotloop.sim.tasks import make_task
     from hotloop.targets import BenchCase
 
     policy = build_policy(config_name, options)
-    env = make_task(policy.meta.get("task", "conveyor-pick"), difficulty=policy.meta.get("difficulty"))
+    env = make_demo_task(policy.meta)
     obs, _ = env.reset(seed=options.seed)
     env.close()
     pi = policy.pi
@@ -104,7 +136,7 @@ def build_bench(config_name: str, options: Any) -> Any:
             "parameters": sum(p.numel() for p in pi.model.parameters()),
             "dtype": "float32",
             "stored_dtype": policy.meta.get("stored_dtype", "float32"),
-            "views": 1,
+            "views": len(policy.views),
             "image_size": pi.config.vision.image_size,
             "horizon": pi.horizon,
             "num_steps": pi.num_steps or pi.config.num_steps,

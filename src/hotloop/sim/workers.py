@@ -148,7 +148,7 @@ class EpisodeRunner:
 
 def build_policy(job: EpisodeJob, env: Any) -> Any:
     """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
-    from hotloop.sim.adapter import adapt
+    from hotloop.sim.adapter import adapt, request_views
     from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
@@ -165,6 +165,7 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
         )
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
+    request_views(env, policy)  # a view the task renders only on request (the gantry's wrist camera)
     return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
 
 

@@ -101,8 +101,10 @@ def make_task(
     difficulty: str | None = None,
     image_size: int | None = None,
     task_kwargs: str | dict[str, Any] | None = None,
+    views: tuple[str, ...] | None = None,
 ) -> Any:
-    """Build the environment for task `name` (a `GantryEnv`, or a `GymTask` for gym: and plugins)."""
+    """Build the environment for task `name` (a `GantryEnv`, or a `GymTask` for gym: and plugins).
+    `views`: the camera views a built-in (gantry) task renders, e.g. ("top", "wrist")."""
     import dataclasses
 
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
@@ -126,6 +128,8 @@ def make_task(
         from hotloop.sim.tasks.gym_task import GymTask
 
         return GymTask.wrap(env, name, image_size=image_size)
+    if views is not None and not builtin:
+        raise ConfigError(f"task {name!r} renders its own views; choosing views is for the built-in tasks")
     if kwargs:
         raise ConfigError(f"task {name!r} takes no --task-kwargs (gym: and plugin tasks do)")
     entry = default_tasks().get(name)
@@ -137,6 +141,8 @@ def make_task(
         config = dataclasses.replace(config, difficulty=difficulty)
     if image_size is not None:
         config = dataclasses.replace(config, gantry=dataclasses.replace(config.gantry, image_size=image_size))
+    if views is not None:
+        config = dataclasses.replace(config, gantry=dataclasses.replace(config.gantry, views=tuple(views)))
     return _resolve(entry.env)(config)
 
 

@@ -32,6 +32,11 @@ WORKSPACE_HIGH = np.array([0.45, 0.15, 0.35])
 STATE_DIM = 10  # ee xyz, grip opening, target/object xyz, target/object velocity xyz
 ACTION_DIM = 4
 
+# The camera views a gantry task can render, by image key. "top" is every task's default; "wrist" (a camera
+# on the gripper looking down between the fingers) is rendered only when asked for (`GantryConfig.views`,
+# or `set_views` when a policy's spec names it), so tasks and policies that do not use it pay nothing.
+VIEWS = ("top", "wrist")
+
 STATE_NAMES = ["ee_x", "ee_y", "ee_z", "grip_open", "obj_x", "obj_y", "obj_z", "obj_vx", "obj_vy", "obj_vz"]
 ACTION_NAMES = ["target_x", "target_y", "target_z", "grip"]
 
@@ -44,11 +49,13 @@ class GantryConfig:
     control_hz: float = 10.0
     physics_dt: float = 0.002
     time_limit_s: float = 8.0
-    camera: str = "top"
+    camera: str = "top"  # the model camera behind the "top" view
+    views: tuple[str, ...] = ("top",)  # the views observe() renders, in this order (see VIEWS)
 
     def __post_init__(self) -> None:
         if not 16 <= self.image_size <= 512:
             raise ConfigError(f"image_size must be in [16, 512] (got {self.image_size})")
+        check_views(self.views)
         if self.control_hz <= 0:
             raise ConfigError(f"control_hz must be > 0 (got {self.control_hz})")
         ticks = 1.0 / (self.control_hz * self.physics_dt)
@@ -60,6 +67,17 @@ class GantryConfig:
     @property
     def ticks_per_control(self) -> int:
         return round(1.0 / (self.control_hz * self.physics_dt))
+
+
+def check_views(views: tuple[str, ...] | list[str], flag: str = "views") -> tuple[str, ...]:
+    """The view keys as a tuple, or a ConfigError naming `flag` for an unknown, repeated or empty list."""
+    views = tuple(views)
+    unknown = [v for v in views if v not in VIEWS]
+    if unknown or not views or len(set(views)) != len(views):
+        raise ConfigError(
+            f"{flag} must be distinct gantry camera views from {', '.join(VIEWS)} (got {','.join(views) or 'none'})"
+        )
+    return views
 
 
 def gantry_xml(extra_bodies: str, belt: bool) -> str:
@@ -99,6 +117,11 @@ def gantry_xml(extra_bodies: str, belt: bool) -> str:
       <geom name="palm" type="box" pos="0 0 0.035" size="0.06 0.025 0.01" rgba="0.8 0.4 0.1 1" mass="0.5"/>
       <geom name="mast" type="cylinder" pos="0 0 0.2" size="0.012 0.16" rgba="0.5 0.5 0.5 1" mass="0.2"
             contype="0" conaffinity="0"/>
+      <!-- The wrist camera: beside the palm (out of its shadow), 4 cm up, tilted 34 deg from vertical to
+           look at the point 2 cm below the end effector (between the fingertips), so the fingers frame the left and right of
+           the image and an object between them fills its middle. Mounted 9 cm out because MuJoCo clips
+           everything nearer than znear (1 % of the scene extent, 6 cm here). -->
+      <camera name="wrist" pos="0 -0.09 0.04" xyaxes="1 0 0 0 0.555 0.832" fovy="75"/>
       <body name="finger_l" pos="-0.045 0 0" gravcomp="1">
         <joint name="fl" type="slide" axis="1 0 0" range="0 {FINGER_TRAVEL}" damping="2"/>
         <geom name="finger_l" type="box" size="0.005 0.02 0.025" rgba="0.9 0.55 0.2 1" mass="0.05"
@@ -141,24 +164,36 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         self.model.opt.timestep = self.config.physics_dt
         self.data = mujoco.MjData(self.model)
         self._renderer: Any = None  # created on first render: an EGL context per process
+        self._wrist_renderer: Any = None  # its own, without anti-aliasing (see render)
+        self.views = self.config.views
         self._ee_site = self.model.site("ee").id
         self._gripper_qpos = [self.model.joint(n).qposadr[0] for n in ("gx", "gy", "gz")]
         self._finger_qpos = [self.model.joint(n).qposadr[0] for n in ("fl", "fr")]
         self._hold = np.zeros(ACTION_DIM)
         self.tick = 0
         self.rng = np.random.default_rng(0)
-        size = self.config.image_size
-        self.observation_space = gym.spaces.Dict(
-            {
-                "images": gym.spaces.Dict({"top": gym.spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)}),
-                "state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), dtype=np.float32),
-            }
-        )
+        self.observation_space = self._observation_space()
         self.action_space = gym.spaces.Box(
             np.array([*WORKSPACE_LOW, 0.0], dtype=np.float32),
             np.array([*WORKSPACE_HIGH, 1.0], dtype=np.float32),
             dtype=np.float32,
         )
+
+    def _observation_space(self) -> Any:
+        size = self.config.image_size
+        image = gym.spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)
+        return gym.spaces.Dict(
+            {
+                "images": gym.spaces.Dict({key: image for key in self.views}),
+                "state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), dtype=np.float32),
+            }
+        )
+
+    def set_views(self, views: tuple[str, ...] | list[str]) -> None:
+        """Render these views from the next observation on (a policy asked for them; see
+        `hotloop.sim.adapter.request_views`)."""
+        self.views = check_views(views)
+        self.observation_space = self._observation_space()
 
     # --- for subclasses -------------------------------------------------------------------------
     def _extra_xml(self) -> str:
@@ -238,23 +273,47 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         # `timestamp`: simulated seconds at which this observation was taken (trackers need it).
         obs: dict[str, Any] = {"state": self.state(), "prompt": self.prompt, "timestamp": self.time_s}
         if render:
-            obs["images"] = {"top": self.render()}
+            obs["images"] = {key: self.render(key) for key in self.views}
         return obs
 
-    def render(self) -> np.ndarray:
+    def render(self, view: str = "top") -> np.ndarray:
+        """One view (a key of VIEWS) at the configured size, (H, W, 3) uint8."""
+        if view == "wrist":
+            return self._render_wrist()
+        if view != "top":
+            check_views((view,), flag="view")
         if self._renderer is None:
             size = self.config.image_size
             self._renderer = mujoco.Renderer(self.model, height=size, width=size)
         self._renderer.update_scene(self.data, camera=self.config.camera)
         return np.asarray(self._renderer.render(), dtype=np.uint8).copy()
 
+    def _render_wrist(self) -> np.ndarray:
+        # Its own renderer, made without multisample anti-aliasing (the model's offsamples is read when a
+        # renderer's buffer is made, so it is zeroed for this one only): on software EGL anti-aliasing
+        # multiplies the cost of a frame and a 64 px policy input gains nothing from it. The top view keeps
+        # the renderer it always had, so its pixels (and demo:conveyor's actions) do not change.
+        if self._wrist_renderer is None:
+            size = self.config.image_size
+            quality = self.model.vis.quality
+            samples = quality.offsamples
+            quality.offsamples = 0
+            try:
+                self._wrist_renderer = mujoco.Renderer(self.model, height=size, width=size)
+            finally:
+                quality.offsamples = samples
+        self._wrist_renderer.update_scene(self.data, camera="wrist")
+        return np.asarray(self._wrist_renderer.render(), dtype=np.uint8).copy()
+
     def info(self) -> dict[str, Any]:
         return {"time_s": self.time_s}
 
     def close(self) -> None:
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        for name in ("_renderer", "_wrist_renderer"):
+            renderer = getattr(self, name)
+            if renderer is not None:
+                renderer.close()
+                setattr(self, name, None)
 
     @property
     def task_spec(self) -> Any:
@@ -264,7 +323,8 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
         size = self.config.image_size
         return TaskSpec(
             name=self.task_name,
-            images=(ImageSpec("top", size, size),),  # the key observe() uses
+            images=tuple(ImageSpec(key, size, size) for key in self.views),  # the keys observe() uses
+            optional_images=tuple(ImageSpec(key, size, size) for key in VIEWS if key not in self.views),
             state_names=tuple(STATE_NAMES),
             action_names=tuple(ACTION_NAMES),
             ee_state=(0, 1, 2),
