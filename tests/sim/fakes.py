@@ -186,15 +186,16 @@ def interrupting() -> InterruptingPolicy:
     return InterruptingPolicy()
 
 
-class WristCameraPolicy(CountingPolicy):
-    """Declares that it needs a 'wrist' view, which no gantry task renders: the adapter must refuse it."""
+class SideCameraPolicy(CountingPolicy):
+    """Declares that it needs a 'side' view, which no gantry task renders (they have 'top' and, on request,
+    'wrist'): the adapter must refuse it."""
 
     @property
     def spec(self) -> Any:
         from hotloop.policy_spec import ImageSpec, PolicySpec
 
-        return PolicySpec(images=(ImageSpec("wrist", 64, 64),), min_views=1, state_dim=10, action_dim=4)
+        return PolicySpec(images=(ImageSpec("side", 64, 64),), min_views=1, state_dim=10, action_dim=4)
 
 
-def wrist_camera() -> WristCameraPolicy:
-    return WristCameraPolicy()
+def side_camera() -> SideCameraPolicy:
+    return SideCameraPolicy()

@@ -26,9 +26,9 @@ def test_a_policy_whose_needs_the_task_cannot_meet_is_refused_before_any_episode
         difficulty=None,
         strategy="sync",
         latency="fixed:0",
-        policy_factory="fakes:wrist_camera",
+        policy_factory="fakes:side_camera",
     )
-    with pytest.raises(ConfigError, match="cannot adapt fakes:wrist_camera on task 'reach'.*'wrist'"):
+    with pytest.raises(ConfigError, match="cannot adapt fakes:side_camera on task 'reach'.*'side'"):
         EpisodeRunner(job)
     with pytest.raises(ConfigError, match="cannot adapt"):  # from a worker process: the same one line
         run_episodes(job, [0, 1], workers=1)

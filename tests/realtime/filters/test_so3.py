@@ -90,3 +90,14 @@ def test_bad_quaternions():
         so3.normalize(np.zeros(4))
     with pytest.raises(ConfigError, match="alpha"):
         so3.SlerpSmoother(0.0)
+
+
+def test_angle_between_is_accurate_for_tiny_rotations():
+    # acos(|a·b|) cannot resolve angles below ~3e-8 rad (one ulp of the dot product near 1); the atan2
+    # form measures them, for either sign of either quaternion.
+    q = so3.from_axis_angle(np.array([0.3, -0.5, 0.8]), 0.7)
+    for angle in (1e-9, 1e-6, 1e-3):
+        r = so3.multiply(q, so3.from_axis_angle(np.array([1.0, 0, 0]), angle))
+        assert so3.angle_between(q, r) == pytest.approx(angle, rel=1e-6)
+        assert so3.angle_between(q, -r) == pytest.approx(angle, rel=1e-6)
+    assert so3.angle_between(q, -q) == 0.0

@@ -58,8 +58,13 @@ def from_axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
 
 def angle_between(a: np.ndarray, b: np.ndarray) -> float:
     """Rotation angle (rad, in [0, pi]) taking a to b; the same for either sign of either."""
-    d = abs(float(np.dot(normalize(a), normalize(b))))
-    return 2.0 * math.acos(min(1.0, d))
+    # 4·atan2(|a − s·b|, |a + s·b|) (s the sign of a·b; the atan2 is a quarter of the rotation angle)
+    # rather than 2·acos(|a·b|): acos is ill-conditioned
+    # near 1, where a one-ulp rounding of the dot product (which differs with the CPU's vector width)
+    # reads as 3e-8 rad of rotation between q and -q.
+    a, b = normalize(a), normalize(b)
+    s = 1.0 if float(np.dot(a, b)) >= 0.0 else -1.0
+    return 4.0 * math.atan2(float(np.linalg.norm(a - s * b)), float(np.linalg.norm(a + s * b)))
 
 
 def align(q: np.ndarray, reference: np.ndarray) -> np.ndarray:
