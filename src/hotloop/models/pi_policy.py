@@ -294,6 +294,28 @@ class PiPolicy:
             out[MODE_KEY] = mode
         return out
 
+    def _model_space_guidance(
+        self, prev: np.ndarray, delay: int, to_policy_actions: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The previous actions (robot space) as the model-space target chunk and its soft-mask weights,
+        for both RTC modes (`hotloop.realtime.rtc.model_space_guidance`)."""
+        from hotloop.realtime.rtc import model_space_guidance
+
+        if prev.shape[1] != self.action_dim:
+            raise ConfigError(
+                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
+            )
+        return model_space_guidance(
+            prev,
+            delay,
+            self.horizon,
+            self.config.chunk_size,
+            self.config.max_action_dim,
+            lambda a: self.norm_stats.normalize(
+                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
+            ),
+        )
+
     def prefix_sample(
         self,
         model_obs: PiObservation,
@@ -306,25 +328,11 @@ class PiPolicy:
         """RTC by action conditioning (`hotloop.realtime.rtc_prefix`): the first d of the previous
         actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
         prefix of the new chunk (d capped at the rows given and the horizon; beta is not used)."""
-        from hotloop.realtime.rtc import model_space_guidance
         from hotloop.realtime.rtc_prefix import prefix_sample_actions
 
         prev, delay, _ = guidance
-        if prev.shape[1] != self.action_dim:
-            raise ConfigError(
-                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
-            )
         d = max(0, min(int(delay), len(prev), self.horizon))
-        target, _ = model_space_guidance(
-            prev,
-            d,
-            self.horizon,
-            self.config.chunk_size,
-            self.config.max_action_dim,
-            lambda a: self.norm_stats.normalize(
-                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
-            ),
-        )
+        target, _ = self._model_space_guidance(prev, d, to_policy_actions)
         return prefix_sample_actions(
             self.model,
             model_obs,
@@ -349,23 +357,10 @@ class PiPolicy:
         """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
         `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
         unless an adapter predicts relative actions)."""
-        from hotloop.realtime.rtc import guided_sample_actions, model_space_guidance
+        from hotloop.realtime.rtc import guided_sample_actions
 
         prev, delay, beta = guidance
-        if prev.shape[1] != self.action_dim:
-            raise ConfigError(
-                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {self.action_dim}"
-            )
-        target, weights = model_space_guidance(
-            prev,
-            delay,
-            self.horizon,
-            self.config.chunk_size,
-            self.config.max_action_dim,
-            lambda a: self.norm_stats.normalize(
-                np.asarray(to_policy_actions(a), dtype=np.float32), "actions"
-            ),
-        )
+        target, weights = self._model_space_guidance(prev, delay, to_policy_actions)
         return guided_sample_actions(
             self.model,
             model_obs,
