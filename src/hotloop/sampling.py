@@ -149,6 +149,17 @@ def _check(x: object, name: str, shape: tuple[int, ...], dtype: torch.dtype | No
         raise ConfigError(f"{name} must be a float tensor (got {str(x.dtype).removeprefix('torch.')})")
 
 
+def encode_observation(
+    model: PiModel, obs: PiObservation, timer: StageTimer, cache: PrefixCache | None
+) -> PrefixCache:
+    """The vision and prefix stages every sampler runs once per observation (timed as such): the
+    prefix's KV cache, written into `cache` when one is given."""
+    with timer.stage("vision"):
+        image_tokens = model.vision(obs.images)
+    with timer.stage("prefix"):
+        return model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+
+
 @torch.no_grad()
 def sample_actions(
     model: PiModel,
@@ -174,10 +185,7 @@ def sample_actions(
     steps = num_steps if num_steps is not None else model.cfg.num_steps
     if noise is None:
         noise = make_noise(model, obs.batch, generator)
-    with timer.stage("vision"):
-        image_tokens = model.vision(obs.images)
-    with timer.stage("prefix"):
-        cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+    cache = encode_observation(model, obs, timer, cache)
     with timer.stage("denoise"):
         dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
         x = noise.to(torch.float32)

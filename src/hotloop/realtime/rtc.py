@@ -118,17 +118,14 @@ def guided_sample_actions(
     import torch
 
     from hotloop.measure.stages import null_timer
-    from hotloop.sampling import make_noise
+    from hotloop.sampling import encode_observation, make_noise
 
     timer = timer if timer is not None else null_timer()
     steps = num_steps if num_steps is not None else model.cfg.num_steps
     if noise is None:
         noise = make_noise(model, obs.batch, generator)
     with torch.no_grad():
-        with timer.stage("vision"):
-            image_tokens = model.vision(obs.images)
-        with timer.stage("prefix"):
-            cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+        cache = encode_observation(model, obs, timer, cache)
     mask = weights.to(device=noise.device, dtype=torch.float32)
     mask = mask[None] if mask.ndim == 2 else mask[None, :, None]
     target = prev.to(device=noise.device, dtype=torch.float32)

@@ -55,7 +55,7 @@ def prefix_sample_actions(
     import torch
 
     from hotloop.measure.stages import null_timer
-    from hotloop.sampling import make_noise
+    from hotloop.sampling import encode_observation, make_noise
 
     chunk = model.cfg.chunk_size
     if not 0 <= delay <= chunk:
@@ -66,10 +66,7 @@ def prefix_sample_actions(
         noise = make_noise(model, obs.batch, generator)
     given = prefix.to(device=noise.device, dtype=torch.float32)[:, :delay]
     with torch.no_grad():
-        with timer.stage("vision"):
-            image_tokens = model.vision(obs.images)
-        with timer.stage("prefix"):
-            cache = model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+        cache = encode_observation(model, obs, timer, cache)
         with timer.stage("denoise"):
             dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
             x = noise.to(torch.float32).clone()
