@@ -45,9 +45,7 @@ class TrainVisionDemoConfig:
     record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     views: tuple[str, ...] = ("top", "wrist")  # camera views recorded and read, in model order
     model: str = "pi05:mini"  # its `views` is set to len(views)
-    steps: int = (
-        1000  # the shipped weights (10 CPU-minutes; 35 min on the shared 2-core CPU); docs/closed-loop.md
-    )
+    steps: int = 2000  # the shipped weights (24 min on one thread of a 2-core EPYC); docs/closed-loop.md
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
