@@ -116,7 +116,11 @@ def test_compressed_artifact_loads_in_engine(recorded: Path, tmp_path: Path) -> 
     assert len(manifest["compression"]["calibration"]["sha256"]) == 64
     pp = manifest["precision_plan"]
     assert {e["precision"] for e in pp.values()} == {"int8"}
-    assert pp["denoise_step"]["fp32_layers"] == ["blocks.1.down_proj"] or pp.get("denoise_loop")
+    # The planner picks the per-step engine or the unrolled loop by measurement; the step engine, when
+    # chosen, must carry the plan's fp32 layer (indexing it unconditionally failed whenever the loop won).
+    assert "denoise_step" in pp or "denoise_loop" in pp
+    if "denoise_step" in pp:
+        assert pp["denoise_step"]["fp32_layers"] == ["blocks.1.down_proj"]
     engine = Engine.load(out)
     actions = engine.infer(engine.example_observation(), torch.zeros(1, 10, 32))
     assert actions.shape == (1, 10, 32) and bool(torch.isfinite(actions).all())
