@@ -123,17 +123,9 @@ class DemoConveyorPolicy:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
             )
-        elif mode == "prefix":
-            chunk = pi.prefix_sample(
-                model_obs,
-                guidance,
-                lambda a: to_relative(a, raw),
-                noise=noise,
-                generator=generator,
-                timer=timer,
-            )
-        else:
-            chunk = pi.guided_sample(
+        else:  # the two RTC modes take the same arguments
+            sampler = pi.prefix_sample if mode == "prefix" else pi.guided_sample
+            chunk = sampler(
                 model_obs,
                 guidance,
                 lambda a: to_relative(a, raw),
