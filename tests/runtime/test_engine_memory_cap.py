@@ -8,7 +8,10 @@ keep it in its arena: real growth, inside the engine's own call.
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -85,34 +88,65 @@ def art(tmp_path_factory: pytest.TempPathFactory) -> Path:
 BIG = {"x": torch.ones(64, 64), "reps": torch.tensor([64, 64])}
 
 
-def test_growth_while_running_breaches_the_cap_and_names_the_artifact(art: Path) -> None:
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Collect garbage first and keep the collector off inside: a collection that runs during the engine's
+    call frees what earlier tests in this worker left behind, and the resident set then shrinks by as much
+    as the call grew it."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def tightened_engine(art: Path) -> Engine:
+    """A fresh engine whose cap sits a quarter of the working tensor above what it holds after load."""
     engine = Engine.load(art, memory_cap_mb=10_000)
     assert engine.memory.footprint < WORK_MIB * MIB  # the warm-up's empty tile allocated nothing big
-    engine.memory.cap_mb = engine.memory.used / MIB + WORK_MIB / 4  # tightened now the footprint is known
-    x = BIG
-    with pytest.raises(MemoryCapError) as err:
-        engine.infer(x)
-    message = str(err.value)
+    engine.memory.cap_mb = engine.memory.used / MIB + WORK_MIB / 4
+    return engine
+
+
+def first_breach(art: Path, x: dict[str, torch.Tensor], attempts: int = 3) -> tuple[Engine, MemoryCapError]:
+    """Run the big call on fresh, tightened engines until one reports the breach. The resident set is
+    process-wide: anything else in this pytest worker that returns pages to the system during the call
+    (the kernel reclaiming file-backed pages under load, a collection) offsets the call's growth. One
+    CI run saw no breach once; three misses in a row are a real failure of the account."""
+    for _ in range(attempts):
+        engine = tightened_engine(art)
+        try:
+            with no_collection():
+                engine.infer(x)
+        except MemoryCapError as err:
+            return engine, err
+    pytest.fail(
+        f"{attempts} fresh engines each grew by a {WORK_MIB} MiB working tensor and none breached its cap"
+    )
+
+
+def test_growth_while_running_breaches_the_cap_and_names_the_artifact(art: Path) -> None:
+    engine, err = first_breach(art, BIG)
+    message = str(err)
     assert str(art) in message and "--memory-cap-mb" in message and "grown while running" in message
     assert engine.memory.growth >= WORK_MIB / 2 * MIB
+    with pytest.raises(MemoryCapError):  # and every later call while it stays over
+        engine.infer(BIG)
 
 
 def test_each_engine_is_charged_only_its_own_growth(art: Path) -> None:
-    warm = Engine.load(art, memory_cap_mb=10_000)
-    x = BIG
-    warm.infer(x)  # its working tensor, charged to it
+    # A breached engine has its working tensor charged to it; lift its cap to just above that.
+    warm, _ = first_breach(art, BIG)
     assert warm.memory.growth >= WORK_MIB / 2 * MIB
     warm.memory.cap_mb = warm.memory.used / MIB + WORK_MIB / 4
     before = warm.memory.used
     # Memory taken outside the engine's calls (the caller's ballast, a second engine's first run) is not
     # charged to it, though the process's resident set grows by far more than its slack.
     ballast = np.ones(2 * WORK_MIB * MIB // 8)
-    cold = Engine.load(art, memory_cap_mb=10_000)
-    cold.memory.cap_mb = cold.memory.used / MIB + WORK_MIB / 4
-    with pytest.raises(MemoryCapError):
-        cold.infer(x)
+    first_breach(art, BIG)  # the second engine's own growth is charged to it
     for _ in range(3):
-        y = warm.infer(x)["y"]
+        y = warm.infer(BIG)["y"]
         assert float(y.reshape(-1)[0]) == pytest.approx(4096 * 4096, rel=1e-3)
     assert warm.memory.used - before < WORK_MIB / 4 * MIB
     del ballast

@@ -43,7 +43,7 @@ def test_an_engine_over_its_cap_while_serving_gets_an_error_reply_and_healthz_50
             assert client.infer(obs)["actions"].shape[0] > 0  # under the cap: served
             assert healthz(server.port) == (200, "OK\n")
             # Tighten the cap below what the engine already holds: its next call breaches it.
-            engine.memory.cap_mb = engine.memory.used / MIB - 1
+            engine.memory.cap_mb = engine.memory.footprint / MIB - 1  # below what it holds in any case
             with pytest.raises(ServerError) as err:
                 client.infer(obs)
             assert "MemoryCapError" in str(err.value) and "--memory-cap-mb" in str(err.value)
@@ -59,7 +59,7 @@ def test_with_a_fallback_engine_the_fallback_answers_a_breach(art: Path) -> None
     obs = zero_observation(served.observation_spec)
     with ServerThread(PolicyServer(served, ServeConfig(port=0), fallback=small)) as server:
         with PolicyClient(port=server.port) as client:
-            engine.memory.cap_mb = engine.memory.used / MIB - 1
+            engine.memory.cap_mb = engine.memory.footprint / MIB - 1  # below what it holds in any case
             reply = client.infer(obs)
             assert reply["fallback"] == "small" and np.isfinite(reply["actions"]).all()
         assert healthz(server.port)[0] == 503
