@@ -113,7 +113,8 @@ def pi_target_adapter(target: str, model: Any, dataset: Any) -> TargetAdapter:
 
 
 def demo_adapter(target: str, demo: Any) -> TargetAdapter:
-    """`demo:conveyor`: its own state transform, relative actions and shipped norm stats."""
+    """A demo policy (`demo:conveyor`, `demo:conveyor-vision`): its own state transform, the camera views
+    it reads, relative actions and shipped norm stats."""
     from hotloop.sim.demo_policy import to_relative
 
     pi = demo.pi
@@ -125,7 +126,8 @@ def demo_adapter(target: str, demo: Any) -> TargetAdapter:
     def targets(chunk: np.ndarray, state: np.ndarray) -> np.ndarray:
         return _padded(pi.norm_stats.normalize(to_relative(chunk, state), "actions"), cfg)
 
-    return TargetAdapter(target, cfg, observe, targets, 10, 4, ("top",), 3)
+    views = tuple(getattr(demo, "views", ("top",)))  # the vision demo reads top + wrist
+    return TargetAdapter(target, cfg, observe, targets, 10, 4, views, 3)
 
 
 def adapter_for(target: str, model: Any, dataset: Any, demo: Any = None) -> TargetAdapter:
@@ -178,9 +180,9 @@ def load_target(
     check_pi_target(target)
     options = TargetOptions(num_steps=num_steps, seed=seed)
     if target.startswith("demo:"):
-        from hotloop.sim.demo_policy import build_policy
+        from hotloop.sim.demo_policy import build_demo
 
-        demo = build_policy(target.split(":", 1)[1], options)
+        demo = build_demo(target, options)
         model = demo.pi.model.float().eval()
         return model, demo_adapter(target, demo)
     from hotloop.models.pi_targets import build_model, resolve_config

@@ -32,10 +32,10 @@ def compression_plan_config(
         spec = CalibrationSpec(count=frames, seed=seed)
         dataset = open_dataset(calibration, "--calibration")
         if target.startswith("demo:"):
-            from hotloop.sim.demo_policy import build_policy
+            from hotloop.sim.demo_policy import build_demo
             from hotloop.targets import TargetOptions
 
-            adapter = demo_adapter(target, build_policy(target.split(":", 1)[1], TargetOptions(seed=seed)))
+            adapter = demo_adapter(target, build_demo(target, TargetOptions(seed=seed)))
         else:
             adapter = adapter_for(target, source.model, dataset)
         calib = load_calibration(calibration, adapter, spec, "--calibration")

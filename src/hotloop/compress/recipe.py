@@ -173,12 +173,12 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         return Inputs(calib.obs, calib.actions, calib.manifest_entry(), calib)
     n = config.calibration_frames
     if config.target.startswith("demo:"):
-        from hotloop.sim.demo_policy import build_policy
-        from hotloop.sim.tasks import make_task
+        from hotloop.sim.demo_policy import build_demo
+        from hotloop.sim.vision_demo import make_demo_task
         from hotloop.targets import TargetOptions
 
-        demo = build_policy(config.target.split(":", 1)[1], TargetOptions(seed=config.seed))
-        env = make_task(demo.meta.get("task", config.task), difficulty=demo.meta.get("difficulty"))
+        demo = build_demo(config.target, TargetOptions(seed=config.seed))
+        env = make_demo_task(demo.meta, config.task)
         observations = []
         for i in range(n):  # one start observation per seed: the belt speed and box position vary
             raw, _ = env.reset(seed=config.seed + i)
@@ -252,11 +252,10 @@ def step_distill_observations(inputs: Inputs, config: RecipeConfig) -> tuple[PiO
         return inputs.obs, {"source": "recipe observations", "observations": int(inputs.obs.batch)}
     if inputs.rollouts is None:
         from hotloop.compress.rollouts import rollout_observations
-        from hotloop.targets import TargetOptions, default_targets
+        from hotloop.sim.demo_policy import build_demo
+        from hotloop.targets import TargetOptions
 
-        demo = (
-            default_targets().get(config.target).build_policy(config.target, TargetOptions(seed=config.seed))
-        )
+        demo = build_demo(config.target, TargetOptions(seed=config.seed))
         inputs.rollouts = rollout_observations(demo, config.task, config.distill_episodes, config.seed)
     return inputs.rollouts.obs, inputs.rollouts.manifest_entry()
 

@@ -60,11 +60,11 @@ def rollout_observations(demo: Any, task: str, episodes: int, seed: int = 0) -> 
     from hotloop.realtime.strategies import StrategyConfig, make_strategy
     from hotloop.sim.evaluator import run_episode
     from hotloop.sim.latency import parse_latency
-    from hotloop.sim.tasks import make_task
+    from hotloop.sim.vision_demo import make_demo_task
 
     if episodes < 1:
         raise ConfigError(f"--distill-episodes must be >= 1 to roll the teacher out (got {episodes})")
-    env = make_task(demo.meta.get("task", task), difficulty=demo.meta.get("difficulty"))
+    env = make_demo_task(demo.meta, task)  # rendering the views the policy reads
     store: list[PiObservation] = []
     policy = _Recording(demo, store)
     latency = parse_latency("fixed:0")

@@ -156,6 +156,13 @@ def record_cmd(
     recovery_starts: Annotated[
         float, typer.Option(help="fraction of episodes started in a recovery state (box past the gripper)")
     ] = 0.0,
+    views: Annotated[
+        str | None,
+        typer.Option(
+            help="camera views of a built-in task, comma-separated, e.g. top,wrist (what "
+            "demo:conveyor-vision reads; default: the task's own, top)"
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
@@ -173,6 +180,7 @@ def record_cmd(
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
     _check_difficulty(task, difficulty)
+    view_keys = _record_views(task, views)
     check_output_dir(out, "-o", must_be_empty=True)
     wins = 0
 
@@ -198,6 +206,7 @@ def record_cmd(
             progress=tick,
             stop=stop,
             task_kwargs=task_kwargs,
+            views=view_keys,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
@@ -206,6 +215,21 @@ def record_cmd(
     if result["stopped"]:
         typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
         raise typer.Exit(130)
+
+
+def _record_views(task: str, views: str | None) -> tuple[str, ...] | None:
+    """`--views top,wrist` -> checked view names; only built-in (gantry) tasks render named views."""
+    if views is None:
+        return None
+    from hotloop.errors import ConfigError
+    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks.gantry import check_views
+
+    if task not in default_tasks():
+        raise ConfigError(
+            f"--views is for the built-in tasks ({', '.join(default_tasks())}); {task} renders its own"
+        )
+    return check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
 
 
 def eval_cmd(

@@ -195,6 +195,15 @@ def load_demo_policy(
     return DemoConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
 
+def build_demo(target: str, options: Any) -> DemoConveyorPolicy:
+    """The shipped demo policy named by `target` (`demo:conveyor`, `demo:conveyor-vision`), built through
+    the target table so that each name gets its own weights and wrapper (the vision policy reads two
+    views and a proprioceptive state); pair it with `vision_demo.make_demo_task(policy.meta)`."""
+    from hotloop.targets import default_targets
+
+    return default_targets().get(target).build_policy(target, options)  # type: ignore[no-any-return]
+
+
 def build_policy(config_name: str, options: Any) -> DemoConveyorPolicy:
     options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
     return load_demo_policy(num_steps=options.num_steps, seed=options.seed)

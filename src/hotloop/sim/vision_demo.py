@@ -102,12 +102,12 @@ def load_vision_policy(
     return VisionConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
 
-def make_demo_task(meta: dict[str, Any]) -> Any:
+def make_demo_task(meta: dict[str, Any], default_task: str = "conveyor-pick") -> Any:
     """The task a demo policy was trained on, rendering the views it reads (`demo:conveyor`: the top view)."""
     from hotloop.sim.tasks import make_task
 
     return make_task(
-        meta.get("task", "conveyor-pick"), difficulty=meta.get("difficulty"), views=policy_views(meta)
+        meta.get("task", default_task), difficulty=meta.get("difficulty"), views=policy_views(meta)
     )
 
 
