@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -108,4 +109,45 @@ def test_step_distill_bad_counts_exit_2_before_any_work(tmp_path: Path) -> None:
         assert res.exit_code == 2, (recipe, res.output)
         errors = [line for line in res.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], (recipe, res.output)
+        assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
+
+
+def test_qat_then_quantize_on_recorded_episodes(recorded: Path, tmp_path: Path) -> None:
+    """`qat:N` fine-tunes with fake int8 on the recording (its eval loss is reported and finite), then
+    `quantize` plans int8 for the fine-tuned weights; the artifact records both and loads."""
+    from hotloop.runtime.engine import Engine
+
+    out = tmp_path / "art"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "qat:3,quantize", "--data", str(recorded), "--distill-batch", "2",
+         "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends", "eager",
+         "--threads", "1", "--quiet", "--tolerance", "cos:0.5", "-o", str(out), "--json", str(tmp_path / "r.json")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert [r["step"] for r in rows] == ["reference", "qat:3", "quantize"]
+    qat = rows[1]["details"]
+    assert qat["steps_done"] == 3 and qat["resumed_from"] == 0 and qat["mode"] == "int8"
+    assert all(math.isfinite(v) for v in (qat["eval_loss_before"], qat["eval_loss_after"], *qat["losses"]))
+    assert rows[1]["action"]["cosine"] < 1.0  # the fine-tuned weights are not the teacher's
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["compression"]["applied"] == ["qat:3", "quantize"]
+    # quantize calibrated static int8 on the same recording
+    assert manifest["compression"]["quantization"]["calibration"]["frames"] == 4
+    Engine.load(out, warmup=1)
+
+
+def test_qat_without_data_and_a_bad_mixed_plan_exit_2_before_any_work(tmp_path: Path) -> None:
+    out = tmp_path / "a"
+    bad_plan = tmp_path / "plan.json"
+    bad_plan.write_text('{"no": "plan"}')
+    for recipe, extra, message in (
+        ("qat,quantize", [], "--recipe qat trains on recorded episodes: give --data DIR"),
+        ("qat:0", [], "--recipe qat:0: give a positive step count"),
+        ("quantize", ["--mixed-plan", str(bad_plan)], f"--mixed-plan {bad_plan} is not a `hotloop sensitivity"),
+    ):  # fmt: skip
+        res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", recipe, "-o", str(out), *extra, *FAST])
+        assert res.exit_code == 2, (recipe, res.output)
+        assert message in res.output, (recipe, res.output)
         assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe

@@ -145,6 +145,8 @@ def run_qat(
     for p in teacher.parameters():
         p.requires_grad_(False)
     student = copy.deepcopy(model).float().train()
+    for p in student.parameters():  # the model may come frozen (a recipe freezes every step's result)
+        p.requires_grad_(True)
     layers = quantized_layer_names(student, fp32_layers)
     attach_fake_quant(student, layers, config.mode)
     opt = torch.optim.AdamW(student.parameters(), lr=config.lr, weight_decay=0.0)
@@ -203,7 +205,7 @@ def run_qat(
         losses.append(float(loss.detach()))
         done_here += 1
         if progress is not None:
-            progress(step, float(loss))
+            progress(step, losses[-1])
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             _save(
                 path,

@@ -11,9 +11,11 @@ Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until 
 rerunning an interrupted command resumes its distillation from the last checkpoint.
 
 Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:N`, `sparse24`,
-`quantize`, `compile`. `distill` recovers whatever was removed before it (prune first, then distill),
-against the untouched fp32 teacher; `quantize` asks the compile planner for reduced precisions on the
-chosen backends; `compile` adds the other backends.
+`qat[:N]`, `quantize`, `compile`. `distill` recovers whatever was removed before it (prune first, then
+distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
+misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
+chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
+backends.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ STEPS: dict[str, str] = {
     "steps": "steps:N run N Euler denoising steps instead of the reference's",
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
     "sparse24": "2:4 semi-structured sparsity of the VLM and expert linears (no CPU speedup expected)",
+    "qat": "qat[:N] N steps of quantization-aware fine-tuning (fake int8, flow matching + distillation) on --data",
     "quantize": "int8 (static with --data, dynamic), bf16 per sub-engine, chosen by the planner within tolerance",
     "compile": "choose backends per sub-engine (eager, inductor, onnxruntime, openvino) by measurement",
 }
@@ -73,7 +76,7 @@ def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
                 f"--recipe: unknown step {name!r}{f' (did you mean {hint!r}?)' if hint else ''}; "
                 f"known steps: {', '.join(STEPS)}"
             )
-        if name in ("steps", "step-distill"):
+        if name in ("steps", "step-distill") or (name == "qat" and arg):
             if not arg.isdigit() or int(arg) < 1:
                 raise ConfigError(f"--recipe {part}: give a positive step count, e.g. {name}:4")
         elif name in ("distill", "sparse24", "quantize", "compile") and arg:
@@ -109,6 +112,9 @@ class RecipeConfig:
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
+    # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
+    # them fp32.
+    fp32_layers: dict[str, list[str]] = field(default_factory=dict)
     threads: int | None = None
     workers: int = 2
     seed: int = 0
@@ -130,6 +136,12 @@ class RecipeConfig:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
+        qat = next((s for s in self.recipe if s.name == "qat"), None)
+        if qat is not None and self.data is None:
+            raise ConfigError(
+                f"--recipe {qat.label} trains on recorded episodes: give --data DIR "
+                "(e.g. hotloop record --task conveyor-pick --episodes 20 -o DIR)"
+            )
 
 
 @dataclass
@@ -192,7 +204,13 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
 
 # ---- the steps ---------------------------------------------------------------------------------------------
 def apply_step(
-    step: RecipeStep, cand: Candidate, teacher: PiModel, inputs: Inputs, config: RecipeConfig, work: Path
+    step: RecipeStep,
+    cand: Candidate,
+    teacher: PiModel,
+    inputs: Inputs,
+    config: RecipeConfig,
+    work: Path,
+    action_dim: int | None = None,
 ) -> Candidate:
     from hotloop.compress.distill import DistillConfig
 
@@ -233,6 +251,8 @@ def apply_step(
 
         new.model = copy.deepcopy(cand.model)
         new.sparsity = new.details = semi_structured_2_4(new.model)
+    elif step.name == "qat":
+        new.model, new.details = quantization_aware(step, cand.model, inputs, config, work, action_dim)
     elif step.name == "quantize":
         # compress-quant's precisions through the planner: static int8 needs the recorded calibration set
         quant = ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
@@ -243,6 +263,27 @@ def apply_step(
         p.requires_grad_(False)
     new.model.eval()
     return new
+
+
+def quantization_aware(
+    step: RecipeStep, model: PiModel, inputs: Inputs, config: RecipeConfig, work: Path, action_dim: int | None
+) -> tuple[PiModel, dict[str, Any]]:
+    """`qat[:N]`: fine-tune with fake int8 on the calibration set (N steps, default --distill-steps), the
+    fp32 model it starts from as the distillation teacher; resumes from `work/qat-*` after an interrupt."""
+    from hotloop.compress.qat import QatConfig, run_qat
+    from hotloop.progress import Progress
+
+    calib = inputs.calibration_set
+    assert calib is not None, "RecipeConfig refuses qat without --data"
+    steps = int(step.arg) if step.arg else config.distill_steps
+    qc = QatConfig(steps=steps, batch=min(config.distill_batch, len(calib)), seed=config.seed)
+    dim = action_dim or model.cfg.max_action_dim
+    with Progress(steps, "qat", "step", enabled=config.progress) as bar:
+        student, result = run_qat(
+            model, calib, qc, work / f"qat-{steps}", dim, fp32_layers=config.fp32_layers or None,
+            progress=lambda i, loss: bar.update(1, f"loss {loss:.4f}"),
+        )  # fmt: skip
+    return student, {**result.to_dict(), "losses": list(result.losses[-5:]), "mode": qc.mode}
 
 
 def step_distill_observations(inputs: Inputs, config: RecipeConfig) -> tuple[PiObservation, dict[str, Any]]:
@@ -297,6 +338,7 @@ def write_candidate(
         threads=config.threads,
         progress=False,
         calibration=inputs.calibration_set if "int8" in cand.precisions else None,
+        fp32_layers=dict(config.fp32_layers),
     )
     plan = plan_pi(src, plan_config)
     from hotloop.compile.pi_plan import compression_entry
@@ -425,7 +467,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         t0 = time.perf_counter()
         if i:
             log(f"step {i}/{len(config.recipe)}: {step.label}")
-            cand = apply_step(step, cand, teacher, inputs, config, work)
+            cand = apply_step(step, cand, teacher, inputs, config, work, action_dim)
         dest = work / f"{i:02d}-{step.name}"
         shutil.rmtree(dest, ignore_errors=True)  # a previous, interrupted run's candidate
         compression = {

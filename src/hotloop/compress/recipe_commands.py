@@ -47,6 +47,10 @@ def compress_cmd(
     backends: Annotated[
         str, typer.Option(help="backends the compile step may choose from")
     ] = "eager,onnxruntime,openvino",
+    mixed_plan: Annotated[
+        Path | None,
+        typer.Option(help="`hotloop sensitivity --json` result whose layers quantize and qat keep fp32"),
+    ] = None,
     threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write the per-step plot (PNG) here")] = None,
@@ -66,6 +70,9 @@ def compress_cmd(
     parse_latency(eval_latency)
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     check_backend_names(list(names))
+    from hotloop.compress.commands import read_mixed_plan
+
+    fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
     config = RecipeConfig(
         target=target,
         recipe=steps,
@@ -82,6 +89,7 @@ def compress_cmd(
         step_distill_first_action=first_action_weight,
         bench_iters=bench_iters,
         backends=names,
+        fp32_layers=fp32_layers,
         threads=threads,
         seed=seed,
         progress=not quiet,
