@@ -31,3 +31,20 @@ def test_pi_targets_serve_with_the_state_length_they_declare(target):
     served = load_served_policy(target, TargetOptions())
     assert served.observation_spec["state"].shape == (served.policy.spec.state_dim,)
     assert served.action_spec["actions"].shape == (served.policy.spec.horizon, served.policy.spec.action_dim)
+
+
+def test_pi_targets_accept_the_rtc_keys_they_apply():
+    from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, PREV_ACTIONS_KEY
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.serve.spec import zero_observation
+    from hotloop.targets import TargetOptions
+
+    served = load_served_policy("pi05:tiny", TargetOptions())
+    spec = served.observation_spec
+    assert spec[PREV_ACTIONS_KEY].optional and spec[PREV_ACTIONS_KEY].shape == (
+        -1,
+        served.policy.spec.action_dim,
+    )
+    obs = check_observation({**zero_observation(spec), PREV_ACTIONS_KEY: [[0.1] * spec[PREV_ACTIONS_KEY].shape[1]] * 3,
+                             DELAY_KEY: 1}, spec)  # fmt: skip
+    assert served.policy.infer(obs)[GUIDED_KEY] is True

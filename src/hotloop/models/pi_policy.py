@@ -97,6 +97,9 @@ class PiPolicy:
     (`state_prompt_tokens`). `seed` makes the noise reproducible: `reset()` restarts the generator.
     """
 
+    # It samples with RTC guidance or a given prefix (`guided_sample`, `prefix_sample`) when asked.
+    supports_rtc = True
+
     def __init__(
         self,
         model: PiModel,

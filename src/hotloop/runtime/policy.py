@@ -15,6 +15,11 @@ from hotloop.models.pi_policy import PiPolicy
 
 
 class EnginePiPolicy(PiPolicy):
+    # The engine runs the compiled plain sampler only. RTC keys are ignored (the answer has no
+    # `rtc_guided`, and the scheduler stops with a configuration error) rather than served by the eager
+    # model behind the engine, which would be a silent fall back to the slow path.
+    supports_rtc = False
+
     def __init__(self, engine: Any, zero_noise: bool = False, **kwargs: Any) -> None:
         super().__init__(engine.model, engine.cfg, **kwargs)
         self.engine = engine

@@ -37,6 +37,20 @@ def serve_policy(name: str, policy: Any) -> ServedPolicy:
     return ServedPolicy(name, policy, observation_spec, spec_of(action))
 
 
+def rtc_observation_spec(action_dim: int) -> dict[str, ArraySpec]:
+    """The real-time chunking keys (`hotloop.realtime.rtc`) a policy that applies them accepts: the rest
+    of the executing chunk (any number of rows), the delay d in control periods, the guidance clip and
+    the mode. All optional: a robot sends them only while a chunk is executing, under `--strategy rtc`."""
+    from hotloop.realtime.rtc import DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY, MODE_KEY, PREV_ACTIONS_KEY
+
+    return {
+        PREV_ACTIONS_KEY: ArraySpec((-1, action_dim), "float32", optional=True),
+        DELAY_KEY: ArraySpec((), "int64", optional=True),
+        MAX_GUIDANCE_WEIGHT_KEY: ArraySpec((), "float32", optional=True),
+        MODE_KEY: ArraySpec((), "str", optional=True),
+    }
+
+
 def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
     declared = getattr(policy, "observation_spec", None)
     if isinstance(declared, dict):
@@ -51,14 +65,15 @@ def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
     if isinstance(policy, DemoConveyorPolicy):
         from hotloop.sim.tasks.gantry import STATE_DIM
 
-        size = policy.pi.config.vision.image_size
+        spec = policy.spec  # every view it reads: top, and the wrist for demo:conveyor-vision
         return {
-            "images/top": ArraySpec((size, size, 3), "uint8"),
+            **{f"images/{v.key}": ArraySpec((v.height, v.width, 3), "uint8") for v in spec.images},
             "state": ArraySpec((STATE_DIM,), "float32"),
             # The simulator's observation carries these too; the policy ignores them, so a client may
             # forward the environment's observation unchanged.
             "prompt": ArraySpec((), "str", optional=True),
             "timestamp": ArraySpec((), "float64", optional=True),
+            **(rtc_observation_spec(spec.action_dim) if policy.pi.supports_rtc else {}),
         }
     if isinstance(policy, PiPolicy):
         cfg = policy.config
@@ -68,6 +83,8 @@ def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
         return {
             "images": ArraySpec((cfg.views, size, size, 3), "uint8"),
             "state": ArraySpec((policy.spec.state_dim,), "float32"),
+            # PiPolicy.infer applies them; a compiled engine (EnginePiPolicy) does not take them
+            **(rtc_observation_spec(policy.spec.action_dim) if policy.supports_rtc else {}),
         }
     raise ConfigError(
         f"policy {type(policy).__name__} declares no observation_spec, so the server cannot check its "

@@ -103,6 +103,8 @@ class DemoConveyorPolicy:
         raw = np.asarray(obs["state"], dtype=np.float32)
         guidance = guidance_inputs(obs)
         mode = guidance_mode(obs)
+        if not getattr(self.pi, "supports_rtc", True):
+            guidance = None  # a compiled engine: answered without `rtc_guided` (see EnginePiPolicy)
         if not self.zero_noise and guidance is None:
             rel = self.pi.infer(self.model_inputs(obs))["actions"]
             return {"actions": to_absolute(rel, raw)}
