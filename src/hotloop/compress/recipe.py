@@ -316,7 +316,13 @@ def check_step_counts(recipe: tuple[RecipeStep, ...], reference_steps: int) -> N
 
 # ---- judging a candidate ---------------------------------------------------------------------------------
 def write_candidate(
-    cand: Candidate, source: Any, config: RecipeConfig, dest: Path, extra: dict[str, Any], inputs: Inputs
+    cand: Candidate,
+    source: Any,
+    config: RecipeConfig,
+    dest: Path,
+    extra: dict[str, Any],
+    inputs: Inputs,
+    checks: tuple[tuple[PiObservation, Tensor], ...] = (),
 ) -> dict[str, Any]:
     """Plan (compile's planner, this candidate's backends x precisions) and write its artifact."""
     from dataclasses import replace
@@ -325,7 +331,9 @@ def write_candidate(
     from hotloop.compile.planner import PlanConfig
 
     shape = replace(source.shape, num_steps=cand.num_steps)
-    src = PiSource(source.target, cand.model, shape, _first(source.obs), source.noise, source.policy)
+    # `checks`: the observations the recipe judges on; the planner checks its whole plan on them too, so
+    # that it does not pick a plan that one observation passes and the judge's worst one breaks.
+    src = PiSource(source.target, cand.model, shape, _first(source.obs), source.noise, source.policy, checks)
     plan_config = PlanConfig(
         budget_ms=1e9,
         # Compile-time numerics are judged against this candidate's own fp32 eager run; the recipe's
@@ -453,6 +461,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     if source.policy.get("zero_noise"):
         noise.zero_()
     reference = sample_actions(teacher, eval_inputs.obs, noise=noise, num_steps=source.shape.num_steps)
+    checks = tuple((select(eval_inputs.obs, [i]), noise[i : i + 1]) for i in range(n_eval))
 
     # Kept when a run is interrupted or crashes: rerunning the same command resumes its distillation
     # from the last checkpoint there (a checkpoint of other settings is refused, not reused).
@@ -480,7 +489,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "calibration": inputs.calibration,
             "tolerance": config.tolerance.spec,
         }
-        plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs)
+        plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs, checks)
         figures = judge(dest, reference, eval_inputs, noise, config, action_dim)
         row = {
             "step": step.label,
