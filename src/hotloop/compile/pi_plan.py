@@ -196,9 +196,12 @@ def check_candidate(
 
 
 def _release_runners(candidates: list[Candidate], stage: str) -> None:
-    """Keep only the runners the plan can still use (fastest and most accurate of the stage): each
-    holds its own copy of the weights, and a full-size model cannot keep a dozen."""
+    """Keep only the runners the plan can still use (the fastest of the stage, the most accurate, and
+    the fastest of each precision, which the whole-plan check falls back through): each holds its own
+    copy of the weights, and a full-size model cannot keep a dozen."""
     keep = {id(choose(candidates, stage)), id(most_accurate(candidates, stage))}
+    for precision in {c.precision for c in candidates if c.stage == stage}:
+        keep.add(id(choose([c for c in candidates if c.precision == precision], stage)))
     for c in candidates:
         if c.stage == stage and c.runner is not None and id(c) not in keep:
             c.runner = None
@@ -259,6 +262,24 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     for stage in sorted(chosen, key=lambda s: chosen[s].action.cosine):  # type: ignore[union-attr]
         if config.tolerance.violation(agreement) is None:
             break
+        # The fastest other candidate of this stage that brings the plan within tolerance (a bf16 stage
+        # before an fp32 one) ...
+        others = [
+            c
+            for c in candidates
+            if c.stage == stage and c.status == "accepted" and c.runner is not None and c is not chosen[stage]
+        ]
+        for alt in sorted(others, key=lambda c: c.latency.p99):  # type: ignore[union-attr]
+            trial = {**chosen, stage: alt}
+            trial_pipe = _plan_pipeline(source, sets, trial)
+            found = worst_agreement(trial_pipe, checks, check_refs, config.tolerance)
+            if config.tolerance.violation(found) is None:
+                log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {alt.label}")
+                chosen, plan_pipe, agreement = trial, trial_pipe, found
+                break
+        if config.tolerance.violation(agreement) is None:
+            break
+        # ... else its most accurate, and on to the next stage.
         safer = most_accurate(candidates, stage)
         if safer is not None and safer is not chosen[stage]:
             log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {safer.label}")
