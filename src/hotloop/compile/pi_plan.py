@@ -228,6 +228,44 @@ def worst_agreement(
     return min(broken or found, key=lambda a: a.cosine)
 
 
+def repair_plan(
+    chosen: dict[str, Candidate],
+    candidates: list[Candidate],
+    evaluate: Callable[[dict[str, Candidate]], tuple[Any, Any]],
+    current: tuple[Any, Any],
+    tolerance: Any,
+    log: Callable[[str], None] = lambda s: None,
+) -> tuple[dict[str, Candidate], Any, Any]:
+    """Bring a plan whose stages passed one by one, but not together, within `tolerance`: stage by stage,
+    least accurate first, take the fastest other candidate of the stage that does it (a bf16 stage before
+    an fp32 one), else the stage's most accurate and go on. `evaluate(plan)` -> (pipeline, agreement);
+    `current` is the plan's own. Only candidates whose runner is still held are tried."""
+    chosen = dict(chosen)
+    pipe, agreement = current
+    for stage in sorted(chosen, key=lambda s: chosen[s].action.cosine):  # type: ignore[union-attr]
+        if tolerance.violation(agreement) is None:
+            break
+        others = [
+            c
+            for c in candidates
+            if c.stage == stage and c.status == "accepted" and c.runner is not None and c is not chosen[stage]
+        ]
+        for alt in sorted(others, key=lambda c: c.latency.p99):  # type: ignore[union-attr]
+            trial_pipe, found = evaluate({**chosen, stage: alt})
+            if tolerance.violation(found) is None:
+                log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {alt.label}")
+                chosen[stage], pipe, agreement = alt, trial_pipe, found
+                break
+        if tolerance.violation(agreement) is None:
+            break
+        safer = most_accurate(candidates, stage)
+        if safer is not None and safer is not chosen[stage]:
+            log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {safer.label}")
+            chosen[stage] = safer
+            pipe, agreement = evaluate(chosen)
+    return chosen, pipe, agreement
+
+
 def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = lambda s: None) -> PiPlan:
     sets = EngineSets(source.model, source.shape)
     ref_engines = sets.get(torch.float32)
@@ -259,33 +297,14 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
     plan_pipe = _plan_pipeline(source, sets, chosen)
     agreement = worst_agreement(plan_pipe, checks, check_refs, config.tolerance)
-    for stage in sorted(chosen, key=lambda s: chosen[s].action.cosine):  # type: ignore[union-attr]
-        if config.tolerance.violation(agreement) is None:
-            break
-        # The fastest other candidate of this stage that brings the plan within tolerance (a bf16 stage
-        # before an fp32 one) ...
-        others = [
-            c
-            for c in candidates
-            if c.stage == stage and c.status == "accepted" and c.runner is not None and c is not chosen[stage]
-        ]
-        for alt in sorted(others, key=lambda c: c.latency.p99):  # type: ignore[union-attr]
-            trial = {**chosen, stage: alt}
-            trial_pipe = _plan_pipeline(source, sets, trial)
-            found = worst_agreement(trial_pipe, checks, check_refs, config.tolerance)
-            if config.tolerance.violation(found) is None:
-                log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {alt.label}")
-                chosen, plan_pipe, agreement = trial, trial_pipe, found
-                break
-        if config.tolerance.violation(agreement) is None:
-            break
-        # ... else its most accurate, and on to the next stage.
-        safer = most_accurate(candidates, stage)
-        if safer is not None and safer is not chosen[stage]:
-            log(f"plan outside tolerance ({agreement.cosine:.6f}); {stage} -> {safer.label}")
-            chosen[stage] = safer
-            plan_pipe = _plan_pipeline(source, sets, chosen)
-            agreement = worst_agreement(plan_pipe, checks, check_refs, config.tolerance)
+
+    def evaluate(trial: dict[str, Candidate]) -> tuple[Any, Any]:
+        pipe = _plan_pipeline(source, sets, trial)
+        return pipe, worst_agreement(pipe, checks, check_refs, config.tolerance)
+
+    chosen, plan_pipe, agreement = repair_plan(
+        chosen, candidates, evaluate, (plan_pipe, agreement), config.tolerance, log
+    )
     buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
     log(f"timing reference and plan interleaved ({config.iterations} rounds)")
     stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
