@@ -55,7 +55,9 @@ def stage_work(engine: Any, prompt_slots: int) -> dict[str, Any]:
     prefix over the bucket it runs, the denoise stage without the time conditioning the tables replaced."""
     from hotloop.measure.roofline import pi_stage_work
 
-    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+    # int8-dynamic quantizes activations on the fly: its matmuls are int8. Weight-only int8/int4 compute in
+    # floating point after decompressing the weights, so they are judged against the fp32 peak.
+    names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", "int8-dynamic": "int8"}
     work = {}
     for stage in ("vision", "prefix", "denoise"):
         runner = next(r for n, r in engine.pipelines[prompt_slots].runners.items() if n.startswith(stage))
