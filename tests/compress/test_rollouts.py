@@ -62,3 +62,24 @@ def test_recipe_step_distill_learns_from_teacher_rollouts_on_demo_targets(tmp_pa
     ):  # start frames only; no task to roll out
         obs, entry = step_distill_observations(Inputs(start, None, None), config(target, episodes))
         assert obs is start and entry == {"source": "recipe observations", "observations": 2}
+
+
+def test_with_recorded_data_a_demo_target_still_distills_on_rollouts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--data calibrates quantization; step-distill on a demo target learns from the teacher's own
+    rollouts (the states it visits), and from the recorded frames only with --distill-episodes 0."""
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.compress.recipe import Inputs, RecipeConfig, parse_recipe, step_distill_observations
+    from hotloop.models.pi_targets import random_observation, resolve_config
+    from hotloop.targets import TargetOptions
+
+    recorded = random_observation(resolve_config("pi05:tiny", TargetOptions()), 3, "cpu", 1)
+    calibration = {"sha256": "x", "frames": 3}
+
+    def config(episodes: int) -> RecipeConfig:
+        return RecipeConfig("demo:conveyor", parse_recipe("step-distill:4"), parse_tolerance("cos:0.9"),
+                            tmp_path / "a", data=tmp_path, distill_episodes=episodes)  # fmt: skip
+
+    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(1))
+    assert entry["source"].startswith("teacher rollouts") and obs is not recorded
+    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(0))
+    assert obs is recorded and entry["source"] == "recipe observations"

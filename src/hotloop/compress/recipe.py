@@ -287,9 +287,11 @@ def quantization_aware(
 
 
 def step_distill_observations(inputs: Inputs, config: RecipeConfig) -> tuple[PiObservation, dict[str, Any]]:
-    """What step-distill trains on: the recorded frames with --data; for a demo target without, the
-    teacher's own closed-loop observations (gathered once per recipe); else the recipe's observations."""
-    if inputs.calibration is not None or not config.target.startswith("demo:") or not config.distill_episodes:
+    """What step-distill trains on: for a demo target, the teacher's own closed-loop observations
+    (`--distill-episodes` of them, gathered once per recipe), with or without --data: the states the
+    policy itself visits, which recorded expert frames do not cover (docs/step-distillation.md); with
+    `--distill-episodes 0` or for other targets, the recipe's observations (the --data frames if given)."""
+    if not config.target.startswith("demo:") or not config.distill_episodes:
         return inputs.obs, {"source": "recipe observations", "observations": int(inputs.obs.batch)}
     if inputs.rollouts is None:
         from hotloop.compress.rollouts import rollout_observations

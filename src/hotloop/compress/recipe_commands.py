@@ -35,7 +35,10 @@ def compress_cmd(
     distill_batch: Annotated[int, typer.Option(help="observations per distillation step")] = 8,
     distill_episodes: Annotated[
         int,
-        typer.Option(help="step-distill on a demo target: teacher episodes to learn from (0: start frames)"),
+        typer.Option(
+            help="step-distill on a demo target: teacher episodes to learn from, with or without --data "
+            "(0: the --data frames, else start frames)"
+        ),
     ] = 20,
     first_action_weight: Annotated[
         float,
