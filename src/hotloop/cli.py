@@ -57,6 +57,13 @@ def bench(
     compare: Annotated[
         str | None, typer.Option(help="a second target, measured interleaved in the same run")
     ] = None,
+    settle_ms: Annotated[
+        float,
+        typer.Option(
+            help="with --compare: untimed pause before each call, so the other library's spinning "
+            "worker threads are idle (e.g. 100 for an OpenVINO artifact against eager torch)"
+        ),
+    ] = 0.0,
     views: Annotated[int | None, typer.Option(help="camera views (VLA targets)")] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
@@ -100,6 +107,7 @@ def bench(
         threads=threads,
         pin=parse_cpu_list(pin) if pin is not None else None,
         gc_enabled=gc,
+        settle_ms=settle_ms,
         progress=not quiet,
         roofline_cache=roofline_cache,
     )

@@ -84,6 +84,34 @@ def test_compare_runs_interleaved_and_reports_ratios():
     assert d["ratio_p99"] == pytest.approx(d["latency_ms"]["p99"] / result.latency.p99)
 
 
+def test_settle_pauses_before_each_interleaved_call_outside_the_timing(monkeypatch):
+    import hotloop.measure.bench as bench
+
+    events = []
+    monkeypatch.setattr(bench.time, "sleep", lambda s: events.append(("sleep", s)))
+    calls = []
+    _case_a, _case_b = _case("a", calls), _case("b", calls)
+
+    def tag(case):
+        def run(timer):
+            events.append(("call", case.name))
+            case.run(timer)
+
+        return BenchCase(case.name, run)
+
+    result = run_bench(
+        tag(_case_a), BenchConfig(warmup=1, iterations=3, settle_ms=50, progress=False), compare=tag(_case_b)
+    )
+    timed = events[2:]  # after the warm-up pair, which is not paused
+    assert events[:2] == [("call", "a"), ("call", "b")]
+    assert len(timed) == 12  # 3 iterations x 2 targets, each call preceded by its pause
+    assert all(timed[i] == ("sleep", 0.05) and timed[i + 1][0] == "call" for i in range(0, 12, 2))
+    assert result.latency.max < 50  # the pause is not in the timed figure
+    events.clear()
+    run_bench(tag(_case_a), BenchConfig(warmup=0, iterations=2, settle_ms=50, progress=False))
+    assert events == [("call", "a"), ("call", "a")]  # nothing to settle from without --compare
+
+
 def test_gc_is_held_off_only_while_timing():
     import gc
 
@@ -109,6 +137,7 @@ def test_gc_is_held_off_only_while_timing():
         ({"threads": 0}, "--threads must be from 1 to 1024 \\(got 0\\)"),
         ({"threads": 100_000}, "--threads must be from 1 to 1024 \\(got 100000\\)"),
         ({"pin": (9999,)}, "9999"),
+        ({"settle_ms": -1}, "--settle-ms must be from 0 to 10000 \\(got -1\\)"),
     ],
 )
 def test_bad_config(kwargs, match):

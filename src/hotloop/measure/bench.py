@@ -32,6 +32,11 @@ class BenchConfig:
     threads: int | None = None  # torch intra-op threads; None leaves the library default
     pin: tuple[int, ...] | None = None  # CPU affinity for this process
     gc_enabled: bool = False  # garbage collection is held off in the timed region unless asked
+    # With --compare: an untimed pause before each call, so that the other library's worker threads,
+    # which spin for a while after their call (OpenMP's wait policy in torch, OpenVINO's own pool), have
+    # gone idle. On 2 cores an OpenVINO plan timed right after an eager torch call measured p90 10.5 ms
+    # against 2.8 ms alone, and the torch reference drifted by a third between runs.
+    settle_ms: float = 0.0
     progress: bool = True
     # Roofline: a target that states its analytic work (info["work"]) gets per-stage shares of this
     # machine's matmul peaks, read from this cache (None: ~/.cache/hotloop/roofline) or measured once.
@@ -43,6 +48,10 @@ class BenchConfig:
             raise ConfigError(f"--iters must be >= 1 (got {self.iterations}); use e.g. --iters 200")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup}); use e.g. --warmup 20")
+        if not 0 <= self.settle_ms <= 10_000:
+            raise ConfigError(
+                f"--settle-ms must be from 0 to 10000 (got {self.settle_ms}); use e.g. --settle-ms 100"
+            )
         if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
             raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
         if self.pin is not None:
@@ -245,6 +254,8 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
                 # Alternate who goes first so neither target always runs on a warmer cache.
                 order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
                 for k in order:
+                    if config.settle_ms and len(cases) > 1:
+                        time.sleep(config.settle_ms / 1e3)
                     _time_once(cases[k], timers[k], records[k])
                 bar.update(1, "timed")
         finally:
