@@ -88,7 +88,7 @@ def test_settle_pauses_before_each_interleaved_call_outside_the_timing(monkeypat
     import hotloop.measure.bench as bench
 
     events = []
-    monkeypatch.setattr(bench.time, "sleep", lambda s: events.append(("sleep", s)))
+    monkeypatch.setattr(bench, "_settle", lambda s: events.append(("sleep", s)))
     calls = []
     _case_a, _case_b = _case("a", calls), _case("b", calls)
 

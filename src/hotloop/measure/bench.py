@@ -230,6 +230,11 @@ def _summarise(
     return total, stages, device
 
 
+def _settle(seconds: float) -> None:
+    """The untimed pause of `--settle-ms` (its own function, so a test can watch it)."""
+    time.sleep(seconds)
+
+
 def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = None) -> BenchResult:
     """Warm up, then time `config.iterations` runs of `case` (and of `compare`, interleaved)."""
     cases = [case] if compare is None else [case, compare]
@@ -255,7 +260,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
                 order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
                 for k in order:
                     if config.settle_ms and len(cases) > 1:
-                        time.sleep(config.settle_ms / 1e3)
+                        _settle(config.settle_ms / 1e3)
                     _time_once(cases[k], timers[k], records[k])
                 bar.update(1, "timed")
         finally:
