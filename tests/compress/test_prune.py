@@ -66,6 +66,23 @@ def test_pruning_keeps_the_important_neurons(tiny) -> None:  # type: ignore[no-u
     torch.testing.assert_close(sample_actions(small, obs, noise=noise), sample_actions(m, obs, noise=noise))
 
 
+def test_taylor_pruning_works_on_a_frozen_model_and_leaves_it_frozen(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The recipe hands prune a frozen model (requires_grad off): Taylor scores still get gradients,
+    and the same units are chosen as on the trainable model."""
+    import copy
+
+    model, obs, actions = tiny
+    frozen = copy.deepcopy(model)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    config = PruneConfig(0.5, 0.5, 0.5, 0.5, 0.25)
+    small_frozen, _ = prune(frozen, obs, actions, config)
+    small, _ = prune(model, obs, actions, config)
+    assert not any(p.requires_grad for p in frozen.parameters())
+    for (name, a), (_, b) in zip(small_frozen.state_dict().items(), small.state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+
+
 def test_pruned_checkpoint_reloads_at_the_new_shapes(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from hotloop.models.checkpoints import load_checkpoint, save_lerobot_checkpoint
 

@@ -140,9 +140,13 @@ def measure_importance(
     scores = _Scores(taylor=importance == "taylor")
     gen = torch.Generator().manual_seed(seed)
     was_training = model.training
+    # A model from the recipe or an earlier step is frozen; Taylor scores need gradients through it.
+    frozen = [p for p in model.parameters() if not p.requires_grad] if scores.taylor else []
+    for p in frozen:
+        p.requires_grad_(True)
     model.eval()
     try:
-        with _hooks(readers, scores):
+        with torch.enable_grad() if scores.taylor else torch.no_grad(), _hooks(readers, scores):
             for start in range(0, obs.batch, batch):
                 idx = list(range(start, min(start + batch, obs.batch)))
                 part = select(obs, idx)
@@ -155,6 +159,8 @@ def measure_importance(
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
+        for p in frozen:
+            p.requires_grad_(False)
     if not scores.sums:
         raise ConfigError("no calibration observations to measure importance on (--data is empty?)")
     if not scores.taylor:  # weight the activation by how strongly the next layer reads it
