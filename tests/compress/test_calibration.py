@@ -33,6 +33,41 @@ def test_sampled_across_episodes_and_phases_and_hashed(recorded: Path) -> None:
     assert calib.manifest_entry()["frames"] == 12
 
 
+def test_a_held_out_set_never_takes_an_excluded_frame(recorded: Path) -> None:
+    calib = _calib(recorded, count=12)
+    held = _calib(recorded, count=8, seed=1, exclude=frozenset(calib.frames))
+    assert len(held) == 8 and not set(held.frames) & set(calib.frames)
+    everything = _calib(recorded, count=1000)
+    with pytest.raises(ConfigError, match="no frames left to sample"):
+        _calib(recorded, count=4, exclude=frozenset(everything.frames))
+
+
+def test_the_recipe_judges_on_observations_it_did_not_train_on(recorded: Path, tmp_path: Path) -> None:
+    """With --data, without it on a pi target, and on a demo target: the judged observations are
+    not among those the steps calibrate, prune and distil on."""
+    import torch
+
+    from hotloop.compile.sources import pi_source
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.compress.recipe import RecipeConfig, load_inputs, parse_recipe
+    from hotloop.targets import TargetOptions
+
+    source = pi_source("pi05:tiny", TargetOptions(seed=0))
+    for data in (recorded, None):
+        config = RecipeConfig(
+            "pi05:tiny", parse_recipe("steps:4"), parse_tolerance("cos:0.9"), tmp_path / "a", data=data,
+            calibration_frames=6, eval_observations=3,
+        )  # fmt: skip
+        inputs = load_inputs(config, source)
+        assert inputs.obs.batch == 6 and inputs.judged is not None and inputs.judged.batch == 3
+        for j in range(3):
+            for i in range(6):
+                same = torch.equal(inputs.judged.images[j], inputs.obs.images[i]) and torch.equal(
+                    inputs.judged.lang_tokens[j], inputs.obs.lang_tokens[i]
+                )
+                assert not same, (data, i, j)
+
+
 def test_near_duplicates_are_dropped(recorded: Path) -> None:
     loose = _calib(recorded, count=1000, min_change=0.0)
     strict = _calib(recorded, count=1000, min_change=0.5)

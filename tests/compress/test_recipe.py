@@ -83,6 +83,7 @@ def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
         (["--data", str(tmp_path / "none")], "--data"),
         (["--distill-batch", "0"], "--distill-batch must be >= 1"),
         (["--distill-episodes", "-1"], "--distill-episodes must be >= 0"),
+        (["--distill-target", "labels"], "--distill-target 'labels' is unknown"),
     ):
         res = runner.invoke(
             app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]
@@ -151,3 +152,23 @@ def test_qat_without_data_and_a_bad_mixed_plan_exit_2_before_any_work(tmp_path: 
         assert res.exit_code == 2, (recipe, res.output)
         assert message in res.output, (recipe, res.output)
         assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
+
+
+@pytest.mark.parametrize(("flag", "expected"), [(None, "teacher actions"), ("data", "recorded actions")])
+def test_distill_pulls_toward_the_teachers_chunks_unless_told_data(
+    recorded: Path, tmp_path: Path, flag: str | None, expected: str
+) -> None:
+    """The tolerance judges agreement with the teacher, so recovery distils toward the teacher's own
+    chunks by default; the recorded actions are used only with --distill-target data."""
+    out = tmp_path / "art"
+    extra = ["--distill-target", flag] if flag else []
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "prune:0.5,distill", "--data", str(recorded), "--distill-steps", "2",
+         "--distill-batch", "2", "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2",
+         "--backends", "eager", "--threads", "1", "--quiet", "--tolerance", "cos:0.01", "-o", str(out),
+         "--json", str(tmp_path / "r.json"), *extra],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert rows[2]["step"] == "distill" and rows[2]["details"]["targets"] == expected

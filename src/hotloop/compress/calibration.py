@@ -13,7 +13,7 @@ Bad input (a missing, empty or unreadable directory, data shaped for another mod
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class CalibrationSpec:
     phases: int = 4
     min_change: float = 0.02  # max |change| of the std-normalised state and action between kept frames
     seed: int = 0
+    # (episode, frame) pairs never chosen: a held-out set excludes the frames calibrated or trained on.
+    exclude: frozenset[tuple[int, int]] = field(default=frozenset(), repr=False)
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -116,7 +118,7 @@ def choose_frames(kept: dict[int, tuple[list[int], int]], spec: CalibrationSpec)
     for ep, (frames, length) in sorted(kept.items()):
         for p in range(spec.phases):
             lo, hi = p * length / spec.phases, (p + 1) * length / spec.phases
-            cell = [f for f in frames if lo <= f < hi]
+            cell = [f for f in frames if lo <= f < hi and (ep, f) not in spec.exclude]
             if cell:
                 rng.shuffle(cell)
                 cells.append(cell)
@@ -155,6 +157,11 @@ def load_calibration(
         dropped += len(ep.state) - len(frames)
         kept[i] = (frames, len(ep.state))
     chosen = choose_frames(kept, spec)
+    if not chosen:
+        raise ConfigError(
+            f"{flag} {dataset.root}: no frames left to sample (after dropping near duplicates and the "
+            f"{len(spec.exclude)} already taken); record more episodes"
+        )
     observations: list[PiObservation] = []
     targets: list[np.ndarray] = []
     h = cfg.chunk_size

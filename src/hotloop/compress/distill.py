@@ -2,10 +2,13 @@
 
 Loss per batch, at the same noise and flow time for both models:
     velocity MSE   |v_student(x_t, t) - v_teacher(x_t, t)|^2
-    action L2      |(x_t - t v_student) - a|^2  (the student's one-step estimate of the clean chunk)
+    action L2      |(x_t - t v_student) - â|^2  (the student's one-step estimate of the clean chunk)
     features       |h_student - h_teacher|^2 at chosen layers (widths are kept by pruning)
-`a` is the recorded action chunk when episodes are given, else the teacher's own sampled chunk, so the
-student can be distilled on observations alone.
+x_t is built from `a`: the recorded action chunk when episodes are given, else the teacher's own sampled
+chunk, so the student can be distilled on observations alone. â is `a` for recorded chunks; toward the
+teacher it is the teacher's own one-step estimate (x_t - t v_teacher): a one-step estimate is a mean over
+the chunks x_t could lead to, not the one sample `a`, so pulling toward `a` pulls the student away from
+the teacher (measured on a pruned pi05:small: velocity error up a third, final-action cosine down).
 
 `train_resumable` is the loop shared with step distillation: each step draws its batch, noise and times
 from a generator seeded by (seed, step), and a checkpoint (student, optimizer, step, losses) is written
@@ -116,6 +119,7 @@ def distill_loss(
     noise: Tensor,
     time: Tensor,
     config: DistillConfig,
+    toward_teacher: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     t = time[:, None, None]
     x_t = t * noise + (1 - t) * actions
@@ -125,7 +129,7 @@ def distill_loss(
         v_student = velocity(student, obs, x_t, time)
     terms = {
         "velocity": F.mse_loss(v_student, v_teacher),
-        "action": F.mse_loss(x_t - t * v_student, actions),
+        "action": F.mse_loss(x_t - t * v_student, x_t - t * v_teacher if toward_teacher else actions),
         "features": sum(
             (F.mse_loss(f_student[n].float(), f_teacher[n].float()) for n in config.feature_layers),
             torch.zeros(()),
@@ -259,15 +263,16 @@ def distill(
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
+    toward_teacher = actions is None
     targets = actions if actions is not None else teacher_actions(teacher, obs, config.seed)
-    before = evaluate(teacher, student, obs, targets, config)
+    before = evaluate(teacher, student, obs, targets, config, toward_teacher)
 
     def loss_fn(gen: torch.Generator) -> Tensor:
         o, a, noise, time = sample_batch(obs, targets, config.batch, gen)
-        return distill_loss(teacher, student, o, a, noise, time, config)[0]
+        return distill_loss(teacher, student, o, a, noise, time, config, toward_teacher)[0]
 
     state = train_resumable(student, loss_fn, config, checkpoint_dir, "distill", on_step, progress)
-    after = evaluate(teacher, student, obs, targets, config)
+    after = evaluate(teacher, student, obs, targets, config, toward_teacher)
     return {
         "steps": state.step,
         "targets": "recorded actions" if actions is not None else "teacher actions",
@@ -279,7 +284,12 @@ def distill(
 
 @torch.no_grad()
 def evaluate(
-    teacher: PiModel, student: PiModel, obs: PiObservation, actions: Tensor, config: DistillConfig
+    teacher: PiModel,
+    student: PiModel,
+    obs: PiObservation,
+    actions: Tensor,
+    config: DistillConfig,
+    toward_teacher: bool = False,
 ) -> dict[str, float]:
     """The distillation loss over the whole set under one fixed noise/time draw (comparable across runs)."""
     gen = torch.Generator().manual_seed(config.seed + 12345)
@@ -289,6 +299,6 @@ def evaluate(
     time = sample_time(obs.batch, gen)
     was = student.training
     student.eval()
-    loss, terms = distill_loss(teacher, student, obs, actions.float(), noise, time, config)
+    loss, terms = distill_loss(teacher, student, obs, actions.float(), noise, time, config, toward_teacher)
     student.train(was)
     return {"total": float(loss), **terms}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -89,6 +90,9 @@ def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
     return tuple(steps)
 
 
+DISTILL_TARGETS = ("teacher", "data")
+
+
 @dataclass(frozen=True)
 class RecipeConfig:
     target: str
@@ -105,9 +109,16 @@ class RecipeConfig:
     eval_observations: int = 8
     distill_steps: int = 100
     distill_batch: int = 8
+    # Adam's first steps move every weight by about lr whatever its gradient: 3e-4 suits a small trained
+    # policy; a recovery fine-tune of a larger model wants less (weights of std 0.02 moved by ~0.02 in 60 steps).
+    distill_lr: float = 3e-4
     # step-distill on a demo target without --data: observations along this many closed-loop episodes of
     # the teacher (its start observations alone never show it grasping or carrying).
     distill_episodes: int = 20
+    # What `distill`'s action term pulls the student toward: the fp32 teacher's own chunks (what the
+    # tolerance judges against) or the recorded actions of --data (only sound when the teacher was
+    # trained on that data: toward them, a pruned pi05:small at cos 0.997 fell to 0.985).
+    distill_target: str = "teacher"
     step_distill_intermediate: float = 0.0  # weight of the teacher's states at shared flow times
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     bench_iters: int = 20
@@ -134,6 +145,12 @@ class RecipeConfig:
             low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
             if value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if not (self.distill_lr > 0 and math.isfinite(self.distill_lr)):
+            raise ConfigError(f"--distill-lr must be a positive number (got {self.distill_lr})")
+        if self.distill_target not in DISTILL_TARGETS:
+            raise ConfigError(
+                f"--distill-target {self.distill_target!r} is unknown; use {' or '.join(DISTILL_TARGETS)}"
+            )
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
         qat = next((s for s in self.recipe if s.name == "qat"), None)
@@ -167,6 +184,9 @@ class Inputs:
     calibration_set: Any = None  # the CalibrationSet static int8 calibrates on (with --data)
     zero_noise: bool = False  # the policy integrates from x = 0 (demo policies), not from a random draw
     rollouts: Any = None  # teacher rollouts (RolloutSet) for step-distill, gathered on first use
+    # The observations every step is judged on, held out from `obs` (what is calibrated, pruned and
+    # distilled on), so a step that overfits its training frames shows it.
+    judged: PiObservation | None = None
 
 
 def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
@@ -182,8 +202,12 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         calib = load_calibration(
             config.data, adapter, CalibrationSpec(count=config.calibration_frames, seed=config.seed)
         )
-        return Inputs(calib.obs, calib.actions, calib.manifest_entry(), calib)
-    n = config.calibration_frames
+        held_out = CalibrationSpec(
+            count=config.eval_observations, seed=config.seed + 1, exclude=frozenset(calib.frames)
+        )
+        judged = load_calibration(config.data, adapter, held_out).obs
+        return Inputs(calib.obs, calib.actions, calib.manifest_entry(), calib, judged=judged)
+    n, n_eval = config.calibration_frames, config.eval_observations
     if config.target.startswith("demo:"):
         from hotloop.sim.demo_policy import build_demo
         from hotloop.sim.vision_demo import make_demo_task
@@ -192,14 +216,19 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         demo = build_demo(config.target, TargetOptions(seed=config.seed))
         env = make_demo_task(demo.meta, config.task)
         observations = []
-        for i in range(n):  # one start observation per seed: the belt speed and box position vary
+        for i in range(n + n_eval):  # one start observation per seed: the belt speed and box position vary
             raw, _ = env.reset(seed=config.seed + i)
             observations.append(demo.pi.observation(demo.model_inputs(raw)))
         env.close()
-        return Inputs(stack(observations), None, None)
+        return Inputs(stack(observations[:n]), None, None, judged=stack(observations[n:]))
     from hotloop.models.pi_targets import random_observation
 
-    return Inputs(random_observation(source.cfg, n, "cpu", config.seed), None, None)
+    return Inputs(
+        random_observation(source.cfg, n, "cpu", config.seed),
+        None,
+        None,
+        judged=random_observation(source.cfg, n_eval, "cpu", config.seed + 1),
+    )
 
 
 # ---- the steps ---------------------------------------------------------------------------------------------
@@ -214,7 +243,9 @@ def apply_step(
 ) -> Candidate:
     from hotloop.compress.distill import DistillConfig
 
-    dcfg = DistillConfig(steps=config.distill_steps, batch=config.distill_batch, seed=config.seed)
+    dcfg = DistillConfig(
+        steps=config.distill_steps, batch=config.distill_batch, lr=config.distill_lr, seed=config.seed
+    )
     new = dataclasses.replace(cand, applied=[*cand.applied, step.label], details={})
     if step.name == "prune":
         from hotloop.compress.prune import PruneConfig, prune
@@ -225,8 +256,9 @@ def apply_step(
         from hotloop.compress.distill import distill
 
         new.model = copy.deepcopy(cand.model)
+        targets = inputs.actions if config.distill_target == "data" else None  # None: the teacher's chunks
         new.details = distill(
-            teacher, new.model, inputs.obs, inputs.actions, dcfg, work / "distill", progress=config.progress
+            teacher, new.model, inputs.obs, targets, dcfg, work / "distill", progress=config.progress
         )
     elif step.name == "steps":
         new.num_steps = int(step.arg)
@@ -455,10 +487,11 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     action_dim = int(source.policy.get("action_dim") or teacher.cfg.max_action_dim)
-    n_eval = min(config.eval_observations, inputs.obs.batch)
     from hotloop.compress.adapters import select
 
-    eval_inputs = Inputs(select(inputs.obs, list(range(n_eval))), None, None)
+    assert inputs.judged is not None
+    n_eval = inputs.judged.batch
+    eval_inputs = Inputs(inputs.judged, None, None)
     noise = make_noise(teacher, n_eval, torch.Generator().manual_seed(config.seed + 99))
     if source.policy.get("zero_noise"):
         noise.zero_()

@@ -40,6 +40,14 @@ def compress_cmd(
             "(0: the --data frames, else start frames)"
         ),
     ] = 20,
+    distill_lr: Annotated[float, typer.Option(help="Adam learning rate of distill and step-distill")] = 3e-4,
+    distill_target: Annotated[
+        str,
+        typer.Option(
+            help="distill: pull the student toward the teacher's chunks (teacher) or the recorded actions "
+            "of --data (data; only when the teacher was trained on them)"
+        ),
+    ] = "teacher",
     first_action_weight: Annotated[
         float,
         typer.Option(
@@ -89,6 +97,8 @@ def compress_cmd(
         distill_steps=distill_steps,
         distill_batch=distill_batch,
         distill_episodes=distill_episodes,
+        distill_target=distill_target,
+        distill_lr=distill_lr,
         step_distill_first_action=first_action_weight,
         bench_iters=bench_iters,
         backends=names,
