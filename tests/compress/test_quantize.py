@@ -135,3 +135,30 @@ def test_int8_without_calibration_is_refused(tmp_path: Path) -> None:
     )
     assert res.exit_code == 2 and "--calibration DIR" in res.output
     assert not (tmp_path / "a").exists()
+
+
+def test_a_static_int8_plan_gets_its_prompt_buckets_calibrated_at_their_shapes(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """Static int8 prefix and denoise engines are calibrated on the full prompt's activations; a bucket
+    is calibrated again at its own shapes (it used to be skipped), passes the plan's tolerance, and the
+    engine runs a short prompt in it."""
+    from hotloop.cli import app
+    from hotloop.runtime.engine import Engine
+
+    out, js = tmp_path / "art", tmp_path / "c.json"
+    args = ["compile", "pi05:tiny", "-o", str(out), "--budget-ms", "100000", "--backends", "openvino"]
+    args += ["--precisions", "int8", "--variants", "plain", "--iters", "1", "--warmup", "0", "--quiet"]
+    args += ["--threads", "1", "--calibration", str(recorded), "--calibration-frames", "8"]
+    args += ["--tolerance", "cos:0.9", "--buckets", "8", "--json", str(js)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    result = json.loads(js.read_text())
+    assert result["prompt_buckets"] == [8, 12]
+    assert [b["bucket"] for b in result["buckets"]] == [8] and result["buckets"][0]["action_cos"] >= 0.9
+    manifest = json.loads((out / "manifest.json").read_text())
+    by_name = {e["name"]: e for e in manifest["sub_engines"]}
+    assert by_name["prefix@8"]["precision"] == "int8" and by_name["prefix@8"]["backend"] == "openvino"
+    engine = Engine.load(out, threads=1, warmup=0)
+    actions = engine.infer(engine.example_observation(prompt_tokens=3), torch.zeros(1, 10, 32))
+    assert engine.pipeline.last_bucket == 8 and bool(torch.isfinite(actions).all())

@@ -84,6 +84,7 @@ def test_bad_values_fail_before_any_work(tmp_path: Path) -> None:
         (["--distill-batch", "0"], "--distill-batch must be >= 1"),
         (["--distill-episodes", "-1"], "--distill-episodes must be >= 0"),
         (["--distill-target", "labels"], "--distill-target 'labels' is unknown"),
+        (["--buckets", "32,x"], "cannot read --buckets '32,x'"),
     ):
         res = runner.invoke(
             app, ["compress", "pi05:tiny", "--recipe", "steps:4", "-o", str(tmp_path / "a"), *flags]
@@ -172,3 +173,20 @@ def test_distill_pulls_toward_the_teachers_chunks_unless_told_data(
     assert res.exit_code == 0, res.output
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert rows[2]["step"] == "distill" and rows[2]["details"]["targets"] == expected
+
+
+def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: Path, tmp_path: Path) -> None:
+    """`--buckets` reaches the recipe's compile step: static int8 prefix and denoise engines are prepared
+    (and calibrated) once more for the short prompt, and the judged artifact runs them."""
+    out = tmp_path / "art"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "quantize,compile", "--data", str(recorded), "--buckets", "8",
+         "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends",
+         "openvino", "--threads", "1", "--quiet", "--tolerance", "cos:0.9", "-o", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["prompt_buckets"] == [8, 12]
+    names = {e["name"]: e for e in manifest["sub_engines"]}
+    assert names["prefix@8"]["precision"] == names["prefix"]["precision"]

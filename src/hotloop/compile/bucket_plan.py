@@ -92,22 +92,19 @@ def plan_buckets(
 
     out: list[BucketRunners] = []
     cfg = source.cfg
-    quantized = [chosen[s].label for s in BUCKETED if chosen[s].precision not in ("fp32", "bf16")]
-    if quantized and bucket_sizes(config, source.shape.prompt_slots):
-        # A quantized engine's calibration is for the full prompt; re-calibrating per bucket is not built
-        # yet. The full-prompt plan is still written (finished work is never lost), and the log says why.
-        log(
-            f"--buckets skipped: the plan's {', '.join(quantized)} is quantized (calibrated at the full prompt)"
-        )
-        return out
     for bucket in bucket_sizes(config, source.shape.prompt_slots):
         runners: dict[str, Runner] = {"vision": _runner(chosen["vision"])}
         denoise_set = None
+        calibration_cache: dict[int, Any] = {}  # per engine set, at this bucket's shapes
+        reshaped_sets: dict[int, dict[str, Any]] = {}
         for stage in BUCKETED:
             cand = chosen[stage]
             own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
-            graph = reshape_subengines(cfg, own, bucket)[cand.sub_engine]
-            runners[cand.sub_engine] = prepare(cand, graph, config.threads)
+            if id(own) not in reshaped_sets:
+                reshaped_sets[id(own)] = reshape_subengines(cfg, own, bucket)
+            reshaped = reshaped_sets[id(own)]
+            extra = _quantized_options(cand, reshaped, source, config, bucket, calibration_cache)
+            runners[cand.sub_engine] = prepare(cand, reshaped[cand.sub_engine], config.threads, extra)
             if stage == "denoise":
                 denoise_set = own
         shape = dataclasses.replace(source.shape, prompt_slots=bucket)
@@ -142,6 +139,35 @@ def plan_buckets(
 
 def _sampler(pipe: PiPipeline, obs: PiObservation, noise: torch.Tensor) -> Callable[[], Any]:
     return lambda: pipe.sample(obs, noise)
+
+
+def _quantized_options(
+    cand: Candidate,
+    engines: dict[str, Any],
+    source: PiSource,
+    config: PlanConfig,
+    bucket: int,
+    cache: dict[int, Any],
+) -> dict[str, Any]:
+    """A quantized candidate's options at this bucket: its fp32 layers, and for static int8 the
+    calibration inputs captured again at the bucket's shapes (the calibration frames with their prompts
+    cut to the bucket), since the full prompt's activations do not fit a shorter key axis."""
+    if cand.precision in ("fp32", "bf16"):
+        return {}
+    from hotloop.compress.capture import plan_options
+
+    calibration = config.calibration
+    if calibration is not None:
+        calibration = dataclasses.replace(calibration, obs=fill_prompt(calibration.obs, bucket))
+    return plan_options(
+        cand.precision,
+        cand.sub_engine,
+        cand.variant,
+        engines,
+        dataclasses.replace(source, shape=bucket_shape(source.shape, bucket)),
+        dataclasses.replace(config, calibration=calibration),
+        cache,
+    )
 
 
 def _runner(cand: Candidate) -> Runner:

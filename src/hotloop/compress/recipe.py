@@ -126,6 +126,9 @@ class RecipeConfig:
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
     # them fp32.
     fp32_layers: dict[str, list[str]] = field(default_factory=dict)
+    # Prompt-length buckets the compile step prepares the prefix and denoise engines for (below the full
+    # prompt; quantized ones calibrated again at each bucket's shapes); () = the full prompt only.
+    buckets: tuple[int, ...] = ()
     threads: int | None = None
     workers: int = 2
     seed: int = 0
@@ -381,6 +384,7 @@ def write_candidate(
         progress=False,
         calibration=inputs.calibration_set if "int8" in cand.precisions else None,
         fp32_layers=dict(config.fp32_layers),
+        buckets=config.buckets if "compile" in cand.applied else (),
     )
     plan = plan_pi(src, plan_config)
     from hotloop.compile.pi_plan import compression_entry

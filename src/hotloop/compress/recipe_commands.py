@@ -40,6 +40,13 @@ def compress_cmd(
             "(0: the --data frames, else start frames)"
         ),
     ] = 20,
+    buckets: Annotated[
+        str | None,
+        typer.Option(
+            help="compile step: prompt-length buckets for the prefix, e.g. 32,64 (quantized engines are "
+            "calibrated again per bucket; the full prompt is always one)"
+        ),
+    ] = None,
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of distill and step-distill")] = 3e-4,
     distill_target: Annotated[
         str,
@@ -71,6 +78,7 @@ def compress_cmd(
     """Compress TARGET step by step (judged after each step); write the last passing artifact."""
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import check_backend_names
+    from hotloop.compile.buckets import parse_buckets
     from hotloop.compile.commands import _check_writable
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
@@ -99,6 +107,7 @@ def compress_cmd(
         distill_episodes=distill_episodes,
         distill_target=distill_target,
         distill_lr=distill_lr,
+        buckets=parse_buckets(buckets) if buckets is not None else (),
         step_distill_first_action=first_action_weight,
         bench_iters=bench_iters,
         backends=names,
