@@ -42,7 +42,8 @@ def main() -> None:
         ref = sample_actions(teacher, obs, noise=noise, num_steps=source.shape.num_steps)
     engine = Engine.load(args.artifact, threads=args.threads, warmup=1)
     found = [
-        compare_actions(ref[i], engine.sample(select(obs, [i]), noise[i : i + 1]).clone()[0]) for i in range(n)
+        compare_actions(ref[i], engine.sample(select(obs, [i]), noise[i : i + 1]).clone()[0])
+        for i in range(n)
     ]
     cos = [a.cosine for a in found]
     result = {
