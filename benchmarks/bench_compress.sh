@@ -21,7 +21,7 @@ done
 "${HL[@]}" record --task conveyor-pick --episodes 40 --seed 500 -o "$OUT/calib-small" --quiet
 "${HL[@]}" compress pi05:small --recipe prune:0.75:0.5,distill,step-distill:5,quantize,compile \
   --data "$OUT/calib-small" --tolerance cos:0.99 --calibration-frames 128 --eval-observations 16 \
-  --distill-steps 100 --distill-lr 3e-5 --backends eager,openvino --threads 2 --bench-iters 10 \
+  --distill-steps 100 --distill-lr 3e-5 --backends eager,openvino --threads 2 --bench-iters 10 --buckets 32 \
   -o "$OUT/small-art" --json "$OUT/small.json" --plot "$OUT/small.png" || true
 "${HL[@]}" bench "$OUT/small-art" --compare pi05:small --prompt-tokens 20 --threads 2 --iters 60 \
   --json "$OUT/small-bench.json"
