@@ -264,3 +264,103 @@ def test_training_with_prefixes_is_seeded_and_leaves_the_plain_recipe_alone():
     assert 0.45 < (d == 0).float().mean().item() < 0.55
     assert d.min().item() == 0 and d.max().item() == 8
     assert TrainDemoConfig().action_prefix_prob == 0.0  # the shipped weights' recipe: no prefixes
+
+
+def test_soft_prefix_with_no_mask_is_plain_sampling_and_holds_the_rows_with_full_weight(nano):
+    from hotloop.realtime.rtc import prefix_weights
+    from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+
+    model, obs, _ = nano
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(6)
+    noise = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    prefix = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    plain = sample_actions(model, obs, noise=noise, num_steps=4)
+    none = soft_prefix_sample_actions(
+        model, obs, prefix, torch.zeros(cfg.chunk_size), noise=noise, num_steps=4
+    )
+    torch.testing.assert_close(none, plain, rtol=0, atol=1e-5)
+    w = torch.from_numpy(prefix_weights(2, 8, cfg.chunk_size)).float()
+    assert w[1] == 1 and 0 < w[2] < 1 and w[8] == 0
+    out = soft_prefix_sample_actions(model, obs, prefix, w, noise=noise, num_steps=4)
+    assert torch.equal(out[:, :2], prefix[:, :2])
+    assert not torch.allclose(out[:, 8:], plain[:, 8:])  # unmasked rows are conditioned on the rest
+    with pytest.raises(ValueError, match="weights must have shape"):
+        soft_prefix_sample_actions(model, obs, prefix, w[:-1], noise=noise, num_steps=4)
+
+
+def test_soft_prefix_integrates_each_token_from_its_own_time_and_enforces_the_mask(nano, monkeypatch):
+    """With a velocity field of zero the tokens stay where they start, s_i * noise + (1 - s_i) * prefix,
+    and the result is W * prefix + (1 - W) * that; the model is told min(t_k, s_i) at every step."""
+    from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+
+    model, obs, _ = nano
+    cfg = model.cfg
+    seen: list[torch.Tensor] = []
+
+    def still(cache, x, t, state):
+        seen.append(t.clone())
+        return torch.zeros_like(x)
+
+    monkeypatch.setattr(model, "denoise_step", still)
+    g = torch.Generator().manual_seed(7)
+    noise = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    prefix = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    w = torch.zeros(cfg.chunk_size)
+    w[:3] = torch.tensor([1.0, 0.7, 0.2])
+    out = soft_prefix_sample_actions(model, obs, prefix, w, noise=noise, num_steps=4)
+    W, s = w[None, :, None], (1 - w)[None, :, None]
+    torch.testing.assert_close(out, W * prefix + s * (s * noise + W * prefix))
+    assert len(seen) == 4 and all(t.shape == (3, cfg.chunk_size) for t in seen)
+    for k, t in enumerate(seen):
+        expected = torch.clamp(1 - w, max=1.0 - k / 4).expand(3, -1)
+        torch.testing.assert_close(t, expected)
+
+
+def test_demo_policy_in_soft_prefix_mode_holds_the_delay_and_leans_toward_the_executing_chunk():
+    from hotloop.sim.demo_policy import load_demo_policy
+    from hotloop.sim.tasks import make_task
+
+    policy = load_demo_policy()
+    env = make_task("conveyor-pick")
+    obs, _ = env.reset(seed=3)
+    policy.reset()
+    first = policy.infer(obs)["actions"]
+    for _ in range(2):
+        env.advance(first[0], env.config.ticks_per_control)
+    now = env.observe()
+    prev = np.asarray(first[2:10], dtype=np.float32)
+    prev[:, 0] += 0.02  # off this observation's own plan
+    hard = policy.infer({**now, PREV_ACTIONS_KEY: prev, DELAY_KEY: 3, MODE_KEY: "prefix"})
+    soft = policy.infer({**now, PREV_ACTIONS_KEY: prev, DELAY_KEY: 3, MODE_KEY: "soft-prefix"})
+    assert soft[GUIDED_KEY] is True and soft[MODE_KEY] == "soft-prefix"
+    np.testing.assert_allclose(soft["actions"][:3], prev[:3], atol=1e-5)
+    # Row 3 is the first one the robot executes from the new chunk: the mask holds it nearer the plan
+    # being executed than the hard prefix alone does.
+    assert np.linalg.norm(soft["actions"][3, :3] - prev[3, :3]) < np.linalg.norm(
+        hard["actions"][3, :3] - prev[3, :3]
+    )
+    assert np.all(np.isfinite(soft["actions"])) and soft["actions"].shape == first.shape
+
+
+def test_rtc_soft_strategy_refuses_a_policy_that_answered_another_mode():
+    from hotloop.realtime.scheduler import ChunkScheduler, Completion
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
+
+    s = make_strategy("rtc-soft", StrategyConfig(16))
+    assert s.guided and s.overlaps and s.describe()["mode"] == "soft-prefix"
+    assert guidance_mode({MODE_KEY: "soft-prefix"}) == "soft-prefix"
+    sched = ChunkScheduler(lambda h: make_strategy("rtc-soft", StrategyConfig(h)), period=5, tick_s=0.02)
+    hold = np.zeros(4)
+    chunk = np.tile([0.1, 0.0, 0.2, 0.0], (16, 1))
+    sched.started(0)
+    sched.completed(Completion(0, 10, {"actions": chunk}), hold)
+    for now in range(10, 50, 5):
+        sched.next_segment(now, hold, dict)
+    assert sched.guidance(50)[MODE_KEY] == "soft-prefix"
+    sched.started(50, guided=True)
+    with pytest.raises(ConfigError, match="rtc_mode 'prefix'"):
+        sched.completed(Completion(50, 60, {"actions": chunk, GUIDED_KEY: True, MODE_KEY: "prefix"}), hold)
+    sched.started(50, guided=True)
+    sched.completed(Completion(50, 60, {"actions": chunk, GUIDED_KEY: True, MODE_KEY: "soft-prefix"}), hold)
+    assert sched.chunks == 2

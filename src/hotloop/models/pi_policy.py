@@ -278,6 +278,8 @@ class PiPolicy:
         mode = guidance_mode(obs)
         if guidance is not None and mode == "prefix":
             chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+        elif guidance is not None and mode == "soft-prefix":
+            chunk = self.soft_prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
         elif guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
@@ -341,6 +343,35 @@ class PiPolicy:
             model_obs,
             target.to(self.device),
             d,
+            noise=noise,
+            num_steps=self.num_steps,
+            generator=generator,
+            timer=timer,
+            cache=self._cache,
+        )
+
+    def soft_prefix_sample(
+        self,
+        model_obs: PiObservation,
+        guidance: tuple[np.ndarray, int, float],
+        to_policy_actions: Any,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        timer: Any = None,
+    ) -> torch.Tensor:
+        """RTC by action conditioning over the soft mask (`soft_prefix_sample_actions`): the first d
+        previous actions are held, the mask's tail starts part-way along the flow from them (beta is not
+        used). Arguments as `prefix_sample`."""
+        from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+
+        prev, delay, _ = guidance
+        d = max(0, min(int(delay), len(prev), self.horizon))
+        target, weights = self._model_space_guidance(prev, d, to_policy_actions)
+        return soft_prefix_sample_actions(
+            self.model,
+            model_obs,
+            target.to(self.device),
+            weights[:, 0].to(self.device),  # one time per token: the mask is the same on every column
             noise=noise,
             num_steps=self.num_steps,
             generator=generator,

@@ -21,8 +21,10 @@ action space, row i meant for the period starting at the observation time + i pe
 
 A fourth key, `MODE_KEY`, picks how: "guided" (the default when absent: the sampler above) or "prefix"
 (training-time action conditioning, `hotloop.realtime.rtc_prefix`: the first d actions are given to a
-model trained to continue them). A policy that applied "prefix" answers `MODE_KEY: "prefix"` too, so a
-policy that only knows guidance cannot be taken for one that conditioned on the prefix.
+model trained to continue them) or "soft-prefix" (the same conditioning over the whole soft mask: the
+tail's tokens start part-way along the flow from the executing actions, `soft_prefix_sample_actions`).
+A policy that applied a prefix mode answers it in `MODE_KEY` too, so a policy that only knows guidance
+cannot be taken for one that conditioned on the prefix.
 
 This module imports torch only inside `guided_sample_actions`.
 """
@@ -46,7 +48,7 @@ DELAY_KEY = "rtc_delay"
 MAX_GUIDANCE_WEIGHT_KEY = "rtc_max_guidance_weight"
 GUIDED_KEY = "rtc_guided"
 MODE_KEY = "rtc_mode"
-MODES = ("guided", "prefix")
+MODES = ("guided", "prefix", "soft-prefix")
 
 # The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor
 # (20 episodes, docs/realtime.md) 20 was the best trade: at 300 ms async's success (15/20) with half its
@@ -91,7 +93,7 @@ def guidance_inputs(obs: dict[str, Any]) -> tuple[np.ndarray, int, float] | None
 
 
 def guidance_mode(obs: dict[str, Any]) -> str:
-    """The RTC mode an observation asks for: "guided" (also when it names none) or "prefix"."""
+    """The RTC mode an observation asks for: "guided" (also when it names none), "prefix" or "soft-prefix"."""
     mode = obs.get(MODE_KEY, "guided")
     if mode not in MODES:
         from hotloop.errors import ConfigError

@@ -213,7 +213,7 @@ class ChunkScheduler:
                 "but this policy ignored them; use a policy with a guided sampler (demo:conveyor, pi0 "
                 "targets; a compiled artifact has none) or --strategy async"
             )
-        if self._guided and self._mode() == "prefix" and done.output.get(MODE_KEY) != "prefix":
+        if self._guided and self._mode() != "guided" and done.output.get(MODE_KEY) != self._mode():
             raise ConfigError(
                 f"--strategy {self.strategy.name} gives the policy the executing actions as a prefix to "
                 "continue, but this policy did not condition on it (it answered rtc_mode "

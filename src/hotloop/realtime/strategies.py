@@ -25,6 +25,10 @@ Built in:
 - `rtc-prefix`: async, and the policy is given the d actions the robot executes meanwhile as the clean
   prefix of the new chunk and samples the rest (training-time action conditioning, Black, Galliker,
   Levine 2025; `hotloop.realtime.rtc_prefix`). Needs a policy trained for it.
+- `rtc-soft`: `rtc-prefix` over RTC's whole soft mask: the d executed actions are held, the tail of the
+  mask starts part-way along the flow from the executing chunk, and the result is held to it by the mask
+  (`soft_prefix_sample_actions`), so the new chunk leaves the old plan gradually. No gradient, one
+  forward per step; the smoothest mode, at some cost in success on a moving target (docs/realtime.md).
 """
 
 from __future__ import annotations
@@ -153,7 +157,7 @@ class RealTimeChunking:
     name: str = "rtc"
     overlaps: bool = True
     guided: bool = True
-    mode: str = "guided"  # "guided": inference-time guidance; "prefix": a prefix-conditioned policy
+    mode: str = "guided"  # "guided": inference-time guidance; "prefix"/"soft-prefix": prefix conditioning
 
     def wants_inference(self, chunk: ActiveChunk | None) -> bool:
         return chunk is None or chunk.remaining <= self.trigger_remaining
@@ -203,6 +207,10 @@ def _rtc_prefix(cfg: StrategyConfig) -> Strategy:
     return RealTimeChunking(_trigger(cfg), name="rtc-prefix", mode="prefix")
 
 
+def _rtc_soft(cfg: StrategyConfig) -> Strategy:
+    return RealTimeChunking(_trigger(cfg), name="rtc-soft", mode="soft-prefix")
+
+
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry: Registry[Callable[[StrategyConfig], Strategy]] = Registry("strategy")
     registry.register("sync", _sync)
@@ -210,6 +218,7 @@ def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry.register("async", _async)
     registry.register("rtc", _rtc)
     registry.register("rtc-prefix", _rtc_prefix)
+    registry.register("rtc-soft", _rtc_soft)
     return registry
 
 

@@ -97,9 +97,10 @@ def _check_strategy_options(
             if changed:
                 users.append(name)
         if not users:
-            readers = {"--execute-steps": "chunk", "--trigger-remaining": "async, rtc or rtc-prefix"}.get(
-                flag, "rtc"
-            )
+            readers = {
+                "--execute-steps": "chunk",
+                "--trigger-remaining": "async, rtc, rtc-prefix or rtc-soft",
+            }.get(flag, "rtc")
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
                 f"drop it or add that strategy"
@@ -249,7 +250,9 @@ def eval_cmd(
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
     strategy: Annotated[
         list[str],
-        typer.Option(help="sync, chunk, async, rtc or rtc-prefix; repeat or comma-separate for several"),
+        typer.Option(
+            help="sync, chunk, async, rtc, rtc-prefix or rtc-soft; repeat or comma-separate for several"
+        ),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
         str | None,

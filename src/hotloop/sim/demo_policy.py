@@ -118,15 +118,17 @@ class DemoConveyorPolicy:
             self._noise = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
             self._cache = pi.model.allocate_cache(batch=1)
         model_obs = pi.observation(self.model_inputs(obs))
-        from_zero = self.zero_noise and (guidance is None or mode == "prefix" or not self.rtc_from_noise)
+        from_zero = self.zero_noise and (guidance is None or mode != "guided" or not self.rtc_from_noise)
         noise = self._noise if from_zero else None
         generator = None if from_zero else pi.generator
         if guidance is None:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
             )
-        else:  # the two RTC modes take the same arguments
-            sampler = pi.prefix_sample if mode == "prefix" else pi.guided_sample
+        else:  # the RTC modes take the same arguments
+            sampler = {"prefix": pi.prefix_sample, "soft-prefix": pi.soft_prefix_sample}.get(
+                mode, pi.guided_sample
+            )
             chunk = sampler(
                 model_obs,
                 guidance,
