@@ -35,6 +35,7 @@ from hotloop.compile.planner import (
     time_calls,
 )
 from hotloop.compile.validate import compare_actions, compare_outputs
+from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
@@ -85,6 +86,7 @@ class EngineSets:
         self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
         self.calibration_inputs: dict[int, Any] = {}  # per engine set, for static int8 candidates
         self._reference: dict[tuple[str, int], tuple[Tensor, ...]] = {}
+        self.released: set[str] = set()  # sub-engines whose fp32 weights were freed to fit
 
     def reference_outputs(self, sub: str, row: int, inputs: list[Tensor]) -> tuple[Tensor, ...]:
         """The fp32 sub-engine's outputs for `inputs` (row `row` of the step table), computed once and
@@ -93,6 +95,26 @@ class EngineSets:
             out = self.get(torch.float32)[sub].module(*inputs)
             self._reference[sub, row] = out if isinstance(out, tuple) else (out,)
         return self._reference[sub, row]
+
+    def release(self, sub: str, keep: list[str]) -> int:
+        """Free the fp32 weights only sub-engine `sub` uses (not those of the sub-engines in `keep`):
+        they become meta tensors in the model and in every module sharing them. Returns the bytes freed.
+        Used when a full-size model and its compiled stages do not fit together (see `plan_pi`)."""
+        from hotloop.compile.memory_fit import release_module_weights
+
+        engines = self.get(torch.float32)
+        freed = release_module_weights(engines[sub].module, [engines[k].module for k in keep])
+        self.released.add(sub)
+        return freed
+
+    def copy_bytes(self, dtype: torch.dtype, variant: str) -> int:
+        """Bytes the engine set (dtype, variant) would copy from the model if built now: 0 once built,
+        and for the fp32 plain set, which shares the model's weights."""
+        if (dtype, variant) in self._sets or (dtype, variant) == (torch.float32, "plain"):
+            return 0
+        from hotloop.compile.memory_fit import weight_bytes
+
+        return weight_bytes(self.model) * torch.finfo(dtype).bits // 32
 
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
@@ -128,6 +150,21 @@ def stage_call(sub: str, runner: Runner, num_steps: int, table: Tensor) -> Calla
     return steps
 
 
+def candidate_need(cand: Candidate, source: PiSource, sets: EngineSets) -> Any:
+    """The memory preparing `cand` is estimated to take (`hotloop.compile.memory_fit`)."""
+    from hotloop.compile.memory_fit import estimated_need
+
+    dtype = get_backend(cand.backend).graph_dtype(cand.precision)
+    return estimated_need(
+        cand.backend,
+        cand.precision,
+        cand.sub_engine,
+        sets.get(torch.float32)[cand.sub_engine].module,
+        source.shape.num_steps,
+        sets.copy_bytes(dtype, cand.variant),
+    )
+
+
 def check_candidate(
     cand: Candidate,
     source: PiSource,
@@ -137,8 +174,22 @@ def check_candidate(
     config: PlanConfig,
 ) -> None:
     """Numerics (per output, per step for the step engine; then final actions), then latency."""
+    from hotloop.compile.memory_fit import available_bytes, refusal
+
     ref_engines = sets.get(torch.float32)
-    own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
+    dtype = get_backend(cand.backend).graph_dtype(cand.precision)
+    if sets.released and sets.copy_bytes(dtype, cand.variant):
+        cand.status = "unavailable"
+        cand.reason = (
+            f"builds a {cand.variant} {str(dtype).removeprefix('torch.')} copy of the whole model, whose "
+            f"{', '.join(sorted(sets.released))} weights were released to fit: not tried"
+        )
+        return
+    too_big = refusal(candidate_need(cand, source, sets), available_bytes())
+    if too_big is not None:
+        cand.status, cand.reason = "unavailable", too_big
+        return
+    own = sets.get(dtype, cand.variant)
     graph = own[cand.sub_engine]
     extra: dict[str, Any] = {}
     if cand.precision not in ("fp32", "bf16"):
@@ -213,6 +264,7 @@ class PiPlan:
     chosen: dict[str, Candidate]
     result: dict[str, Any]
     buckets: list[BucketRunners] = field(default_factory=list)  # extra prompt-length buckets
+    weights: WeightsSnapshot | None = None  # set when fp32 weights were released to fit
 
 
 def worst_agreement(
@@ -267,17 +319,41 @@ def repair_plan(
 
 
 def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = lambda s: None) -> PiPlan:
+    """Candidates checked and timed per stage, the fastest plan within tolerance, timed against the
+    reference. A plan that had to release fp32 weights to fit (`_make_room`) carries their snapshot in
+    `PiPlan.weights`, removed by `write_pi_artifact` (or here, if planning fails)."""
+    spilled: list[WeightsSnapshot] = []
+    try:
+        return _plan_pi(source, config, log, spilled)
+    except BaseException:
+        for snapshot in spilled:
+            snapshot.discard()
+        raise
+
+
+def _plan_pi(
+    source: PiSource, config: PlanConfig, log: Callable[[str], None], spilled: list[WeightsSnapshot]
+) -> PiPlan:
     sets = EngineSets(source.model, source.shape)
     ref_engines = sets.get(torch.float32)
     ref_runners: dict[str, Any] = {n: TorchRunner(e, "fp32", e.module) for n, e in ref_engines.items()}
     ref_runners.pop("denoise_loop")
     ref_pipeline = pipeline(source, ref_engines, ref_runners)
     ref_actions = ref_pipeline.sample(source.obs, source.noise).clone()
+    checks = source.checks
+    # Every reference the plan is judged against, taken now: a full-size model may have to release a
+    # finished stage's fp32 weights before the last stages fit (`_make_room`).
+    check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
     subs = tuple(s for subs in STAGES.values() for s in subs)
     candidates = list(candidate_specs(config, subs, config.variants))
     pending = [c for c in candidates if c.status == "pending"]
+    snapshot: WeightsSnapshot | None = None
     for i, cand in enumerate(pending):
         log(f"[{i + 1}/{len(pending)}] {cand.label}")
+        finished = {c.stage for c in pending[:i]} - {c.stage for c in pending[i:]}
+        snapshot = _make_room(cand, finished, candidates, source, sets, ref_runners, snapshot, config, log)
+        if snapshot is not None and not spilled:
+            spilled.append(snapshot)
         t0 = time.perf_counter()
         check_candidate(cand, source, sets, ref_runners, ref_actions, config)
         lat = f" p50 {cand.latency.p50:.2f} / p99 {cand.latency.p99:.2f} ms" if cand.latency else ""
@@ -289,12 +365,11 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     chosen: dict[str, Candidate] = {}
     for stage in STAGES:
         best = choose(candidates, stage)
-        if best is None:  # cannot happen while eager fp32 is tried; keep the reference then
-            raise RuntimeError(f"no accepted candidate for stage {stage}; include --backends eager")
+        if best is None:  # cannot happen while eager fp32 is tried (it shares the model's weights)
+            why = "; ".join(f"{c.label}: {c.status} ({c.reason})" for c in candidates if c.stage == stage)
+            raise ConfigError(f"no candidate for stage {stage} was accepted ({why}); add --backends eager")
         chosen[stage] = best
     # Errors of several stages add up: check the whole plan, fall back stage by stage if needed.
-    checks = source.checks
-    check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
     plan_pipe = _plan_pipeline(source, sets, chosen)
     agreement = worst_agreement(plan_pipe, checks, check_refs, config.tolerance)
 
@@ -305,8 +380,19 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
     chosen, plan_pipe, agreement = repair_plan(
         chosen, candidates, evaluate, (plan_pipe, agreement), config.tolerance, log
     )
-    buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
-    log(f"timing reference and plan interleaved ({config.iterations} rounds)")
+    if sets.released and config.buckets:
+        log(
+            f"prompt buckets skipped: the fp32 {', '.join(sorted(sets.released))} reference was released to fit"
+        )
+        buckets = []
+    else:
+        buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
+    timed_names = ["plan"] if sets.released else ["reference", "plan"]
+    log(
+        f"timing {' and '.join(timed_names)}"
+        + (" (the fp32 reference was released to fit)" if sets.released else " interleaved")
+        + f" ({config.iterations} rounds)"
+    )
     stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
     timers = {"reference": StageTimer(), "plan": StageTimer()}
 
@@ -321,14 +407,11 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
 
         return run
 
-    samples = interleaved(
-        {"reference": timed("reference", ref_pipeline), "plan": timed("plan", plan_pipe)},
-        config.warmup,
-        config.iterations,
-    )
+    pipes = {"reference": ref_pipeline, "plan": plan_pipe}
+    samples = interleaved({n: timed(n, pipes[n]) for n in timed_names}, config.warmup, config.iterations)
     for name in stage_samples:  # drop the warm-up rounds the stage timer saw
         stage_samples[name] = {k: v[config.warmup :] for k, v in stage_samples[name].items()}
-    ref_lat = stats_dict(samples["reference"], stage_samples["reference"])
+    ref_lat = stats_dict(samples["reference"], stage_samples["reference"]) if "reference" in samples else None
     plan_lat = stats_dict(samples["plan"], stage_samples["plan"])
     violation = config.tolerance.violation(agreement)
     result = {
@@ -339,8 +422,9 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         "plan": plan_summary(chosen),
         "reference_latency_ms": ref_lat,
         "plan_latency_ms": plan_lat,
-        "speedup_p50": ref_lat["p50"] / plan_lat["p50"],
-        "speedup_p99": ref_lat["p99"] / plan_lat["p99"],
+        "speedup_p50": ref_lat["p50"] / plan_lat["p50"] if ref_lat else None,
+        "speedup_p99": ref_lat["p99"] / plan_lat["p99"] if ref_lat else None,
+        "released_for_memory": sorted(sets.released),
         "action_cos_min": agreement.cosine,
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
@@ -351,7 +435,104 @@ def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = l
         "prompt_buckets": [*(b.bucket for b in buckets), source.shape.prompt_slots],
         "buckets": [b.to_dict() for b in buckets],
     }
-    return PiPlan(candidates, chosen, result, buckets)
+    return PiPlan(candidates, chosen, result, buckets, snapshot)
+
+
+def _make_room(
+    cand: Candidate,
+    finished: set[str],
+    candidates: list[Candidate],
+    source: PiSource,
+    sets: EngineSets,
+    ref_runners: dict[str, Any],
+    snapshot: WeightsSnapshot | None,
+    config: PlanConfig,
+    log: Callable[[str], None],
+) -> WeightsSnapshot | None:
+    """When `cand` cannot fit beside the fp32 model, release the fp32 weights of finished stages.
+
+    The weights are saved to disk first (the artifact needs them). The stage keeps one runner, its
+    fastest accepted candidate, rebuilt from its own saved files: a converted OpenVINO graph shares the
+    torch weights' memory, so only a runner loaded from files lets them go. That runner becomes the
+    stage's reference, so later candidates are checked against the fp32 actions with this stage already
+    compiled (stricter). The reference cannot be timed afterwards."""
+    import gc
+
+    from hotloop.compile.memory_fit import GIB, available_bytes, refusal
+
+    for stage in STAGES:
+        if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
+            break
+        best = choose(candidates, stage)
+        if stage not in finished or best is None or best.runner is None or best.backend == "eager":
+            continue
+        if best.sub_engine in sets.released:
+            continue
+        if snapshot is None:
+            log("    saving the fp32 weights to disk before releasing any (the artifact needs them)")
+            snapshot = WeightsSnapshot.take(source.model.state_dict())
+        before = available_bytes()
+        graph = sets.get(torch.float32)[best.sub_engine]
+        best.runner = _reloaded(best, graph, snapshot.folder / best.sub_engine, config.threads)
+        for c in candidates:  # the others of the stage hold the shared graph: drop them
+            if c.stage == stage and c is not best:
+                c.runner = None
+        graph.conversions.clear()
+        ref_runners[best.sub_engine] = best.runner
+        keep = [n for n in sets.get(torch.float32) if n != best.sub_engine and n not in sets.released]
+        sets.release(best.sub_engine, keep)
+        gc.collect()
+        freed = available_bytes() - before
+        log(
+            f"    released the fp32 {stage} weights ({freed / GIB:.1f} GiB freed); it now runs as {best.label}"
+        )
+    return snapshot
+
+
+def _reloaded(cand: Candidate, graph: SubEngine, folder: Path, threads: int | None) -> Runner:
+    """`cand`'s runner saved into `folder` and loaded back from there, as `Engine.load` would."""
+    from hotloop.compile.backends.base import PreparedFiles
+
+    assert cand.runner is not None
+    prepared = cand.runner.save(folder)
+    options = dict(prepared.options)
+    if threads is not None and cand.backend in ("onnxruntime", "openvino"):
+        options["threads"] = threads
+    return get_backend(cand.backend).load(
+        graph, cand.precision, folder, PreparedFiles(prepared.files, options)
+    )
+
+
+@dataclass
+class WeightsSnapshot:
+    """A temporary folder holding the source's fp32 weights (saved before any are released, with their
+    hash) and the graphs of runners rebuilt from files; `write_pi_artifact` moves the weights into the
+    artifact."""
+
+    folder: Path
+    sha256: str
+
+    @property
+    def weights(self) -> Path:
+        return self.folder / "weights.safetensors"
+
+    @classmethod
+    def take(cls, state: dict[str, Tensor]) -> WeightsSnapshot:
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        from hotloop.compile.artifact import sha256_state_dict
+
+        folder = Path(tempfile.mkdtemp(prefix="hotloop-plan-"))
+        snapshot = cls(folder, sha256_state_dict(state))
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
+        return snapshot
+
+    def discard(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candidate]) -> PiPipeline:
@@ -368,10 +549,19 @@ def write_pi_artifact(
     fields (the compression work's `precision_plan` and `compression`)."""
     from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_state_dict
 
-    state = source.model.state_dict()
     writer = ArtifactWriter(out)
     try:
-        weights = writer.write_weights(state)
+        if plan.weights is not None:  # some weights were released: the snapshot holds them all
+            import shutil
+
+            from hotloop.compile.artifact import WEIGHTS
+
+            shutil.move(str(plan.weights.weights), str(writer.path(WEIGHTS)))
+            writer.path(WEIGHTS).chmod(0o644)  # as the other files (the temporary file was private)
+            weights, weights_sha = WEIGHTS, plan.weights.sha256
+        else:
+            state = source.model.state_dict()
+            weights, weights_sha = writer.write_weights(state), sha256_state_dict(state)
         subs = []
         for stage, cand in plan.chosen.items():
             assert cand.runner is not None
@@ -408,7 +598,7 @@ def write_pi_artifact(
             config=asdict(source.cfg),
             shape=asdict(source.shape),
             weights=weights,
-            source_weights_sha256=sha256_state_dict(state),
+            source_weights_sha256=weights_sha,
             sub_engines=subs,
             budget_ms=config.budget_ms,
             tolerance=config.tolerance.spec,
@@ -435,6 +625,9 @@ def write_pi_artifact(
     except BaseException:
         writer.abort()
         raise
+    finally:
+        if plan.weights is not None:  # the runners' files stay mapped while they live (POSIX unlink)
+            plan.weights.discard()
 
 
 def precision_plan(plan: PiPlan, config: PlanConfig) -> dict[str, Any]:

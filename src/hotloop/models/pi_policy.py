@@ -129,7 +129,10 @@ class PiPolicy:
         self.default_prompt_tokens = list(default_prompt_tokens or [])
         self.num_steps = num_steps
         self.seed = seed
-        self.device = model.action_in_proj.weight.device
+        weight = model.action_in_proj.weight
+        # An engine whose runners run from compiled files keeps its torch model on meta (no storage,
+        # `hotloop.runtime.engine.release_weights`); its observations are still built on the CPU.
+        self.device = torch.device("cpu") if weight.is_meta else weight.device
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache = model.allocate_cache(batch=1)
 

@@ -33,6 +33,16 @@ OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
 IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
 
 
+# Backends whose loaded runners run from the artifact's files alone, never the torch module.
+FILE_BACKENDS = ("onnxruntime", "openvino", "tensorrt")
+
+
+def release_weights(model: torch.nn.Module) -> None:
+    """Replace a model's parameters and buffers by meta tensors (same shapes and dtypes, no storage):
+    every module that shares them (the sub-engines' graphs) sees the change, and their memory is freed."""
+    model.to("meta")
+
+
 class Engine:
     """A loaded artifact. Build with `Engine.load`; `infer` is not re-entrant (use `submit` to queue)."""
 
@@ -130,12 +140,15 @@ class Engine:
             model = PiModel(self.cfg)
         state = load_file(str(self.path / m["weights"]))
         model.load_state_dict(state, assign=True)
+        del state  # the model holds the tensors now; `release_weights` below must be able to free them
         self.model = model.float().eval()
         sets: dict[tuple[torch.dtype, str], Any] = {}
         variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
         # Entries "prefix@32", "denoise_step@32" are a prompt-length bucket's engines; plain names the full prompt.
         per_bucket: dict[int, dict[str, Runner]] = {}
         denoise_keys: dict[int, tuple[torch.dtype, str]] = {}
+        denoise_sets: dict[int, Any] = {}
+        planned = []
         for name, entry in entries(m).items():
             base, bucket = split_name(name)
             bucket = bucket if bucket is not None else self.shape.prompt_slots
@@ -152,6 +165,14 @@ class Engine:
             )
             if base.startswith("denoise"):
                 denoise_keys[bucket] = key
+                denoise_sets[bucket] = graphs  # reshaped once, while the weights are still here
+            planned.append((name, entry, base, bucket, backend, graphs))
+        if all(entry.backend in FILE_BACKENDS for entry in entries(m).values()):
+            # Every runner runs from the artifact's own files: the torch weights only built the graphs'
+            # signatures, example inputs and step tables. Dropped before the backends load, so a
+            # full-size model's fp32 copy and its compiled one are never resident together.
+            release_weights(self.model)
+        for name, entry, base, bucket, backend, graphs in planned:
             options = dict(entry.options)
             if threads is not None and entry.backend in ("onnxruntime", "openvino"):
                 options["threads"] = threads
@@ -167,9 +188,7 @@ class Engine:
                 raise CheckpointError(
                     f"{self.path / 'manifest.json'}: prompt bucket {bucket} has no denoise engine"
                 )
-            denoise_set = sets[denoise_keys[bucket]]
-            if bucket != self.shape.prompt_slots:
-                denoise_set = reshape_subengines(self.cfg, denoise_set, bucket)
+            denoise_set = denoise_sets[bucket]
             pipelines[bucket] = PiPipeline(
                 self.cfg,
                 bucket_shape(self.shape, bucket),

@@ -1,0 +1,130 @@
+"""Whether a planner candidate can be prepared in the memory this machine has left, checked before it is.
+
+A full-size model (pi05:full, 13.4 GB in fp32) fills a 24 GiB machine with its fp32 reference and three
+compiled stages; one more candidate (OpenVINO's unrolled 10-step loop) then made the machine thrash
+instead of failing. The planner now estimates each candidate's resident growth from the fp32 bytes of
+its sub-engine's weights and refuses it, as "unavailable" with the figures, when the estimate exceeds
+what the kernel reports available (MemAvailable). It is an estimate, not a limit:
+
+- The factors are a backend's resident growth over preparing a sub-engine, per fp32 weight byte,
+  measured on pi05:small (vision, prefix, step and loop engines, 2 threads) and on pi05:full: OpenVINO
+  bf16 kept 0.78 over vision + prefix + step of pi05:full and 0.9-1.4 on pi05:small's larger engines;
+  its unrolled loop grows with the number of steps (0.33 GiB for a 0.04 GiB step engine at 10 steps:
+  the plugin repacks the shared weights once per use). Backends not measured get 1.5, a deliberately
+  generous figure.
+- A fixed overhead covers what does not scale with the weights (plugin state, buffers): 0.25 GiB.
+- Eager candidates share the model's weights (fp32) or its one bf16 copy, made once for every bf16
+  candidate: that copy is counted for the candidate that makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+GIB = 2**30
+FIXED_OVERHEAD = GIB // 4
+
+# Resident growth per fp32 weight byte while preparing, by (backend, precision); see the module doc.
+GROWTH: dict[tuple[str, str], float] = {
+    ("eager", "fp32"): 0.0,
+    ("openvino", "bf16"): 0.9,
+    ("openvino", "fp32"): 1.3,
+}
+INT8_GROWTH = 0.8  # static int8 (any backend that takes it): calibration runs the fp32 graph first
+DEFAULT_GROWTH = 1.5
+UNROLLED_BACKENDS = ("openvino",)  # backends whose compiled unrolled loop holds the weights once per step
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    bytes: int
+    why: str  # how the estimate was made, for the candidate's reason
+
+
+def weight_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the distinct storages behind a module's parameters and buffers (shared ones once)."""
+    seen: dict[int, int] = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        if t.device.type == "meta":
+            continue
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def estimated_need(
+    backend: str,
+    precision: str,
+    sub_engine: str,
+    fp32_module: torch.nn.Module,
+    num_steps: int,
+    new_copy_bytes: int = 0,
+) -> MemoryNeed:
+    """Resident growth expected from preparing one candidate. `new_copy_bytes`: a model copy the
+    candidate's engine set makes first (the bf16 copy, when no earlier candidate made it)."""
+    weights = weight_bytes(fp32_module)
+    if precision in ("fp32", "bf16"):
+        growth = GROWTH.get((backend, precision), DEFAULT_GROWTH)
+    else:
+        growth = INT8_GROWTH
+    if backend == "eager":
+        growth = 0.0  # runs the (copied) module itself
+    copies = num_steps if sub_engine == "denoise_loop" and backend in UNROLLED_BACKENDS else 1
+    need = int(weights * growth * copies) + new_copy_bytes + FIXED_OVERHEAD
+    why = f"{weights / GIB:.2f} GiB of fp32 weights x {growth:g}"
+    if copies > 1:
+        why += f" x {copies} unrolled steps"
+    if new_copy_bytes:
+        why += f" + a {new_copy_bytes / GIB:.2f} GiB model copy"
+    return MemoryNeed(need, why + f" + {FIXED_OVERHEAD / GIB:g} GiB")
+
+
+def available_bytes() -> int:
+    """What the kernel says can be allocated without swapping (MemAvailable); psutil elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def refusal(need: MemoryNeed, available: int) -> str | None:
+    """The candidate's reason when it cannot fit, else None."""
+    if need.bytes <= available:
+        return None
+    return (
+        f"needs about {need.bytes / GIB:.1f} GiB to prepare ({need.why}), {available / GIB:.1f} GiB "
+        "available: not tried (free memory, or leave it out with --backends/--precisions/--variants)"
+    )
+
+
+def release_module_weights(module: torch.nn.Module, keep: list[torch.nn.Module]) -> int:
+    """Replace the parameters and buffers of `module` that no module in `keep` shares by meta tensors
+    (same shape and dtype, no storage), in the submodules that own them, so every holder of those
+    submodules (the model, other sub-engines' wrappers) sees the change. Returns the bytes freed."""
+    kept = {
+        t.untyped_storage().data_ptr() for m in keep for t in [*m.parameters(), *m.buffers()] if not t.is_meta
+    }
+    freed: dict[int, int] = {}
+
+    def emptied(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None or t.is_meta or t.untyped_storage().data_ptr() in kept:
+            return None
+        freed[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return torch.empty_like(t, device="meta")
+
+    for sub in module.modules():
+        for name, param in list(sub._parameters.items()):
+            if (empty := emptied(param)) is not None:
+                sub._parameters[name] = torch.nn.Parameter(empty, param.requires_grad)  # type: ignore[union-attr]
+        for name, buf in list(sub._buffers.items()):
+            if (empty := emptied(buf)) is not None:
+                sub._buffers[name] = empty
+    return sum(freed.values())

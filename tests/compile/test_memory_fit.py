@@ -1,0 +1,154 @@
+"""The planner's memory check: a candidate whose estimated growth exceeds what is available is marked
+unavailable with the figures, never prepared, and the plan goes on with what fits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hotloop.cli import app
+from hotloop.compile import memory_fit
+from hotloop.compile.memory_fit import estimated_need, refusal, weight_bytes
+
+
+def test_weight_bytes_counts_shared_storage_once() -> None:
+    lin = torch.nn.Linear(10, 10)
+    both = torch.nn.ModuleList([lin, lin])
+    assert weight_bytes(both) == weight_bytes(lin) == (100 + 10) * 4
+    half = torch.nn.Linear(10, 10).to(torch.bfloat16)
+    assert weight_bytes(half) == (100 + 10) * 2
+
+
+def test_the_unrolled_loop_is_charged_once_per_step_on_openvino_only() -> None:
+    module = torch.nn.Linear(1024, 1024)
+    w = weight_bytes(module)
+    step = estimated_need("openvino", "bf16", "denoise_step", module, 10)
+    loop = estimated_need("openvino", "bf16", "denoise_loop", module, 10)
+    assert loop.bytes - memory_fit.FIXED_OVERHEAD == pytest.approx(
+        10 * (step.bytes - memory_fit.FIXED_OVERHEAD), rel=1e-6
+    )
+    assert "10 unrolled steps" in loop.why
+    eager = estimated_need("eager", "bf16", "denoise_loop", module, 10, new_copy_bytes=w // 2)
+    assert eager.bytes == w // 2 + memory_fit.FIXED_OVERHEAD and "model copy" in eager.why
+    assert refusal(step, step.bytes) is None
+    reason = refusal(loop, loop.bytes - 1)
+    assert reason is not None and "GiB available" in reason and "--backends" in reason
+
+
+def test_planner_skips_what_cannot_fit_and_plans_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Room for what shares the model's weights (eager fp32) and nothing that copies or compiles them.
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda: memory_fit.FIXED_OVERHEAD + 1)
+    out, js = tmp_path / "art", tmp_path / "c.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            "pi05:tiny",
+            "-o",
+            str(out),
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--quiet",
+            "--threads",
+            "1",
+            "--variants",
+            "plain",
+            "--backends",
+            "eager,openvino",
+            "--precisions",
+            "fp32,bf16",
+            "--budget-ms",
+            "100000",
+            "--json",
+            str(js),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    result = json.loads(js.read_text())
+    by_status: dict[str, list[dict]] = {}
+    for c in result["candidates"]:
+        by_status.setdefault(c["status"], []).append(c)
+    assert {(c["backend"], c["precision"]) for c in by_status["accepted"]} == {("eager", "fp32")}
+    skipped = by_status["unavailable"]
+    assert {(c["backend"], c["precision"]) for c in skipped} == {
+        ("eager", "bf16"),
+        ("openvino", "fp32"),
+        ("openvino", "bf16"),
+    }
+    assert all("GiB available: not tried" in c["reason"] for c in skipped)
+    assert all(v["backend"] == "eager" for v in result["plan"].values())
+
+
+def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_weight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Room runs out once the vision stage is compiled: the planner saves the weights, releases the fp32
+    vision weights (its reference becomes the compiled vision engine), finishes the plan without timing
+    the reference, and the artifact still reproduces the reference's actions."""
+    import hotloop
+    from hotloop.compile.artifact import sha256_state_dict
+    from hotloop.compile.sources import pi_source
+    from hotloop.compile.validate import compare_actions
+    from hotloop.sampling import sample_actions
+    from hotloop.targets import TargetOptions
+
+    state = {"calls": 0, "released": False}
+    real_release = memory_fit.release_module_weights
+
+    def release(module, keep):
+        state["released"] = True
+        return real_release(module, keep)
+
+    def available() -> int:
+        state["calls"] += 1
+        low = state["calls"] >= 3 and not state["released"]  # from the first prefix candidate on
+        return 0 if low else 1 << 50
+
+    monkeypatch.setattr(memory_fit, "available_bytes", available)
+    monkeypatch.setattr(memory_fit, "release_module_weights", release)
+    out, js = tmp_path / "art", tmp_path / "c.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            "pi05:tiny",
+            "-o",
+            str(out),
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--variants",
+            "plain",
+            "--backends",
+            "openvino",
+            "--precisions",
+            "fp32",
+            "--budget-ms",
+            "100000",
+            "--json",
+            str(js),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "released the fp32 vision weights" in res.output and "reference not timed" in res.output
+    result = json.loads(js.read_text())
+    assert result["released_for_memory"] == ["vision"]
+    assert result["reference_latency_ms"] is None and result["speedup_p50"] is None
+    assert all(c["status"] == "accepted" for c in result["candidates"])
+    src = pi_source("pi05:tiny", TargetOptions())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source_weights_sha256"] == sha256_state_dict(src.model.state_dict())
+    engine = hotloop.Engine.load(out, threads=1)
+    want = sample_actions(src.model, src.obs, noise=src.noise)
+    assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99999
