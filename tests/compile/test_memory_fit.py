@@ -34,7 +34,7 @@ def test_the_unrolled_loop_is_charged_once_per_step_on_openvino_only() -> None:
     assert "10 unrolled steps" in loop.why
     eager = estimated_need("eager", "bf16", "denoise_loop", module, 10, new_copy_bytes=w // 2)
     assert eager.bytes == w // 2 + memory_fit.FIXED_OVERHEAD and "model copy" in eager.why
-    assert refusal(step, step.bytes) is None
+    assert refusal(step, step.bytes + memory_fit.RESERVE) is None
     reason = refusal(loop, loop.bytes - 1)
     assert reason is not None and "GiB available" in reason and "--backends" in reason
 
@@ -43,7 +43,9 @@ def test_planner_skips_what_cannot_fit_and_plans_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Room for what shares the model's weights (eager fp32) and nothing that copies or compiles them.
-    monkeypatch.setattr(memory_fit, "available_bytes", lambda: memory_fit.FIXED_OVERHEAD + 1)
+    monkeypatch.setattr(
+        memory_fit, "available_bytes", lambda: memory_fit.FIXED_OVERHEAD + memory_fit.RESERVE + 1
+    )
     out, js = tmp_path / "art", tmp_path / "c.json"
     res = CliRunner().invoke(
         app,

@@ -12,7 +12,8 @@ what the kernel reports available (MemAvailable). It is an estimate, not a limit
   its unrolled loop grows with the number of steps (0.33 GiB for a 0.04 GiB step engine at 10 steps:
   the plugin repacks the shared weights once per use). Backends not measured get 1.5, a deliberately
   generous figure.
-- A fixed overhead covers what does not scale with the weights (plugin state, buffers): 0.25 GiB.
+- A fixed overhead covers what does not scale with the weights (plugin state, buffers): 0.25 GiB, and
+  1 GiB more is always kept free (`RESERVE`).
 - Eager candidates share the model's weights (fp32) or its one bf16 copy, made once for every bf16
   candidate: that copy is counted for the candidate that makes it.
 """
@@ -25,6 +26,9 @@ import torch
 
 GIB = 2**30
 FIXED_OVERHEAD = GIB // 4
+# Left free beyond every estimate: a margin for the estimates' error, the planner's own working memory
+# and the page cache the kernel needs (the kernel kills a process that runs out; nothing swaps here).
+RESERVE = GIB
 
 # Resident growth per fp32 weight byte while preparing, by (backend, precision); see the module doc.
 GROWTH: dict[tuple[str, str], float] = {
@@ -97,11 +101,12 @@ def available_bytes() -> int:
 
 def refusal(need: MemoryNeed, available: int) -> str | None:
     """The candidate's reason when it cannot fit, else None."""
-    if need.bytes <= available:
+    if need.bytes + RESERVE <= available:
         return None
     return (
-        f"needs about {need.bytes / GIB:.1f} GiB to prepare ({need.why}), {available / GIB:.1f} GiB "
-        "available: not tried (free memory, or leave it out with --backends/--precisions/--variants)"
+        f"needs about {need.bytes / GIB:.1f} GiB to prepare ({need.why}) and {RESERVE / GIB:g} GiB kept "
+        f"free, {available / GIB:.1f} GiB available: not tried (free memory, or leave it out with "
+        "--backends/--precisions/--variants)"
     )
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from hotloop.compile.backends import get_backend
-from hotloop.compile.backends.base import Runner
+from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
@@ -473,15 +473,19 @@ def _make_room(
             snapshot = WeightsSnapshot.take(source.model.state_dict())
         before = available_bytes()
         graph = sets.get(torch.float32)[best.sub_engine]
-        best.runner = _reloaded(best, graph, snapshot.folder / best.sub_engine, config.threads)
-        for c in candidates:  # the others of the stage hold the shared graph: drop them
-            if c.stage == stage and c is not best:
+        # Saved first, then every holder of the old runner and of the converted graph dropped, then the
+        # weights released, and only then loaded back: the old and new compiled engines never coexist.
+        prepared = best.runner.save(snapshot.folder / best.sub_engine)
+        for c in candidates:
+            if c.stage == stage:
                 c.runner = None
         graph.conversions.clear()
-        ref_runners[best.sub_engine] = best.runner
+        ref_runners.pop(best.sub_engine, None)
         keep = [n for n in sets.get(torch.float32) if n != best.sub_engine and n not in sets.released]
         sets.release(best.sub_engine, keep)
         gc.collect()
+        best.runner = _loaded(best, graph, snapshot.folder / best.sub_engine, prepared, config.threads)
+        ref_runners[best.sub_engine] = best.runner
         freed = available_bytes() - before
         log(
             f"    released the fp32 {stage} weights ({freed / GIB:.1f} GiB freed); it now runs as {best.label}"
@@ -489,12 +493,10 @@ def _make_room(
     return snapshot
 
 
-def _reloaded(cand: Candidate, graph: SubEngine, folder: Path, threads: int | None) -> Runner:
-    """`cand`'s runner saved into `folder` and loaded back from there, as `Engine.load` would."""
-    from hotloop.compile.backends.base import PreparedFiles
-
-    assert cand.runner is not None
-    prepared = cand.runner.save(folder)
+def _loaded(
+    cand: Candidate, graph: SubEngine, folder: Path, prepared: PreparedFiles, threads: int | None
+) -> Runner:
+    """`cand`'s runner loaded back from the files it saved into `folder`, as `Engine.load` would."""
     options = dict(prepared.options)
     if threads is not None and cand.backend in ("onnxruntime", "openvino"):
         options["threads"] = threads
