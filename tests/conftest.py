@@ -36,3 +36,19 @@ def run_in_child() -> Callable[..., str]:
         return child.stderr
 
     return run
+
+
+@pytest.fixture
+def compile_tiny() -> Callable[..., object]:
+    """`compile_tiny(out, backends, precisions="fp32", *extra)` -> the CliRunner result of a quick
+    `hotloop compile pi05:tiny` (plain recipe, one thread, one timed call, no warm-up, budget 1e5 ms)."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    def run(out: Path, backends: str, precisions: str = "fp32", *extra: str) -> object:
+        args = ["compile", "pi05:tiny", "-o", str(out), "--budget-ms", "1e5", "--backends", backends]
+        args += ["--precisions", precisions, "--variants", "plain", "--iters", "1", "--warmup", "0"]
+        return CliRunner().invoke(app, [*args, "--threads", "1", *extra])
+
+    return run

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from hotloop.cli import app
 from hotloop.compile import memory_fit
 from hotloop.compile.memory_fit import estimated_need, refusal, weight_bytes
 
@@ -40,39 +38,14 @@ def test_the_unrolled_loop_is_charged_once_per_step_on_openvino_only() -> None:
 
 
 def test_planner_skips_what_cannot_fit_and_plans_the_rest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compile_tiny
 ) -> None:
     # Room for what shares the model's weights (eager fp32) and nothing that copies or compiles them.
     monkeypatch.setattr(
         memory_fit, "available_bytes", lambda: memory_fit.FIXED_OVERHEAD + memory_fit.RESERVE + 1
     )
     out, js = tmp_path / "art", tmp_path / "c.json"
-    res = CliRunner().invoke(
-        app,
-        [
-            "compile",
-            "pi05:tiny",
-            "-o",
-            str(out),
-            "--iters",
-            "1",
-            "--warmup",
-            "0",
-            "--quiet",
-            "--threads",
-            "1",
-            "--variants",
-            "plain",
-            "--backends",
-            "eager,openvino",
-            "--precisions",
-            "fp32,bf16",
-            "--budget-ms",
-            "100000",
-            "--json",
-            str(js),
-        ],
-    )
+    res = compile_tiny(out, "eager,openvino", "fp32,bf16", "--quiet", "--json", str(js))
     assert res.exit_code == 0, res.output
     result = json.loads(js.read_text())
     by_status: dict[str, list[dict]] = {}
@@ -90,7 +63,7 @@ def test_planner_skips_what_cannot_fit_and_plans_the_rest(
 
 
 def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_weight(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compile_tiny
 ) -> None:
     """Room runs out once the vision stage is compiled: the planner saves the weights, releases the fp32
     vision weights (its reference becomes the compiled vision engine), finishes the plan without timing
@@ -117,31 +90,7 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     monkeypatch.setattr(memory_fit, "available_bytes", available)
     monkeypatch.setattr(memory_fit, "release_module_weights", release)
     out, js = tmp_path / "art", tmp_path / "c.json"
-    res = CliRunner().invoke(
-        app,
-        [
-            "compile",
-            "pi05:tiny",
-            "-o",
-            str(out),
-            "--iters",
-            "1",
-            "--warmup",
-            "0",
-            "--threads",
-            "1",
-            "--variants",
-            "plain",
-            "--backends",
-            "openvino",
-            "--precisions",
-            "fp32",
-            "--budget-ms",
-            "100000",
-            "--json",
-            str(js),
-        ],
-    )
+    res = compile_tiny(out, "openvino", "fp32", "--json", str(js))
     assert res.exit_code == 0, res.output
     assert "released the fp32 vision weights" in res.output and "reference not timed" in res.output
     result = json.loads(js.read_text())

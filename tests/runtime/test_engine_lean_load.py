@@ -7,40 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from hotloop.cli import app
 
 pytest.importorskip("openvino")
 
 
-@pytest.fixture(scope="module")
-def ov_art(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("lean") / "art"
-    res = CliRunner().invoke(
-        app,
-        [
-            "compile",
-            "pi05:tiny",
-            "-o",
-            str(out),
-            "--budget-ms",
-            "1e5",
-            "--backends",
-            "openvino",
-            "--precisions",
-            "fp32",
-            "--variants",
-            "plain",
-            "--iters",
-            "1",
-            "--warmup",
-            "0",
-            "--quiet",
-            "--threads",
-            "1",
-        ],
-    )
+@pytest.fixture
+def ov_art(tmp_path: Path, compile_tiny) -> Path:
+    out = tmp_path / "art"
+    res = compile_tiny(out, "openvino", "fp32", "--quiet")
     assert res.exit_code == 0, res.output
     return out
 
@@ -66,34 +40,11 @@ def test_all_file_backed_artifact_drops_the_torch_weights_and_keeps_its_actions(
     assert actions.shape[0] >= 1 and bool((abs(actions) < 1e6).all())
 
 
-def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path) -> None:
+def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path, compile_tiny) -> None:
     import hotloop
 
     out = tmp_path / "art"
-    res = CliRunner().invoke(
-        app,
-        [
-            "compile",
-            "pi05:tiny",
-            "-o",
-            str(out),
-            "--budget-ms",
-            "1e5",
-            "--backends",
-            "eager",
-            "--precisions",
-            "fp32",
-            "--variants",
-            "plain",
-            "--iters",
-            "1",
-            "--warmup",
-            "0",
-            "--quiet",
-            "--threads",
-            "1",
-        ],
-    )
+    res = compile_tiny(out, "eager", "fp32", "--quiet")
     assert res.exit_code == 0, res.output
     engine = hotloop.Engine.load(out, threads=1)
     assert not any(p.is_meta for p in engine.model.parameters())

@@ -282,7 +282,7 @@ class PiPolicy:
         if guidance is not None and mode == "prefix":
             chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
         elif guidance is not None and mode == "soft-prefix":
-            chunk = self.soft_prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator, soft=True)
         elif guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
@@ -332,55 +332,25 @@ class PiPolicy:
         noise: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         timer: Any = None,
+        soft: bool = False,
     ) -> torch.Tensor:
         """RTC by action conditioning (`hotloop.realtime.rtc_prefix`): the first d of the previous
         actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
-        prefix of the new chunk (d capped at the rows given and the horizon; beta is not used)."""
-        from hotloop.realtime.rtc_prefix import prefix_sample_actions
-
-        prev, delay, _ = guidance
-        d = max(0, min(int(delay), len(prev), self.horizon))
-        target, _ = self._model_space_guidance(prev, d, to_policy_actions)
-        return prefix_sample_actions(
-            self.model,
-            model_obs,
-            target.to(self.device),
-            d,
-            noise=noise,
-            num_steps=self.num_steps,
-            generator=generator,
-            timer=timer,
-            cache=self._cache,
-        )
-
-    def soft_prefix_sample(
-        self,
-        model_obs: PiObservation,
-        guidance: tuple[np.ndarray, int, float],
-        to_policy_actions: Any,
-        noise: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        timer: Any = None,
-    ) -> torch.Tensor:
-        """RTC by action conditioning over the soft mask (`soft_prefix_sample_actions`): the first d
-        previous actions are held, the mask's tail starts part-way along the flow from them (beta is not
-        used). Arguments as `prefix_sample`."""
-        from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+        prefix of the new chunk (d capped at the rows given and the horizon; beta is not used). `soft`:
+        over the whole soft mask, its tail started part-way along the flow from the previous actions and
+        the result held to them by the mask (`soft_prefix_sample_actions`, `--strategy rtc-soft`)."""
+        from hotloop.realtime.rtc_prefix import prefix_sample_actions, soft_prefix_sample_actions
 
         prev, delay, _ = guidance
         d = max(0, min(int(delay), len(prev), self.horizon))
         target, weights = self._model_space_guidance(prev, d, to_policy_actions)
-        return soft_prefix_sample_actions(
-            self.model,
-            model_obs,
-            target.to(self.device),
-            weights[:, 0].to(self.device),  # one time per token: the mask is the same on every column
-            noise=noise,
-            num_steps=self.num_steps,
-            generator=generator,
-            timer=timer,
-            cache=self._cache,
+        common: dict[str, Any] = dict(
+            noise=noise, num_steps=self.num_steps, generator=generator, timer=timer, cache=self._cache
         )
+        if soft:  # one time per token: the mask is the same on every action column
+            mask = weights[:, 0].to(self.device)
+            return soft_prefix_sample_actions(self.model, model_obs, target.to(self.device), mask, **common)
+        return prefix_sample_actions(self.model, model_obs, target.to(self.device), d, **common)
 
     def guided_sample(
         self,

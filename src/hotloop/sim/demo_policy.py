@@ -125,10 +125,8 @@ class DemoConveyorPolicy:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
             )
-        else:  # the RTC modes take the same arguments
-            sampler = {"prefix": pi.prefix_sample, "soft-prefix": pi.soft_prefix_sample}.get(
-                mode, pi.guided_sample
-            )
+        else:  # the RTC modes take the same arguments (the prefix modes: soft or not)
+            sampler = pi.guided_sample if mode == "guided" else pi.prefix_sample
             chunk = sampler(
                 model_obs,
                 guidance,
@@ -136,6 +134,7 @@ class DemoConveyorPolicy:
                 noise=noise,
                 generator=generator,
                 timer=timer,
+                **({"soft": True} if mode == "soft-prefix" else {}),
             )
         rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].detach().numpy(), "actions")
         out: dict[str, Any] = {"actions": to_absolute(rel, raw)}
