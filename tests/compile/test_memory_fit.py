@@ -103,3 +103,14 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     engine = hotloop.Engine.load(out, threads=1)
     want = sample_actions(src.model, src.obs, noise=src.noise)
     assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99999
+
+
+def test_a_stage_with_nothing_that_fits_is_one_error_line_naming_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compile_tiny
+) -> None:
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda: 0)
+    out = tmp_path / "art"
+    res = compile_tiny(out, "openvino", "fp32", "--quiet")
+    assert res.exit_code == 2, res.output
+    assert "no candidate for stage vision was accepted" in res.output and "unavailable" in res.output
+    assert "Traceback" not in res.output and not out.exists()
