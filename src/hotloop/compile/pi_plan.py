@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hotloop.compile.backends import get_backend
+from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
@@ -464,7 +464,7 @@ def _make_room(
         if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
             break
         best = choose(candidates, stage)
-        if stage not in finished or best is None or best.runner is None or best.backend == "eager":
+        if stage not in finished or best is None or best.runner is None or best.backend not in FILE_BACKENDS:
             continue
         if best.sub_engine in sets.released:
             continue

@@ -24,17 +24,13 @@ import torch
 from torch import Tensor
 
 from hotloop.compile.artifact import entries, read_manifest
-from hotloop.compile.backends import get_backend
+from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.runtime.memory import MemoryAccount, check_cap
 
 OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
 IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
-
-
-# Backends whose loaded runners run from the artifact's files alone, never the torch module.
-FILE_BACKENDS = ("onnxruntime", "openvino", "tensorrt")
 
 
 def release_weights(model: torch.nn.Module) -> None:

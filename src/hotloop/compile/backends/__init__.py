@@ -31,6 +31,9 @@ _TABLE: tuple[tuple[str, str], ...] = (
     ("tensorrt", "hotloop.compile.backends.tensorrt:TensorRtBackend"),
 )
 PRECISION_NAMES = ("fp32", "bf16", "int8", "int8-dynamic", "int8-weight", "int4-weight")
+# Backends whose loaded runners run from the artifact's files alone, never the torch module (eager runs
+# the module; inductor recompiles it at load).
+FILE_BACKENDS = ("onnxruntime", "openvino", "tensorrt")
 
 
 def backend_names() -> list[str]:
