@@ -8,7 +8,9 @@ what the kernel reports available (MemAvailable). It is an estimate, not a limit
 
 - The factors are a backend's resident growth over preparing a sub-engine, per fp32 weight byte,
   measured on pi05:small (vision, prefix, step and loop engines, 2 threads) and on pi05:full: OpenVINO
-  bf16 kept 0.78 over vision + prefix + step of pi05:full and 0.9-1.4 on pi05:small's larger engines;
+  bf16 kept 0.78 over vision + prefix + step of pi05:full and 0.9-1.4 on pi05:small's larger engines.
+  With its weights compressed to fp16, pi05:full's prefix candidate (9.3 GiB of fp32 weights) peaked
+  about 1 GiB above its estimate: the reserve below absorbed it, with 0.44 GiB left at the low point;
   its unrolled loop grows with the number of steps (0.33 GiB for a 0.04 GiB step engine at 10 steps:
   the plugin repacks the shared weights once per use). Backends not measured get 1.5, a deliberately
   generous figure.
