@@ -49,6 +49,20 @@ def make_noise(model: PiModel, batch: int, generator: torch.Generator | None = N
     return torch.randn(batch, cfg.chunk_size, cfg.max_action_dim, generator=gen, device=device)
 
 
+def sampling_defaults(
+    model: PiModel,
+    obs: PiObservation,
+    noise: Tensor | None,
+    num_steps: int | None,
+    generator: torch.Generator | None,
+    timer: StageTimer | None,
+) -> tuple[StageTimer, int, Tensor]:
+    """(timer, steps, noise) with the samplers' defaults: no timing, the config's steps, fresh noise."""
+    steps = num_steps if num_steps is not None else model.cfg.num_steps
+    noise = noise if noise is not None else make_noise(model, obs.batch, generator)
+    return (timer if timer is not None else null_timer()), steps, noise
+
+
 def check_inputs(
     model: PiModel,
     obs: PiObservation,
@@ -181,10 +195,7 @@ def sample_actions(
     """
     if validate:
         check_inputs(model, obs, noise, num_steps, cache)
-    timer = timer if timer is not None else null_timer()
-    steps = num_steps if num_steps is not None else model.cfg.num_steps
-    if noise is None:
-        noise = make_noise(model, obs.batch, generator)
+    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     cache = encode_observation(model, obs, timer, cache)
     with timer.stage("denoise"):
         dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)

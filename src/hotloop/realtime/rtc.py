@@ -119,13 +119,9 @@ def guided_sample_actions(
     ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`."""
     import torch
 
-    from hotloop.measure.stages import null_timer
-    from hotloop.sampling import encode_observation, make_noise
+    from hotloop.sampling import encode_observation, sampling_defaults
 
-    timer = timer if timer is not None else null_timer()
-    steps = num_steps if num_steps is not None else model.cfg.num_steps
-    if noise is None:
-        noise = make_noise(model, obs.batch, generator)
+    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     with torch.no_grad():
         cache = encode_observation(model, obs, timer, cache)
     mask = weights.to(device=noise.device, dtype=torch.float32)

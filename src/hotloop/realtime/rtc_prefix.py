@@ -38,23 +38,6 @@ def prefix_token_time(t: Tensor, delay: int, batch: int, chunk: int) -> Tensor:
     return tt
 
 
-def _sampling_defaults(
-    model: PiModel,
-    obs: PiObservation,
-    noise: Tensor | None,
-    num_steps: int | None,
-    generator: Any,
-    timer: StageTimer | None,
-) -> tuple[StageTimer, int, Tensor]:
-    """(timer, steps, noise) with `sample_actions`' defaults: no timing, the model's steps, fresh noise."""
-    from hotloop.measure.stages import null_timer
-    from hotloop.sampling import make_noise
-
-    steps = num_steps if num_steps is not None else model.cfg.num_steps
-    noise = noise if noise is not None else make_noise(model, obs.batch, generator)
-    return (timer if timer is not None else null_timer()), steps, noise
-
-
 def prefix_sample_actions(
     model: PiModel,
     obs: PiObservation,
@@ -71,12 +54,12 @@ def prefix_sample_actions(
     result exactly; the rest is sampled. delay = 0 is plain sampling."""
     import torch
 
-    from hotloop.sampling import encode_observation
+    from hotloop.sampling import encode_observation, sampling_defaults
 
     chunk = model.cfg.chunk_size
     if not 0 <= delay <= chunk:
         raise ValueError(f"delay must be in [0, {chunk}] (got {delay})")
-    timer, steps, noise = _sampling_defaults(model, obs, noise, num_steps, generator, timer)
+    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     given = prefix.to(device=noise.device, dtype=torch.float32)[:, :delay]
     with torch.no_grad():
         cache = encode_observation(model, obs, timer, cache)
@@ -122,12 +105,12 @@ def soft_prefix_sample_actions(
     `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling."""
     import torch
 
-    from hotloop.sampling import encode_observation
+    from hotloop.sampling import encode_observation, sampling_defaults
 
     chunk = model.cfg.chunk_size
     if weights.shape != (chunk,):
         raise ValueError(f"weights must have shape ({chunk},) (got {tuple(weights.shape)})")
-    timer, steps, noise = _sampling_defaults(model, obs, noise, num_steps, generator, timer)
+    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     w = weights.to(device=noise.device, dtype=torch.float32).clamp(0.0, 1.0)[None, :, None]  # (1, chunk, 1)
     start = 1.0 - w
     given = prefix.to(device=noise.device, dtype=torch.float32)

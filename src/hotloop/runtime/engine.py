@@ -142,7 +142,6 @@ class Engine:
         variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
         # Entries "prefix@32", "denoise_step@32" are a prompt-length bucket's engines; plain names the full prompt.
         per_bucket: dict[int, dict[str, Runner]] = {}
-        denoise_keys: dict[int, tuple[torch.dtype, str]] = {}
         denoise_sets: dict[int, Any] = {}
         planned = []
         for name, entry in entries(m).items():
@@ -160,7 +159,6 @@ class Engine:
                 else reshape_subengines(self.cfg, sets[key], bucket)
             )
             if base.startswith("denoise"):
-                denoise_keys[bucket] = key
                 denoise_sets[bucket] = graphs  # reshaped once, while the weights are still here
             planned.append((name, entry, base, bucket, backend, graphs))
         if all(entry.backend in FILE_BACKENDS for entry in entries(m).values()):
@@ -180,7 +178,7 @@ class Engine:
         pipelines = {}
         for bucket, runners in sorted(per_bucket.items()):
             runners["vision"] = vision  # one vision engine: its output buffer feeds every bucket's prefix
-            if bucket not in denoise_keys:
+            if bucket not in denoise_sets:
                 raise CheckpointError(
                     f"{self.path / 'manifest.json'}: prompt bucket {bucket} has no denoise engine"
                 )
