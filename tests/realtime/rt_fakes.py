@@ -7,13 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from hotloop.realtime.rtc import GUIDED_KEY, PREV_ACTIONS_KEY
+from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, PREV_ACTIONS_KEY
 
 
 class ScriptedPolicy:
     """Chunk c, action i = [x0 + 0.01 (c mod 30), 0, 0.15 + 0.001 i, grip (100 c + i) / 1e4]: which chunk and
     action ran is readable from the command, and nothing depends on the observation, so a simulator
-    and a fake robot get the same chunks. Acknowledges RTC guidance (and keeps what it was sent)."""
+    and a fake robot get the same chunks. Acknowledges RTC guidance in the mode it was asked for (and keeps
+    what it was sent)."""
 
     def __init__(self, horizon: int = 10, x0: float = 0.1) -> None:
         self.horizon = horizon
@@ -39,6 +40,8 @@ class ScriptedPolicy:
         self.guidance.append(obs.get(PREV_ACTIONS_KEY))
         if PREV_ACTIONS_KEY in obs:
             out[GUIDED_KEY] = True
+            if MODE_KEY in obs:
+                out[MODE_KEY] = obs[MODE_KEY]
         return out
 
 

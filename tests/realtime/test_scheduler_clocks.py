@@ -54,7 +54,7 @@ def _wall_trace(env, name, ms, seed, ticks):
     return np.asarray(by_tick), report, policy
 
 
-@pytest.mark.parametrize("name", ["sync", "chunk", "async", "rtc"])
+@pytest.mark.parametrize("name", ["sync", "chunk", "async", "rtc", "rtc-soft"])
 @pytest.mark.parametrize("ms", [0, 30, 120, 250])
 def test_sim_and_wall_clock_command_the_same_actions(env, name, ms):
     sim, rec = _sim_trace(env, name, ms, seed=4)
@@ -63,7 +63,7 @@ def test_sim_and_wall_clock_command_the_same_actions(env, name, ms):
     np.testing.assert_array_equal(wall, sim)
     assert report.counters["overruns"] == 0
     assert report.counters["inferences"] == rec["inferences"]
-    if name == "rtc" and ms > 0:
+    if name in ("rtc", "rtc-soft") and ms > 0:
         # From the second inference on, the policy was sent the unexecuted tail of the running chunk.
         assert all(g is not None for g in policy.guidance[1:])
 
@@ -115,3 +115,46 @@ def test_blending_reaches_the_commands(env):
     np.testing.assert_allclose(
         rec["actions_by_tick"][250], 0.5 * policy.chunk(1)[0] + 0.5 * policy.chunk(0)[5]
     )
+
+
+@pytest.mark.parametrize("ms", [0, 30, 120, 250])
+def test_rtc_soft_replans_continuously_by_default(env, ms):
+    """rtc-soft's default trigger starts the next inference at the first control boundary after the last
+    one is in: a new plan every max(d, 1) periods (d = the delay in periods). Async keeps H/2."""
+    period = env.config.ticks_per_control
+    soft = run_episode(
+        env,
+        ScriptedPolicy(),
+        lambda h: make_strategy("rtc-soft", StrategyConfig(h)),
+        parse_latency(f"fixed:{ms}"),
+        6,
+        trace=True,
+    )
+    ticks = soft["inference_ticks"]
+    # Every chunk runs before the next replaces it (a chunk installed mid-period once drew the next
+    # inference at once, and the robot held forever under a stream of chunks that never started).
+    ran = {chunk for _, _, chunk, index in soft["trace"] if index >= 0}
+    assert ran == set(range(len(ticks))) - {len(ticks) - 1} or ran == set(range(len(ticks)))
+    assert len(ticks) > 10
+    d = -(-(ticks[0][1] - ticks[0][0]) // period)
+    gaps = {b[0] - a[0] for a, b in zip(ticks, ticks[1:])}
+    assert gaps == {max(d, 1) * period}
+    if ms > 0:
+        # Observed at the first control boundary at or after the last chunk was in (no idle period).
+        assert all(b[0] == -(-a[1] // period) * period for a, b in zip(ticks, ticks[1:]))
+    plain = run_episode(
+        env,
+        ScriptedPolicy(),
+        lambda h: make_strategy("async", StrategyConfig(h)),
+        parse_latency(f"fixed:{ms}"),
+        6,
+        trace=True,
+    )
+    assert {b[0] - a[0] for a, b in zip(plain["inference_ticks"], plain["inference_ticks"][1:])} == {
+        (10 // 2) * period  # ScriptedPolicy's H = 10: k = 5 remaining, 5 executed per chunk
+    }
+    # An explicit --trigger-remaining still wins.
+    s = make_strategy("rtc-soft", StrategyConfig(10, trigger_remaining=4))
+    assert s.describe()["trigger_remaining"] == 4
+    assert make_strategy("rtc-soft", StrategyConfig(10)).describe()["trigger_remaining"] == 9
+    assert make_strategy("rtc", StrategyConfig(10)).describe()["trigger_remaining"] == 5

@@ -7,7 +7,7 @@ from hotloop.sim import demo_rung
 def test_rung_reports_success_jump_and_jerk_per_strategy(tmp_path, monkeypatch):
     from hotloop.sim import eval_run
 
-    jumps = {"sync": 0.02, "async": 0.06, "rtc": 0.03}
+    jumps = {"sync": 0.02, "async": 0.06, "rtc": 0.03, "rtc-soft": 0.006}
 
     def fake_run_eval(request, progress=True):
         ms = float(request.latency.split(":")[1])
@@ -32,10 +32,11 @@ def test_rung_reports_success_jump_and_jerk_per_strategy(tmp_path, monkeypatch):
     out = demo_rung.run_rung(tmp_path, full=False, progress=False)
     latencies, per_point, at_zero = demo_rung.rung_plan(False)
     summary = out["summary"]
-    assert set(summary["success"]) == {"sync", "async", "rtc"}
+    assert set(summary["success"]) == {"sync", "async", "rtc", "rtc-soft"}
     assert summary["success"]["sync"]["0"]["episodes"] == at_zero
     assert summary["success"]["rtc"]["300"]["episodes"] == per_point
-    assert summary["rtc_jump_over_async"]["200"] == 0.5
+    assert summary["jump_over_async"]["rtc"]["200"] == 0.5
+    assert abs(summary["jump_over_async"]["rtc-soft"]["300"] - 0.1) < 1e-12
     assert all(p.exists() and p.stat().st_size > 0 for p in out["plots"])
-    assert "rtc" in out["html"] and "60.0 mm" in out["html"] and "2300 m/s³" in out["html"]
+    assert "rtc-soft" in out["html"] and "6.0 mm" in out["html"] and "60.0 mm" in out["html"] and "2300 m/s³" in out["html"]
     assert (tmp_path / "closed_loop.json").exists() and len(latencies) == 3

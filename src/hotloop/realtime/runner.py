@@ -81,7 +81,7 @@ def run_loop(
             continue  # the new chunk may already want the next inference (async, short chunks)
         if engine.busy:
             scheduler.check_deadline(now)
-        elif scheduler.wants_inference():
+        elif scheduler.wants_inference(now):
             obs = plant.observe()
             guidance = scheduler.guidance(now)
             obs.update(guidance)

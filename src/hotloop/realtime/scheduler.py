@@ -140,12 +140,25 @@ class ChunkScheduler:
     def deadline(self) -> int | None:
         return self.watchdog.deadline if self.in_flight else None
 
-    def wants_inference(self) -> bool:
+    def wants_inference(self, now: int | None = None) -> bool:
+        """Start an inference on the observation of `now`? With `now`, an overlapping strategy observes
+        only on the running chunk's grid: a chunk installed mid-period waits for its next action to
+        start, so the new plan lines up with it (RTC's inputs need that) and a trigger of H - 1 cannot
+        replace a chunk again and again before any of its actions ran."""
         if self.in_flight:
             return False
         if self.strategy is None or self.watchdog.in_fallback:
             return True  # no plan yet, or the last one failed: ask again
-        return self.strategy.wants_inference(self.active)
+        a = self.active
+        if (
+            now is not None
+            and self.strategy.overlaps
+            and a is not None
+            and a.remaining > 0
+            and a.start_tick(a.next_index, self.period) > now
+        ):
+            return False
+        return self.strategy.wants_inference(a)
 
     def expected_delay(self) -> int:
         """RTC's d: the largest delay (control periods) of the recent inferences."""
