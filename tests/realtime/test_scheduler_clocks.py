@@ -1,6 +1,8 @@
 """One scheduler, two clocks: the simulator's physics clock and a (fake) wall clock on a robot command
 exactly the same action at every tick."""
 
+import itertools
+
 import numpy as np
 import pytest
 from rt_fakes import FakeRobot, ScriptedPolicy
@@ -118,9 +120,10 @@ def test_blending_reaches_the_commands(env):
 
 
 @pytest.mark.parametrize("ms", [0, 30, 120, 250])
-def test_rtc_soft_replans_continuously_by_default(env, ms):
-    """rtc-soft's default trigger starts the next inference at the first control boundary after the last
-    one is in: a new plan every max(d, 1) periods (d = the delay in periods). Async keeps H/2."""
+def test_rtc_soft_replans_often_by_default(env, ms):
+    """rtc-soft's default trigger (k = H - 2) starts a new plan every max(d, 2) periods (d = the delay in
+    periods), observed at the first control boundary after the last one is in when d >= 2. Async keeps
+    H/2."""
     period = env.config.ticks_per_control
     soft = run_episode(
         env,
@@ -137,11 +140,11 @@ def test_rtc_soft_replans_continuously_by_default(env, ms):
     assert ran == set(range(len(ticks))) - {len(ticks) - 1} or ran == set(range(len(ticks)))
     assert len(ticks) > 10
     d = -(-(ticks[0][1] - ticks[0][0]) // period)
-    gaps = {b[0] - a[0] for a, b in zip(ticks, ticks[1:])}
-    assert gaps == {max(d, 1) * period}
-    if ms > 0:
+    gaps = {b[0] - a[0] for a, b in itertools.pairwise(ticks)}
+    assert gaps == {max(d, 2) * period}
+    if d >= 2:
         # Observed at the first control boundary at or after the last chunk was in (no idle period).
-        assert all(b[0] == -(-a[1] // period) * period for a, b in zip(ticks, ticks[1:]))
+        assert all(b[0] == -(-a[1] // period) * period for a, b in itertools.pairwise(ticks))
     plain = run_episode(
         env,
         ScriptedPolicy(),
@@ -150,11 +153,11 @@ def test_rtc_soft_replans_continuously_by_default(env, ms):
         6,
         trace=True,
     )
-    assert {b[0] - a[0] for a, b in zip(plain["inference_ticks"], plain["inference_ticks"][1:])} == {
+    assert {b[0] - a[0] for a, b in itertools.pairwise(plain["inference_ticks"])} == {
         (10 // 2) * period  # ScriptedPolicy's H = 10: k = 5 remaining, 5 executed per chunk
     }
     # An explicit --trigger-remaining still wins.
     s = make_strategy("rtc-soft", StrategyConfig(10, trigger_remaining=4))
     assert s.describe()["trigger_remaining"] == 4
-    assert make_strategy("rtc-soft", StrategyConfig(10)).describe()["trigger_remaining"] == 9
+    assert make_strategy("rtc-soft", StrategyConfig(10)).describe()["trigger_remaining"] == 8
     assert make_strategy("rtc", StrategyConfig(10)).describe()["trigger_remaining"] == 5

@@ -38,5 +38,10 @@ def test_rung_reports_success_jump_and_jerk_per_strategy(tmp_path, monkeypatch):
     assert summary["jump_over_async"]["rtc"]["200"] == 0.5
     assert abs(summary["jump_over_async"]["rtc-soft"]["300"] - 0.1) < 1e-12
     assert all(p.exists() and p.stat().st_size > 0 for p in out["plots"])
-    assert "rtc-soft" in out["html"] and "6.0 mm" in out["html"] and "60.0 mm" in out["html"] and "2300 m/s³" in out["html"]
+    assert (
+        "rtc-soft" in out["html"]
+        and "6.0 mm" in out["html"]
+        and "60.0 mm" in out["html"]
+        and "2300 m/s³" in out["html"]
+    )
     assert (tmp_path / "closed_loop.json").exists() and len(latencies) == 3

@@ -28,9 +28,9 @@ Built in:
 - `rtc-soft`: `rtc-prefix` over RTC's whole soft mask: the d executed actions are held, the tail of the
   mask starts part-way along the flow from the executing chunk, and the result is held to it by the mask
   (`soft_prefix_sample_actions`), so the new chunk leaves the old plan gradually. No gradient, one
-  forward per step. It replans continuously by default (the next inference starts as soon as the last
-  is in): each chunk continues the last, so replanning often no longer switches plans, and on
-  conveyor-pick it then beats `async` at every latency with a tenth of its chunk jump (docs/realtime.md).
+  forward per step. It replans often by default (every max(d, 2) periods, d = the delay in periods):
+  each chunk continues the last, so replanning often no longer switches plans, and on conveyor-pick at
+  200 and 300 ms it then beats `async` with a tenth of its chunk jump (docs/realtime.md).
 """
 
 from __future__ import annotations
@@ -197,20 +197,22 @@ def _trigger(cfg: StrategyConfig) -> int:
     return cfg.trigger_remaining if cfg.trigger_remaining is not None else cfg.horizon // 2
 
 
-def continuous_trigger(cfg: StrategyConfig) -> int:
-    """k = H - 1: an inference starts at the first control boundary with none in flight and at least one
-    action of the chunk executed, so a new plan every max(d, 1) periods (d = the delay in periods). RTC's
-    own setting (Black et al. 2025 run inference continuously): a chunk that continues the last can be
-    replaced often without switching plans, and the fresher observation is then pure gain."""
+def frequent_trigger(cfg: StrategyConfig) -> int:
+    """k = H - 2: a new plan every max(d, 2) control periods (d = the delay in periods), each observed at
+    the first control boundary after the last chunk is in once d >= 2: RTC's own setting (Black et al.
+    2025 run inference continuously). A chunk that continues the last can be replaced often without
+    switching plans, and the fresher observation is then pure gain."""
     if cfg.trigger_remaining is not None:
         return cfg.trigger_remaining
     # demo:conveyor, conveyor-pick medium, seeds 0-99, success at 200 / 300 ms (jump, mm), by k:
-    #   rtc-soft  k=8 91/89 (13.5/16.8) · k=10 96/90 · k=12 100/29 · k=13 43/100 · k=15 99/100 (3.5/6.7)
-    #   async     k=8 92/92 (46.6/57.7) · k=10 100/96 · k=12 97/54 · k=13 82/77 · k=15 51/77 (69.5/81.3)
-    # A cycle of d + 1 periods (k = H - d - 1) is the worst for both; continuous (cycle d) is the best for
-    # rtc-soft at every latency (0/100 ms: 98/96 %) and the worst for async (99/6 %), rtc-prefix (99/41 %)
-    # and guided rtc (200/300 ms: 29/39 %), which therefore keep k = H/2.
-    return max(0, cfg.horizon - 1)
+    #   rtc-soft  k=8 91/89 (13.5/16.8) · k=10 96/90 · k=12 100/29 · k=13 43/100 · k=14, 15 99/100 (3.5/6.7)
+    #   async     k=8 92/92 (46.6/57.7) · k=10 100/96 · k=12 97/54 · k=13 82/77 · k=14, 15 51/77 (69.5/81.3)
+    # A new chunk every max(d, H - k) periods: d + 1 (k = 12 at 300 ms, k = 13 at 200 ms) is the worst
+    # for both; every d periods the best for rtc-soft and the worst for async (0 / 100 ms at k = 15:
+    # 99 / 6 %), rtc-prefix (99 / 41 %) and guided rtc (200 / 300 ms: 29 / 39 %), which keep H/2. At 0 /
+    # 100 ms (seeds 5000-5199) rtc-soft did better at k = 14 than at 15 (195 / 196 against 191 / 188 of
+    # 200), and replans half as often there.
+    return max(0, cfg.horizon - 2)
 
 
 def _async(cfg: StrategyConfig) -> Strategy:
@@ -226,7 +228,7 @@ def _rtc_prefix(cfg: StrategyConfig) -> Strategy:
 
 
 def _rtc_soft(cfg: StrategyConfig) -> Strategy:
-    return RealTimeChunking(continuous_trigger(cfg), name="rtc-soft", mode="soft-prefix")
+    return RealTimeChunking(frequent_trigger(cfg), name="rtc-soft", mode="soft-prefix")
 
 
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:

@@ -266,7 +266,11 @@ def eval_cmd(
     workers: Annotated[int, typer.Option(help="worker processes (0 = in this process)")] = 2,
     execute_steps: Annotated[int | None, typer.Option(help="chunk: actions executed per inference")] = None,
     trigger_remaining: Annotated[
-        int | None, typer.Option(help="async: start the next inference when this many actions remain")
+        int | None,
+        typer.Option(
+            help="async and rtc modes: start the next inference when this many actions remain "
+            "(default: half the chunk; rtc-soft: chunk - 2, a new plan every max(delay, 2) periods)"
+        ),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     blend: Annotated[
