@@ -125,14 +125,7 @@ def test_rtc_soft_replans_often_by_default(env, ms):
     periods), observed at the first control boundary after the last one is in when d >= 2. Async keeps
     H/2."""
     period = env.config.ticks_per_control
-    soft = run_episode(
-        env,
-        ScriptedPolicy(),
-        lambda h: make_strategy("rtc-soft", StrategyConfig(h)),
-        parse_latency(f"fixed:{ms}"),
-        6,
-        trace=True,
-    )
+    _, soft = _sim_trace(env, "rtc-soft", ms, seed=6)
     ticks = soft["inference_ticks"]
     # Every chunk runs before the next replaces it (a chunk installed mid-period once drew the next
     # inference at once, and the robot held forever under a stream of chunks that never started).
@@ -145,14 +138,7 @@ def test_rtc_soft_replans_often_by_default(env, ms):
     if d >= 2:
         # Observed at the first control boundary at or after the last chunk was in (no idle period).
         assert all(b[0] == -(-a[1] // period) * period for a, b in itertools.pairwise(ticks))
-    plain = run_episode(
-        env,
-        ScriptedPolicy(),
-        lambda h: make_strategy("async", StrategyConfig(h)),
-        parse_latency(f"fixed:{ms}"),
-        6,
-        trace=True,
-    )
+    _, plain = _sim_trace(env, "async", ms, seed=6)
     assert {b[0] - a[0] for a, b in itertools.pairwise(plain["inference_ticks"])} == {
         (10 // 2) * period  # ScriptedPolicy's H = 10: k = 5 remaining, 5 executed per chunk
     }
