@@ -65,11 +65,11 @@ def test_rtc_keys_reach_the_served_policy() -> None:
         ServerThread(PolicyServer(served, ServeConfig(port=0))) as server,
         PolicyClient(port=server.port) as client,
     ):
-        for mode in ("guided", "prefix"):
+        for mode in ("guided", "prefix", "soft-prefix"):
             rtc_obs = {**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 2, MODE_KEY: mode}
             reply = client.infer(rtc_obs)
             expected = local.infer(rtc_obs)
-            assert bool(reply[GUIDED_KEY]) and (mode == "guided" or reply[MODE_KEY] == "prefix")
+            assert bool(reply[GUIDED_KEY]) and (mode == "guided" or reply[MODE_KEY] == mode)
             np.testing.assert_allclose(reply["actions"], expected["actions"], rtol=1e-5, atol=1e-5)
             assert not np.allclose(reply["actions"], plain, atol=1e-4)  # the keys changed the chunk
         with pytest.raises(ServerError, match="'rtc_delay' has dtype float64; send int64"):
