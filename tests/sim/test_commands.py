@@ -92,6 +92,7 @@ def test_eval_json_with_a_fake_policy(tmp_path, monkeypatch):
         "task_time_s",
         "jerk",
         "chunk_discontinuity",
+        "chunk_jump_per_s",
         "per_episode",
         "env",
     ):

@@ -23,6 +23,7 @@ def test_rung_reports_success_jump_and_jerk_per_strategy(tmp_path, monkeypatch):
             "task_time_s": {"mean": 3.0, "std": 0.5},
             "jerk": 2000.0 + ms,
             "chunk_discontinuity": jumps[request.strategy],
+            "chunk_jump_per_s": 2 * jumps[request.strategy],
             "errors": 0,
             "wall_s": 1.0,
             "per_episode": [],

@@ -122,6 +122,7 @@ def test_summary_counts_errors_apart_from_failures():
         "jerk": 1.0,
         "chunk_discontinuity": 0.01,
         "boundaries": 2,
+        "sim_time_s": 4.0,
         "error": None,
     }
     bad = {
@@ -138,3 +139,4 @@ def test_summary_counts_errors_apart_from_failures():
     assert s["episodes"] == 2 and s["errors"] == 1 and s["error_seeds"] == [1]
     assert s["completed"] == 1 and s["failures"] == 0 and s["success_rate"] == 1.0
     assert np.isclose(s["chunk_discontinuity"], 0.01)
+    assert np.isclose(s["chunk_jump_per_s"], 0.02 / 4.0)  # two 1 cm jumps in 4 s: 5 mm/s

@@ -61,6 +61,7 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
             "task_time_s": r["task_time_s"],
             "jerk": r["jerk"],
             "chunk_discontinuity": r["chunk_discontinuity"],
+            "chunk_jump_per_s": r.get("chunk_jump_per_s"),
             "errors": r["errors"],
         }
     zero = table["sync"]["0"]["success_rate"]
@@ -159,8 +160,10 @@ def _html(table: dict[str, dict[str, Any]], latencies: list[float]) -> str:
         if p is None:
             return "<td>-</td>"
         jump = "-" if p["chunk_discontinuity"] is None else f"{1e3 * p['chunk_discontinuity']:.1f} mm"
+        rate = p.get("chunk_jump_per_s")
+        per_s = "-" if rate is None else f"{1e3 * rate:.1f} mm/s"
         jerk = "-" if p["jerk"] is None else f"{p['jerk']:.0f}"
-        return f"<td>{jump} <small>/ {jerk} m/s³</small></td>"
+        return f"<td>{jump} <small>({per_s}) / {jerk} m/s³</small></td>"
 
     return (
         "<p>Success rate of the shipped pi0.5-nano policy on conveyor-pick (medium belt speed) while "
@@ -171,6 +174,7 @@ def _html(table: dict[str, dict[str, Any]], latencies: list[float]) -> str:
         "Brackets: Wilson 95% interval.</p>"
         f"<table><tr><th>strategy</th>{head}</tr>{rows(success)}</table>"
         "<p>Chunk-boundary jump (mean distance between a new chunk's first command and what the "
-        "replaced plan would have commanded) / end-effector jerk (RMS):</p>"
+        "replaced plan would have commanded; in brackets, the jumps summed per second of motion, which "
+        "does not flatter a strategy that replans often) / end-effector jerk (RMS):</p>"
         f"<table><tr><th>strategy</th>{head}</tr>{rows(smoothness)}</table>"
     )

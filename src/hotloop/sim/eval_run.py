@@ -176,9 +176,12 @@ def _latency_ms(run: dict[str, Any]) -> float | None:
 
 
 def _with_unit(value: float, unit: str | None, per: str = "") -> str:
-    """A length (per="") or jerk (per="/s³") in the task's unit: a jump in metres shown in mm, other units
-    as they are, and with no known unit the env's own action units, said rather than guessed."""
+    """A length (per=""), a length per second (per="/s") or jerk (per="/s³") in the task's unit: metres
+    shown in mm (mm/s), other units as they are, and with no known unit the env's own action units, said
+    rather than guessed."""
     if unit == "m":
+        if per == "/s":  # a rate of jumps: mm per second reads like the jumps themselves
+            return f"{1000 * value:.1f} mm/s"
         return f"{1000 * value:.1f} mm" if not per else f"{value:.0f} m{per}"
     return f"{value:.3g} {unit if unit is not None else 'action units'}{per}"
 
@@ -199,6 +202,7 @@ def print_table(runs: list[dict[str, Any]]) -> None:
         "task time s",
         "jerk",
         "chunk jump",
+        "jump / s",
         "wall s",
     ):
         table.add_column(col)
@@ -216,6 +220,9 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             "-"
             if r["chunk_discontinuity"] is None
             else _with_unit(r["chunk_discontinuity"], r.get("length_unit")),
+            "-"
+            if r.get("chunk_jump_per_s") is None
+            else _with_unit(r["chunk_jump_per_s"], r.get("length_unit"), "/s"),
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(120, Console().width)).print(table)

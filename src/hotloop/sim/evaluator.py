@@ -185,7 +185,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     rest, which either succeeded or `failures`. The success rate and its Wilson 95% interval are over
     completed episodes: a crash says nothing about the policy, so it is neither a success nor a failure.
     Task time is over successes; jerk = mean of per-episode RMS jerk (m/s^3); chunk_discontinuity =
-    mean jump (m) of the commanded position at chunk boundaries, over all boundaries of all episodes.
+    mean jump (m) of the commanded position at chunk boundaries, over all boundaries of all episodes;
+    chunk_jump_per_s = those jumps summed, per second of episode time (m/s): the per-boundary mean
+    alone flatters a strategy that replans often (more, smaller jumps), this one does not.
     """
     crashed = [r for r in records if r.get("error")]
     ran = [r for r in records if not r.get("error")]
@@ -196,6 +198,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     jerks = [r["jerk"] for r in ran if r.get("jerk") is not None]
     total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in ran)
     boundaries = sum(r["boundaries"] for r in ran)
+    seconds = sum(r.get("sim_time_s") or 0.0 for r in ran)
     return {
         "episodes": len(records),
         "completed": n,
@@ -208,4 +211,5 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "task_time_s": mean_std(times),
         "jerk": float(np.mean(jerks)) if jerks else None,
         "chunk_discontinuity": total_jump / boundaries if boundaries else None,
+        "chunk_jump_per_s": total_jump / seconds if boundaries and seconds > 0 else None,
     }
