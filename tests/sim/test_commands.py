@@ -194,6 +194,13 @@ def test_impossible_eval_options_fail_before_any_episode(tmp_path):
         (["--strategy", "sync", "--execute-steps", "3"], "sync executes one action per inference"),
         (["--latency", "fixed:50", "--sweep-latency", "0,100"], "--latency fixed:50 and --sweep-latency"),
         (["--sweep-latency", "0,inf"], "--sweep-latency"),
+        (["--strategy", "async", "--sweep-trigger", "8,x"], "--sweep-trigger '8,x': write whole numbers"),
+        (["--strategy", "async", "--sweep-trigger", "-1"], "--sweep-trigger '-1': need one or more"),
+        (["--sweep-trigger", "4,6"], "--sweep-trigger 4 does nothing with --strategy sync"),
+        (
+            ["--strategy", "async", "--trigger-remaining", "4", "--sweep-trigger", "4,6"],
+            "--trigger-remaining 4 and --sweep-trigger 4,6 both given",
+        ),
         (["--difficulty", "hard"], "task 'reach' has no difficulty levels"),
         (["--json", str(tmp_path)], "is a directory"),
         (["--plot", "/proc/hotloop-test.png"], "cannot write in /proc"),
@@ -365,3 +372,28 @@ def test_fallback_engine_runs_the_smaller_target_when_deadlines_are_missed(tmp_p
     assert engine["fallback_engine_ticks"] == engine["watchdog"]["fallback_ticks"] > 0
     assert hold["watchdog"]["misses"] > 0 and hold["watchdog"]["fallback_ticks"] > 0
     assert hold["fallback_engine_ticks"] == 0
+
+
+def test_sweep_trigger_runs_each_trigger_for_the_strategies_that_read_it(tmp_path, monkeypatch):
+    _with_fake_policy(monkeypatch, "fakes:counting")
+    out = tmp_path / "k.json"
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--workers", "0", "--quiet",
+            "--strategy", "sync,async", "--latency", "fixed:0", "--sweep-trigger", "4,6,4",
+            "--json", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    runs = json.loads(out.read_text())["runs"]
+    # sync does not read the trigger: it runs once; async once per distinct value, in the order given.
+    assert [(x["strategy"]["name"], x["strategy"].get("trigger_remaining")) for x in runs] == [
+        ("sync", None),
+        ("async", 4),
+        ("async", 6),
+    ]
+    assert "async k=4" in r.stdout and "async k=6" in r.stdout
+    # Async with k = 4 on a 16-action chunk at 0 ms executes 12 actions per chunk, k = 6 ten.
+    inferences = [x["per_episode"][0]["inferences"] for x in runs[1:]]
+    assert inferences[0] < inferences[1]

@@ -30,6 +30,20 @@ def _parse_sweep(text: str) -> list[float]:
     return values
 
 
+def _parse_triggers(text: str) -> list[int]:
+    from hotloop.errors import ConfigError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--sweep-trigger {text!r}: write whole numbers of actions separated by commas, e.g. 8,10,12,14"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError(f"--sweep-trigger {text!r}: need one or more non-negative numbers of actions")
+    return list(dict.fromkeys(values))  # each once, in the order given
+
+
 def _check_difficulty(task: str, difficulty: str | None) -> None:
     """`--difficulty` checked against the task's levels now, not in a worker after start-up."""
     from hotloop.errors import ConfigError
@@ -45,20 +59,44 @@ def _check_difficulty(task: str, difficulty: str | None) -> None:
         raise ConfigError(f"--difficulty {difficulty!r} is not a level of {task}; use {', '.join(levels)}")
 
 
+def _option_users(names: list[str], field: str, value: Any, other: Any, horizon: int) -> list[str]:
+    """The strategies among `names` that read StrategyConfig `field`: two values of it give two
+    different strategies, or the strategy checks it (refuses one of them)."""
+    import dataclasses
+
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
+
+    users = []
+    for name in names:
+        base = StrategyConfig(horizon)
+        given = make_strategy(name, dataclasses.replace(base, **{field: value})).describe()
+        try:
+            changed = given != make_strategy(name, dataclasses.replace(base, **{field: other})).describe()
+        except ConfigError:
+            changed = True  # it checks this option: it reads it
+        if changed:
+            users.append(name)
+    return users
+
+
+def trigger_readers(names: list[str]) -> set[str]:
+    """The strategies among `names` that `--trigger-remaining` acts on (async and the rtc modes)."""
+    return set(_option_users(names, "trigger_remaining", 1, 2, horizon=16))
+
+
 def _check_strategy_options(
     names: list[str],
     execute_steps: int | None,
     trigger_remaining: int | None,
     guidance_weight: float | None = None,
+    trigger_flag: str = "--trigger-remaining",
 ) -> None:
     """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
     when two values of it give two different strategies (their descriptions differ), or when it checks
     the value (refuses one of them); a value every chosen strategy refuses fails here, before any
-    episode."""
-    import dataclasses
-
+    episode. `trigger_flag`: the flag the trigger came from (`--sweep-trigger` gives one per point)."""
     from hotloop.errors import ConfigError
-    from hotloop.realtime.strategies import StrategyConfig, make_strategy
 
     options = (  # flag, StrategyConfig field, the value given, a second value to compare with
         (
@@ -68,7 +106,7 @@ def _check_strategy_options(
             None if execute_steps is None else execute_steps + 1,
         ),
         (
-            "--trigger-remaining",
+            trigger_flag,
             "trigger_remaining",
             trigger_remaining,
             None if trigger_remaining is None else trigger_remaining + 1,
@@ -84,22 +122,11 @@ def _check_strategy_options(
     for flag, field, value, other in options:
         if value is None:
             continue
-        users = []
-        for name in names:
-            base = StrategyConfig(horizon)
-            first: dict[str, Any] = {field: value}
-            second: dict[str, Any] = {field: other}
-            given = make_strategy(name, dataclasses.replace(base, **first)).describe()
-            try:
-                changed = given != make_strategy(name, dataclasses.replace(base, **second)).describe()
-            except ConfigError:
-                changed = True  # it checks this option: it reads it
-            if changed:
-                users.append(name)
+        users = _option_users(names, field, value, other, horizon)
         if not users:
             readers = {
                 "--execute-steps": "chunk",
-                "--trigger-remaining": "async, rtc, rtc-prefix or rtc-soft",
+                trigger_flag: "async, rtc, rtc-prefix or rtc-soft",
             }.get(flag, "rtc")
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
@@ -272,6 +299,13 @@ def eval_cmd(
             "(default: half the chunk; rtc-soft: chunk - 2, a new plan every max(delay, 2) periods)"
         ),
     ] = None,
+    sweep_trigger: Annotated[
+        str | None,
+        typer.Option(
+            help="--trigger-remaining values to sweep, e.g. 8,10,12,14 (async and rtc modes; the other "
+            "strategies run once)"
+        ),
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     blend: Annotated[
         str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
@@ -317,7 +351,7 @@ def eval_cmd(
     from hotloop.interrupts import first_interrupt_only
     from hotloop.io import atomic_write_json, check_output_file
     from hotloop.realtime.strategies import default_strategies
-    from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval
+    from hotloop.sim.eval_run import EvalRequest, plot_sweep, print_table, run_eval, run_label
     from hotloop.sim.latency import parse_latency
     from hotloop.sim.tasks import check_task
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
@@ -350,8 +384,19 @@ def eval_cmd(
         from hotloop.sim.perception_pipeline import parse_pipeline
 
         parse_pipeline(pipeline)
-    _check_strategy_options(names, execute_steps, trigger_remaining, guidance_weight)
+    if sweep_trigger is not None and trigger_remaining is not None:
+        raise ConfigError(
+            f"--trigger-remaining {trigger_remaining} and --sweep-trigger {sweep_trigger} both given; the "
+            "sweep sets the trigger of each point: drop one"
+        )
+    triggers: list[int | None] = [trigger_remaining]
+    if sweep_trigger is not None:
+        triggers = list(_parse_triggers(sweep_trigger))
+    for k in triggers:
+        flag = "--sweep-trigger" if sweep_trigger is not None else "--trigger-remaining"
+        _check_strategy_options(names, execute_steps, k, guidance_weight, trigger_flag=flag)
     _check_difficulty(task, difficulty)
+    readers = trigger_readers(names)
     requests = [
         EvalRequest(
             target=target,
@@ -364,7 +409,7 @@ def eval_cmd(
             seed=seed,
             workers=workers,
             execute_steps=execute_steps,
-            trigger_remaining=trigger_remaining,
+            trigger_remaining=k if name in readers else None,
             num_steps=steps,
             blend=blend,
             fallback=fallback,
@@ -374,6 +419,7 @@ def eval_cmd(
             memory_cap_mb=memory_cap_mb,
         )
         for name in names
+        for k in (triggers if name in readers else [None])
         for spec in latencies
     ]  # built first: their checks run before any episode
     check_output_file(json_path, "--json")
@@ -381,7 +427,7 @@ def eval_cmd(
     runs: list[dict[str, Any]] = []
     interrupted = False
 
-    single = len(requests) == 1 and not sweep_latency  # the file's shape: by request
+    single = len(requests) == 1 and not sweep_latency and not sweep_trigger  # the file's shape
 
     write_failed: list[str] = []
 
@@ -432,9 +478,7 @@ def eval_cmd(
         if len(runs) == 1:
             where = "seeds " + ", ".join(str(s) for _, s in crashed[:10])
         else:  # name the point too: the same seed runs once per point
-            where = ", ".join(
-                f"{r['strategy']['name']} {r['latency']['spec']} seed {s}" for r, s in crashed[:10]
-            )
+            where = ", ".join(f"{run_label(r)} {r['latency']['spec']} seed {s}" for r, s in crashed[:10])
         where += ", ..." if len(crashed) > 10 else ""
         typer.echo(
             f"error: {len(crashed)} episode(s) crashed ({where}); they are errors, not policy "

@@ -123,7 +123,8 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     )
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
-    bar = Progress(len(seeds), f"{request.strategy} {latency.spec}", "ep", enabled=progress)
+    k = "" if request.trigger_remaining is None else f" k={request.trigger_remaining}"
+    bar = Progress(len(seeds), f"{request.strategy}{k} {latency.spec}", "ep", enabled=progress)
     wins = crashes = 0
 
     def on_result(record: dict[str, Any]) -> None:
@@ -167,6 +168,14 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     }
 
 
+def run_label(run: dict[str, Any]) -> str:
+    """A run's strategy as tables and plots name it: with its trigger (`k=...`) when one was asked for, so
+    that the points of a `--sweep-trigger` stay apart."""
+    name = str(run["strategy"]["name"])
+    k = (run.get("request") or {}).get("trigger_remaining")
+    return name if k is None else f"{name} k={k}"
+
+
 def _latency_ms(run: dict[str, Any]) -> float | None:
     lat = run["latency"]
     if lat["kind"] == "fixed":
@@ -205,12 +214,12 @@ def print_table(runs: list[dict[str, Any]]) -> None:
         "jump / s",
         "wall s",
     ):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for r in runs:
         tt = r["task_time_s"]
         lo, hi = r["success_ci95"]
         table.add_row(
-            r["strategy"]["name"],
+            run_label(r),
             r["latency"]["spec"],
             f"{r['successes']}/{r['completed']} ({100 * r['success_rate']:.0f}%)" if r["completed"] else "-",
             f"{100 * lo:.0f}–{100 * hi:.0f}%" if r["completed"] else "-",
@@ -225,7 +234,7 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             else _with_unit(r["chunk_jump_per_s"], r.get("length_unit"), "/s"),
             f"{r['wall_s']:.0f}",
         )
-    Console(width=max(120, Console().width)).print(table)
+    Console(width=max(140, Console().width)).print(table)
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:
@@ -244,7 +253,7 @@ def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None =
         if ms is None:
             continue
         lo, hi = r["success_ci95"]
-        by.setdefault(r["strategy"]["name"], []).append((ms, r["success_rate"], lo, hi))
+        by.setdefault(run_label(r), []).append((ms, r["success_rate"], lo, hi))
     for name, pts in by.items():
         pts.sort()
         xs = [p[0] for p in pts]
