@@ -17,9 +17,9 @@ import torch
 from hotloop.compile.sources import pi_source
 from hotloop.compile.validate import compare_actions
 from hotloop.compress.adapters import select
-from hotloop.models.pi_targets import random_observation
+from hotloop.families.pi.targets import random_observation
 from hotloop.runtime.engine import Engine
-from hotloop.sampling import make_noise, sample_actions
+from hotloop.families.pi.sampling import make_noise, sample_actions
 from hotloop.targets import TargetOptions
 
 

@@ -25,14 +25,14 @@ from pathlib import Path
 import torch
 
 from hotloop.compile.buckets import BucketedPiPipeline
-from hotloop.compile.pi_engines import PiEngineShape
-from hotloop.compile.pi_recipes import fast_pi_subengines
+from hotloop.families.pi.engines import PiEngineShape
+from hotloop.families.pi.recipes import fast_pi_subengines
 from hotloop.measure.fingerprint import machine_fingerprint
 from hotloop.measure.roofline import cached_peaks, pi_stage_work, roofline
 from hotloop.measure.stages import StageTimer
 from hotloop.measure.stats import LatencyStats
-from hotloop.models.pi_targets import build_model, random_observation
-from hotloop.sampling import make_noise, sample_actions
+from hotloop.families.pi.targets import build_model, random_observation
+from hotloop.families.pi.sampling import make_noise, sample_actions
 from hotloop.targets import TargetOptions
 
 STAGES = ("vision", "prefix", "denoise", "total")
@@ -52,7 +52,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
-    from hotloop.models.pi_targets import resolve_config
+    from hotloop.families.pi.targets import resolve_config
 
     cfg = resolve_config("pi05:small", TargetOptions(views=1, num_steps=10))
     model = build_model(cfg, torch.float32, "cpu", seed=0)

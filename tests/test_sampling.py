@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hotloop.errors import ConfigError
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel, init_weights
-from hotloop.sampling import PiObservation, make_noise, sample_actions
+from hotloop.families.pi.sampling import PiObservation, make_noise, sample_actions
 
 
 @pytest.fixture(scope="module")

@@ -154,7 +154,7 @@ def _resolve(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
-_PI = "hotloop.models.pi_targets"
+_PI = "hotloop.families.pi.targets"
 _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
     (
         "toy:mlp",

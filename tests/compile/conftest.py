@@ -9,8 +9,8 @@ import torch
 
 from hotloop.models.configs import PiConfig, get_pi_config
 from hotloop.models.pi0 import PiModel
-from hotloop.models.pi_targets import build_model, random_observation
-from hotloop.sampling import PiObservation, make_noise
+from hotloop.families.pi.targets import build_model, random_observation
+from hotloop.families.pi.sampling import PiObservation, make_noise
 
 
 @pytest.fixture(autouse=True)

@@ -69,7 +69,7 @@ def test_round_trip_engine_reproduces_sample_actions(art: tuple[Path, dict]) -> 
     import hotloop
     from hotloop.compile.sources import pi_source
     from hotloop.compile.validate import compare_actions
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     out, _ = art

@@ -15,10 +15,10 @@ from hotloop.compile.buckets import (
     prompt_buckets,
     prompt_length,
 )
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines
-from hotloop.compile.pi_recipes import fast_pi_subengines
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
+from hotloop.families.pi.recipes import fast_pi_subengines
 from hotloop.errors import ConfigError
-from hotloop.sampling import sample_actions
+from hotloop.families.pi.sampling import sample_actions
 
 TinyFactory = Callable[..., Any]
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.compile.pi_engines import PiEngineShape
-from hotloop.compile.pi_recipes import fast_pi_subengines
+from hotloop.families.pi.engines import PiEngineShape
+from hotloop.families.pi.recipes import fast_pi_subengines
 
 TinyFactory = Callable[..., Any]
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.compile.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines
-from hotloop.compile.pi_recipes import fast_pi_subengines
-from hotloop.sampling import sample_actions
+from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
+from hotloop.families.pi.recipes import fast_pi_subengines
+from hotloop.families.pi.sampling import sample_actions
 
 TinyFactory = Callable[..., Any]
 

@@ -72,7 +72,7 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     from hotloop.compile.artifact import sha256_state_dict
     from hotloop.compile.sources import pi_source
     from hotloop.compile.validate import compare_actions
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     state = {"calls": 0, "released": False}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hotloop.compile.backends import get_backend
-from hotloop.compile.pi_engines import PiEngineShape, build_pi_subengines
+from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 from hotloop.compile.pi_plan import EngineSets
 
 TinyFactory = Callable[..., Any]

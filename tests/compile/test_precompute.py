@@ -8,8 +8,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from hotloop.compile.pi_blocks import MOD_GATE, MOD_SCALE, MOD_SHIFT
-from hotloop.compile.precompute import observation_tables, step_times, time_table
+from hotloop.families.pi.blocks import MOD_GATE, MOD_SCALE, MOD_SHIFT
+from hotloop.families.pi.precompute import observation_tables, step_times, time_table
 from hotloop.models.gemma import AdaRMSNorm, rope_cos_sin
 
 TinyFactory = Callable[..., Any]

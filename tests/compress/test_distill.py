@@ -9,7 +9,7 @@ import torch
 from hotloop.compress.distill import CHECKPOINT, DistillConfig, distill
 from hotloop.compress.prune import PruneConfig, prune
 from hotloop.errors import CheckpointError
-from hotloop.models.pi_targets import build_model, random_observation, resolve_config
+from hotloop.families.pi.targets import build_model, random_observation, resolve_config
 from hotloop.targets import TargetOptions
 
 

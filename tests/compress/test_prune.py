@@ -7,9 +7,9 @@ import torch
 
 from hotloop.compress.prune import PruneConfig, prune, semi_structured_2_4
 from hotloop.errors import ConfigError
-from hotloop.models.pi_targets import build_model, random_observation, resolve_config
+from hotloop.families.pi.targets import build_model, random_observation, resolve_config
 from hotloop.models.siglip import count_parameters
-from hotloop.sampling import sample_actions
+from hotloop.families.pi.sampling import sample_actions
 from hotloop.targets import TargetOptions
 
 
@@ -84,7 +84,7 @@ def test_taylor_pruning_works_on_a_frozen_model_and_leaves_it_frozen(tiny) -> No
 
 
 def test_pruned_checkpoint_reloads_at_the_new_shapes(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from hotloop.models.checkpoints import load_checkpoint, save_lerobot_checkpoint
+    from hotloop.families.pi.checkpoint import load_checkpoint, save_lerobot_checkpoint
 
     model, obs, actions = tiny
     small, _ = prune(model, obs, actions, PruneConfig(0.25, 0.5, 0.5, 0.5, 0.5))

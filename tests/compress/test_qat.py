@@ -9,7 +9,7 @@ from hotloop.compress.adapters import load_target
 from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 from hotloop.compress.qat import QatConfig, qat_losses, run_qat
 from hotloop.errors import CheckpointError
-from hotloop.sampling import flow_matching_loss
+from hotloop.families.pi.sampling import flow_matching_loss
 
 
 @pytest.fixture(scope="module")

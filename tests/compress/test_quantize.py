@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from hotloop.compile.backends import get_backend
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
 from hotloop.compile.validate import compare_actions
 from hotloop.compress.adapters import load_target
 from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset

@@ -41,7 +41,7 @@ def test_rollouts_need_an_episode() -> None:
 def test_recipe_step_distill_learns_from_teacher_rollouts_on_demo_targets(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import Inputs, RecipeConfig, parse_recipe, step_distill_observations
-    from hotloop.models.pi_targets import random_observation, resolve_config
+    from hotloop.families.pi.targets import random_observation, resolve_config
     from hotloop.targets import TargetOptions
 
     start = random_observation(resolve_config("pi05:tiny", TargetOptions()), 2, "cpu", 0)
@@ -69,7 +69,7 @@ def test_with_recorded_data_a_demo_target_still_distills_on_rollouts(tmp_path) -
     rollouts (the states it visits), and from the recorded frames only with --distill-episodes 0."""
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import Inputs, RecipeConfig, parse_recipe, step_distill_observations
-    from hotloop.models.pi_targets import random_observation, resolve_config
+    from hotloop.families.pi.targets import random_observation, resolve_config
     from hotloop.targets import TargetOptions
 
     recorded = random_observation(resolve_config("pi05:tiny", TargetOptions()), 3, "cpu", 1)

@@ -8,7 +8,7 @@ import torch
 from hotloop.compress.distill import DistillConfig
 from hotloop.compress.steps import PREFIX_MODULES, StepDistillOptions, shared_times, step_distill, step_sweep
 from hotloop.errors import ConfigError
-from hotloop.models.pi_targets import build_model, random_observation, resolve_config
+from hotloop.families.pi.targets import build_model, random_observation, resolve_config
 from hotloop.targets import TargetOptions
 
 
@@ -57,7 +57,7 @@ def test_step_distill_refuses_as_many_steps_as_the_teacher(tiny) -> None:  # typ
 def test_zero_start_distillation_trains_only_the_expert(tiny) -> None:  # type: ignore[no-untyped-def]
     """From x = 0 with a frozen prefix: the chunk from zero noise comes closer to the teacher's 10-step one,
     vision and VLM weights are bit-identical, the expert's moved."""
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
 
     model, obs = tiny
     student = copy.deepcopy(model)
@@ -94,7 +94,7 @@ def test_distillation_options_are_checked() -> None:
 def test_first_action_weight_fits_the_executed_action_closer(tiny) -> None:  # type: ignore[no-untyped-def]
     """Same data, seeds and steps: weighting the first action brings it closer to the teacher's than the
     plain chunk loss does (a sync loop executes only that action)."""
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
 
     model, obs = tiny
     zero = torch.zeros(obs.batch, model.cfg.chunk_size, model.cfg.max_action_dim)

@@ -22,8 +22,8 @@ from hotloop.measure.roofline import (
 )
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel
-from hotloop.models.pi_targets import build_model, build_pi05_bench, random_observation
-from hotloop.sampling import make_noise
+from hotloop.families.pi.targets import build_model, build_pi05_bench, random_observation
+from hotloop.families.pi.sampling import make_noise
 from hotloop.targets import TargetOptions
 
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.models.checkpoints import load_checkpoint, save_lerobot_checkpoint
+from hotloop.families.pi.checkpoint import load_checkpoint, save_lerobot_checkpoint
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel, init_weights
-from hotloop.models.pi_policy import NormStats, Stats
-from hotloop.sampling import PiObservation, sample_actions
+from hotloop.families.pi.policy import NormStats, Stats
+from hotloop.families.pi.sampling import PiObservation, sample_actions
 
 
 @pytest.fixture(scope="module")

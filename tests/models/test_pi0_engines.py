@@ -22,7 +22,7 @@ from hotloop.models.pi0 import (
     suffix_block_starts,
     suffix_masks,
 )
-from hotloop.sampling import PiObservation, flow_matching_loss, sample_actions
+from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 
 
 def tiny(pi05: bool, views: int = 2) -> tuple[PiModel, PiConfig]:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from hotloop.errors import ConfigError
-from hotloop.models.pi_policy import PiPolicy
-from hotloop.models.pi_targets import build_pi0_policy, build_pi05_policy
+from hotloop.families.pi.policy import PiPolicy
+from hotloop.families.pi.targets import build_pi0_policy, build_pi05_policy
 from hotloop.targets import TargetOptions
 
 

@@ -9,8 +9,8 @@ import torch
 from hotloop.errors import ConfigError, UnknownNameError
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import get_pi_config, pi_configs
-from hotloop.models.pi_policy import NormStats, PiPolicy, Stats, resize_with_pad
-from hotloop.models.pi_targets import (
+from hotloop.families.pi.policy import NormStats, PiPolicy, Stats, resize_with_pad
+from hotloop.families.pi.targets import (
     build_bench,
     build_model,
     build_pi0_bench,
@@ -19,7 +19,7 @@ from hotloop.models.pi_targets import (
     build_pi05_policy,
 )
 from hotloop.policy import Policy
-from hotloop.sampling import sample_actions
+from hotloop.families.pi.sampling import sample_actions
 from hotloop.targets import TargetOptions
 
 
@@ -193,7 +193,7 @@ def test_resize_with_pad_keeps_aspect() -> None:
 
 
 def test_views_beyond_three_are_rejected():
-    from hotloop.models.pi_targets import build_pi05_bench
+    from hotloop.families.pi.targets import build_pi05_bench
     from hotloop.targets import TargetOptions
 
     with pytest.raises(ConfigError, match="--views 4 is more than the 3 camera views"):

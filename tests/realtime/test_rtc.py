@@ -16,7 +16,7 @@ from hotloop.realtime.rtc import (
     guided_sample_actions,
     prefix_weights,
 )
-from hotloop.sampling import sample_actions
+from hotloop.families.pi.sampling import sample_actions
 
 
 def test_soft_mask_is_the_papers():

@@ -18,8 +18,8 @@ from hotloop.realtime.rtc import (
     PREV_ACTIONS_KEY,
     guidance_mode,
 )
-from hotloop.realtime.rtc_prefix import prefix_sample_actions, prefix_token_time
-from hotloop.sampling import PiObservation, flow_matching_loss, sample_actions
+from hotloop.families.pi.rtc_prefix import prefix_sample_actions, prefix_token_time
+from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 
 
 def _model(name: str, seed: int = 0) -> PiModel:
@@ -268,7 +268,7 @@ def test_training_with_prefixes_is_seeded_and_leaves_the_plain_recipe_alone():
 
 def test_soft_prefix_with_no_mask_is_plain_sampling_and_holds_the_rows_with_full_weight(nano):
     from hotloop.realtime.rtc import prefix_weights
-    from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+    from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
 
     model, obs, _ = nano
     cfg = model.cfg
@@ -292,7 +292,7 @@ def test_soft_prefix_with_no_mask_is_plain_sampling_and_holds_the_rows_with_full
 def test_soft_prefix_integrates_each_token_from_its_own_time_and_enforces_the_mask(nano, monkeypatch):
     """With a velocity field of zero the tokens stay where they start, s_i * noise + (1 - s_i) * prefix,
     and the result is W * prefix + (1 - W) * that; the model is told min(t_k, s_i) at every step."""
-    from hotloop.realtime.rtc_prefix import soft_prefix_sample_actions
+    from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
 
     model, obs, _ = nano
     cfg = model.cfg

@@ -71,7 +71,7 @@ def test_bucketed_engine_actions_equal_the_unbucketed_run(
 ) -> None:
     import hotloop
     from hotloop.compile.sources import pi_source
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     out, _ = art

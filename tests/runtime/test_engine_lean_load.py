@@ -24,7 +24,7 @@ def test_all_file_backed_artifact_drops_the_torch_weights_and_keeps_its_actions(
     from hotloop.compile.sources import pi_source
     from hotloop.compile.validate import compare_actions
     from hotloop.runtime.policy import engine_policy
-    from hotloop.sampling import sample_actions
+    from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     engine = hotloop.Engine.load(ov_art, threads=1)

@@ -147,7 +147,7 @@ def test_cuda_graph_capture_replays_the_same_outputs() -> None:
 def test_artifact_stores_its_policy_spec_and_evals_on_a_gym_task(art: Path, tmp_path: Path) -> None:
     """The stored spec is what the task adapter reads: the compiled pi05:tiny runs on PushT (another
     view size, state and action size than its own) through it."""
-    from hotloop.models.pi_targets import resolve_config
+    from hotloop.families.pi.targets import resolve_config
     from hotloop.policy_spec import PolicySpec
     from hotloop.targets import TargetOptions
 

@@ -19,10 +19,10 @@ import torch
 from hotloop.compile.backends import get_backend
 from hotloop.compile.backends.base import Runner
 from hotloop.compile.buckets import prompt_buckets
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, reshape_subengines
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, reshape_subengines
 from hotloop.compile.planner import Candidate, PlanConfig, prepare, time_calls
 from hotloop.compile.validate import compare_actions
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 if TYPE_CHECKING:
     from hotloop.compile.pi_plan import EngineSets, PiSource

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine, reshape_subengines
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, SubEngine, reshape_subengines
 from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 DEFAULT_BUCKETS = (32, 64, 128)
 

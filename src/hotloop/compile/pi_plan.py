@@ -19,7 +19,7 @@ from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
 from hotloop.compile.planner import (
     STAGES,
     Candidate,
@@ -39,7 +39,7 @@ from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 
 @dataclass
@@ -65,7 +65,7 @@ class PiSource:
 
 
 def _fused(model: PiModel, shape: PiEngineShape, dtype: torch.dtype) -> dict[str, SubEngine]:
-    from hotloop.compile.pi_recipes import fast_pi_subengines
+    from hotloop.families.pi.recipes import fast_pi_subengines
 
     return fast_pi_subengines(model, shape, dtype)
 

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from hotloop.compile.pi_engines import PiEngineShape
+from hotloop.families.pi.engines import PiEngineShape
 from hotloop.compile.pi_plan import PiSource
 from hotloop.errors import ConfigError
 from hotloop.models.configs import GemmaConfig, PiConfig, VisionConfig
-from hotloop.models.pi_policy import NormStats, Stats
+from hotloop.families.pi.policy import NormStats, Stats
 
 PI_FAMILIES = ("pi0", "pi05")
 
@@ -61,14 +61,14 @@ def pi_source(target: str, options: Any) -> PiSource:
     """A seeded random-weight pi target (pi0:tiny, pi05:small...) or demo:conveyor."""
     if target.startswith("demo:"):
         return demo_source(target, options)
-    from hotloop.models.pi_targets import build_model, random_observation, resolve_config
-    from hotloop.sampling import make_noise
+    from hotloop.families.pi.targets import build_model, random_observation, resolve_config
+    from hotloop.families.pi.sampling import make_noise
 
     cfg = resolve_config(target, options)
     model = build_model(cfg, torch.float32, "cpu", options.seed)
     obs = random_observation(cfg, 1, "cpu", options.seed)
     noise = make_noise(model, 1, torch.Generator().manual_seed(options.seed + 2))
-    from hotloop.models.pi_policy import NormStats, pi_policy_spec
+    from hotloop.families.pi.policy import NormStats, pi_policy_spec
 
     action_dim = options.action_dim or cfg.max_action_dim
     prompt_tokens = [1, 2, 3]

@@ -18,7 +18,7 @@ import torch
 
 from hotloop.errors import ConfigError
 from hotloop.models.configs import PiConfig
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 FrameObserver = Callable[[dict[str, np.ndarray], np.ndarray, int], PiObservation]
 ActionTargets = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -81,7 +81,7 @@ def check_fits(adapter: TargetAdapter, dataset: Any, flag: str = "--data") -> No
 
 def pi_target_adapter(target: str, model: Any, dataset: Any) -> TargetAdapter:
     """A random-weight pi target reading `dataset`: mean/std from its stats, one task id per prompt."""
-    from hotloop.models.pi_policy import NormStats, PiPolicy, Stats
+    from hotloop.families.pi.policy import NormStats, PiPolicy, Stats
 
     cfg = model.cfg
     stats = dataset.stats
@@ -185,7 +185,7 @@ def load_target(
         demo = build_demo(target, options)
         model = demo.pi.model.float().eval()
         return model, demo_adapter(target, demo)
-    from hotloop.models.pi_targets import build_model, resolve_config
+    from hotloop.families.pi.targets import build_model, resolve_config
 
     cfg = resolve_config(target, options)
     model = build_model(cfg, torch.float32, "cpu", seed)

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from hotloop.compress.adapters import TargetAdapter, check_fits, select, stack
 from hotloop.errors import ConfigError
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, SubEngine
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, SubEngine
 from hotloop.compress.calibration import CalibrationSet
 
 MAX_ROWS = 64  # per graph: enough for per-tensor ranges, few enough to keep quantizing quick

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 CHECKPOINT = "distill_state.pt"
 
@@ -105,7 +105,7 @@ def velocity(model: PiModel, obs: PiObservation, x_t: Tensor, t: Tensor) -> Tens
 
 def teacher_actions(teacher: PiModel, obs: PiObservation, seed: int, num_steps: int | None = None) -> Tensor:
     """The teacher's chunks for every observation under a fixed noise (pseudo-labels without episodes)."""
-    from hotloop.sampling import make_noise, sample_actions
+    from hotloop.families.pi.sampling import make_noise, sample_actions
 
     noise = make_noise(teacher, obs.batch, torch.Generator().manual_seed(seed))
     return sample_actions(teacher, obs, noise=noise, num_steps=num_steps, validate=False)
@@ -242,7 +242,7 @@ def sample_batch(
     idx = torch.randperm(obs.batch, generator=gen)[: min(batch, obs.batch)].tolist()
     a = actions[idx].float()
     noise = torch.randn(a.shape, generator=gen)
-    from hotloop.sampling import sample_time
+    from hotloop.families.pi.sampling import sample_time
 
     return select(obs, idx), a, noise, sample_time(len(idx), gen)
 
@@ -294,7 +294,7 @@ def evaluate(
     """The distillation loss over the whole set under one fixed noise/time draw (comparable across runs)."""
     gen = torch.Generator().manual_seed(config.seed + 12345)
     noise = torch.randn(actions.shape, generator=gen)
-    from hotloop.sampling import sample_time
+    from hotloop.families.pi.sampling import sample_time
 
     time = sample_time(obs.batch, gen)
     was = student.training

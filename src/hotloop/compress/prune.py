@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from hotloop.errors import ConfigError
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 IMPORTANCE = ("taylor", "activation")
 
@@ -132,7 +132,7 @@ def measure_importance(
 ) -> dict[str, Tensor]:
     """Per-channel importance of every prunable unit, summed over the calibration set."""
     from hotloop.compress.adapters import select
-    from hotloop.sampling import flow_matching_loss, sample_actions
+    from hotloop.families.pi.sampling import flow_matching_loss, sample_actions
 
     if importance == "taylor" and actions is None:
         raise ConfigError("--importance taylor needs action targets (--data episodes); use activation")

@@ -30,7 +30,7 @@ from hotloop.compress.calibration import CalibrationSet
 from hotloop.compress.fake_quant import attach_fake_quant, check_mode, detach_fake_quant, linear_layers
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation, sample_time
+from hotloop.families.pi.sampling import PiObservation, sample_time
 
 CHECKPOINT = "qat_checkpoint.pt"
 
@@ -102,7 +102,7 @@ def quantized_layer_names(model: PiModel, fp32_layers: dict[str, list[str]] | No
     names = linear_layers(model)
     if not fp32_layers:
         return sorted(names)
-    from hotloop.compile.pi_engines import PiEngineShape, build_pi_subengines
+    from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 
     engines = build_pi_subengines(model, PiEngineShape.of(model.cfg), torch.float32)  # shares the modules
     keep = {

@@ -36,7 +36,7 @@ from torch import Tensor
 from hotloop.compile.validate import Tolerance, compare_actions
 from hotloop.errors import ConfigError
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 STEPS: dict[str, str] = {
     "prune": "prune[:MLP[:HEADS]] structured pruning of FFN neurons / vision MLP channels (and query heads)",
@@ -224,7 +224,7 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
             observations.append(demo.pi.observation(demo.model_inputs(raw)))
         env.close()
         return Inputs(stack(observations[:n]), None, None, judged=stack(observations[n:]))
-    from hotloop.models.pi_targets import random_observation
+    from hotloop.families.pi.targets import random_observation
 
     return Inputs(
         random_observation(source.cfg, n, "cpu", config.seed),
@@ -478,7 +478,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.sources import check_pi_target, pi_source
     from hotloop.models.siglip import count_parameters
-    from hotloop.sampling import make_noise, sample_actions
+    from hotloop.families.pi.sampling import make_noise, sample_actions
     from hotloop.targets import TargetOptions
 
     check_pi_target(config.target)

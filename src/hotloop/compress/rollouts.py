@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 ROLLOUT_SEED_BASE = 500_000  # far from `hotloop eval`'s default seeds 0.. and the demo's training seeds
 

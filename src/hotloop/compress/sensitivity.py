@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, build_pi_subengines
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.compile.validate import Tolerance, compare_actions
 from hotloop.compress.calibration import CalibrationSet
 from hotloop.compress.fake_quant import check_mode, fake_quantized, linear_layers

@@ -20,7 +20,7 @@ from torch import Tensor
 from hotloop.compress.distill import DistillConfig, teacher_actions, train_resumable
 from hotloop.errors import ConfigError
 from hotloop.models.pi0 import PiModel
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 DEFAULT_LADDER = (10, 5, 3, 2, 1)
 
@@ -57,7 +57,7 @@ def step_sweep(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Action error and smoothness of each step count against `reference_steps`, same noise throughout."""
-    from hotloop.sampling import make_noise, sample_actions
+    from hotloop.families.pi.sampling import make_noise, sample_actions
 
     check_steps(ladder)
     dim = action_dim or model.cfg.max_action_dim

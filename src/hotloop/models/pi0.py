@@ -4,7 +4,7 @@
     prefix(image_tokens, image_masks, lang_tokens, lang_masks) -> PrefixCache (per-layer K after RoPE, V)
     denoise_step(cache, x_t, t[, state])                -> velocity (B, chunk, max_action_dim)
 
-`sample_actions` in `hotloop.sampling` composes them with the Euler integrator. The prefix runs once per
+`sample_actions` in `hotloop.families.pi.sampling` composes them with the Euler integrator. The prefix runs once per
 observation; every denoising step reads the same prefix-only cache (suffix keys are never appended).
 
 Semantics follow LeRobot's PI0/PI05 and the parity fixtures in `shared/fixtures`: images then prompt form
@@ -246,7 +246,7 @@ class PiModel(nn.Module):
         """(expert input tokens (B, S, expert width), adaRMS conditioning or None).
 
         `t` is a scalar, one time per sample (B,), or one per action token (B, chunk): the last is
-        training-time action conditioning (`hotloop.realtime.rtc_prefix`), where the given prefix of the
+        training-time action conditioning (`hotloop.families.pi.rtc_prefix`), where the given prefix of the
         chunk sits at t = 0 and the rest at the sample's t. The conditioning is then (B, chunk, width)
         instead of (B, width), so every adaRMS norm scales, shifts and gates each token by its own time.
         """

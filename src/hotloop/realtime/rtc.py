@@ -20,7 +20,7 @@ action space, row i meant for the period starting at the observation time + i pe
 (d, an int) and `MAX_GUIDANCE_WEIGHT_KEY` (beta). A policy that applied them answers `GUIDED_KEY: True`.
 
 A fourth key, `MODE_KEY`, picks how: "guided" (the default when absent: the sampler above) or "prefix"
-(training-time action conditioning, `hotloop.realtime.rtc_prefix`: the first d actions are given to a
+(training-time action conditioning, `hotloop.families.pi.rtc_prefix`: the first d actions are given to a
 model trained to continue them) or "soft-prefix" (the same conditioning over the whole soft mask: the
 tail's tokens start part-way along the flow from the executing actions, `soft_prefix_sample_actions`).
 A policy that applied a prefix mode answers it in `MODE_KEY` too, so a policy that only knows guidance
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from hotloop.measure.stages import StageTimer
     from hotloop.models.pi0 import PiModel, PrefixCache
-    from hotloop.sampling import PiObservation
+    from hotloop.families.pi.sampling import PiObservation
 
 PREV_ACTIONS_KEY = "rtc_prev_actions"
 DELAY_KEY = "rtc_delay"
@@ -114,12 +114,12 @@ def guided_sample_actions(
     timer: StageTimer | None = None,
     cache: PrefixCache | None = None,
 ) -> Tensor:
-    """`hotloop.sampling.sample_actions` with RTC guidance. `prev` (B, chunk, max_action_dim): the
+    """`hotloop.families.pi.sampling.sample_actions` with RTC guidance. `prev` (B, chunk, max_action_dim): the
     previous chunk's actions in model space (normalized, zero-padded; rows past the overlap are
     ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`."""
     import torch
 
-    from hotloop.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
 
     timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     with torch.no_grad():

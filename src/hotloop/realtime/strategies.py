@@ -24,7 +24,7 @@ Built in:
   periods) are pulled onto what the robot executes meanwhile, the rest of the overlap softly.
 - `rtc-prefix`: async, and the policy is given the d actions the robot executes meanwhile as the clean
   prefix of the new chunk and samples the rest (training-time action conditioning, Black, Galliker,
-  Levine 2025; `hotloop.realtime.rtc_prefix`). Needs a policy trained for it.
+  Levine 2025; `hotloop.families.pi.rtc_prefix`). Needs a policy trained for it.
 - `rtc-soft`: `rtc-prefix` over RTC's whole soft mask: the d executed actions are held, the tail of the
   mask starts part-way along the flow from the executing chunk, and the result is held to it by the mask
   (`soft_prefix_sample_actions`), so the new chunk leaves the old plan gradually. No gradient, one

@@ -124,7 +124,7 @@ class Engine:
 
         from hotloop.compile.bucket_plan import bucket_shape, split_name
         from hotloop.compile.buckets import BucketedPiPipeline
-        from hotloop.compile.pi_engines import PiEngineShape, PiPipeline, constants_of, reshape_subengines
+        from hotloop.families.pi.engines import PiEngineShape, PiPipeline, constants_of, reshape_subengines
         from hotloop.compile.pi_plan import RECIPES
         from hotloop.compile.sources import config_from_dict
         from hotloop.models.pi0 import PiModel
@@ -235,7 +235,7 @@ class Engine:
                 n: torch.zeros_like(x)
                 for n, x in zip(self._onnx_runner.input_names, self._onnx_runner.inputs, strict=True)
             }
-        from hotloop.compile.pi_engines import example_observation
+        from hotloop.families.pi.engines import example_observation
 
         obs = example_observation(self.cfg, self.shape, torch.device("cpu"))
         if prompt_tokens is not None:
@@ -252,7 +252,7 @@ class Engine:
         """The observation as the engine's inputs, or ConfigError naming the input that does not fit."""
         if self.kind == "onnx":
             return self._validate_onnx(obs)
-        from hotloop.sampling import PiObservation
+        from hotloop.families.pi.sampling import PiObservation
 
         if isinstance(obs, PiObservation):
             fields = {f: getattr(obs, f) for f in OBS_FIELDS}

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hotloop.models.pi_policy import PiPolicy
+from hotloop.families.pi.policy import PiPolicy
 
 
 class EnginePiPolicy(PiPolicy):

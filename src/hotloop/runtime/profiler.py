@@ -41,7 +41,7 @@ def profile_target(target: str, iterations: int, top: int) -> dict[str, Any]:
     import torch
 
     from hotloop.compile.backends.eager import TorchRunner
-    from hotloop.compile.pi_engines import build_pi_subengines
+    from hotloop.families.pi.engines import build_pi_subengines
     from hotloop.compile.sources import check_pi_target, pi_source
     from hotloop.targets import TargetOptions
 

@@ -17,13 +17,13 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
     from safetensors.torch import load_file
 
     from hotloop.compile.artifact import read_manifest
-    from hotloop.compile.pi_engines import PiEngineShape
+    from hotloop.families.pi.engines import PiEngineShape
     from hotloop.compile.pi_plan import PiSource, plan_pi, write_pi_artifact
     from hotloop.compile.planner import PlanConfig
     from hotloop.compile.sources import config_from_dict
     from hotloop.compile.validate import parse_tolerance
     from hotloop.models.pi0 import PiModel
-    from hotloop.models.pi_targets import random_observation
+    from hotloop.families.pi.targets import random_observation
 
     manifest = read_manifest(path, check_machine=False)
     if manifest.get("kind") != "pi":

@@ -56,7 +56,7 @@ def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
     if isinstance(declared, dict):
         return dict(declared)
     # The built-in families (imported only here: the policy was built, so they are loaded already).
-    from hotloop.models.pi_policy import PiPolicy
+    from hotloop.families.pi.policy import PiPolicy
     from hotloop.models.toy import ToyPolicy
     from hotloop.sim.demo_policy import DemoConveyorPolicy
 

@@ -51,7 +51,7 @@ def to_absolute(actions: np.ndarray, state: np.ndarray) -> np.ndarray:
 class DemoConveyorPolicy:
     """Env observation -> PiPolicy observation -> absolute action chunk."""
 
-    pi: Any  # hotloop.models.pi_policy.PiPolicy
+    pi: Any  # hotloop.families.pi.policy.PiPolicy
     meta: dict[str, Any]
     zero_noise: bool = False  # start the flow at x = 0 (its mode) instead of a seeded draw (R6.3)
     # Guided (RTC) sampling from the seeded draw instead of x = 0. Off: from x = 0 the Jacobian RTC steers
@@ -110,7 +110,7 @@ class DemoConveyorPolicy:
             return {"actions": to_absolute(rel, raw)}
         import torch
 
-        from hotloop.sampling import sample_actions
+        from hotloop.families.pi.sampling import sample_actions
 
         pi = self.pi
         if self._cache is None:
@@ -157,8 +157,8 @@ def load_demo_pi(
     Shared by `demo:conveyor` and `demo:conveyor-vision`, which differ only in the wrapper around it."""
     import torch
 
-    from hotloop.models.checkpoints import load_checkpoint
-    from hotloop.models.pi_policy import PiPolicy
+    from hotloop.families.pi.checkpoint import load_checkpoint
+    from hotloop.families.pi.policy import PiPolicy
 
     meta_path = folder / "demo.json"
     if not meta_path.is_file() or not (folder / "model.safetensors").is_file():

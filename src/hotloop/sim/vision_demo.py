@@ -70,7 +70,7 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
 def _quiet_checkpoint_notes() -> Iterator[None]:
     # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
     # float32 as a warning, which would repeat in every evaluation worker.
-    log = logging.getLogger("hotloop.models.checkpoints")
+    log = logging.getLogger("hotloop.families.pi.checkpoint")
     level = log.level
     log.setLevel(logging.ERROR)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hotloop.compile.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
-from hotloop.compile.pi_engines import PiEngineShape, SubEngine, build_pi_subengines
+from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
+from hotloop.families.pi.engines import PiEngineShape, SubEngine, build_pi_subengines
 from hotloop.models.pi0 import PiModel
 
 

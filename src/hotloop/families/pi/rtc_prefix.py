@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from hotloop.measure.stages import StageTimer
     from hotloop.models.pi0 import PiModel, PrefixCache
-    from hotloop.sampling import PiObservation
+    from hotloop.families.pi.sampling import PiObservation
 
 
 def prefix_token_time(t: Tensor, delay: int, batch: int, chunk: int) -> Tensor:
@@ -49,12 +49,12 @@ def prefix_sample_actions(
     timer: StageTimer | None = None,
     cache: PrefixCache | None = None,
 ) -> Tensor:
-    """`hotloop.sampling.sample_actions` conditioned on a given prefix: rows [0, delay) of `prefix`
+    """`hotloop.families.pi.sampling.sample_actions` conditioned on a given prefix: rows [0, delay) of `prefix`
     (B, chunk, max_action_dim), model space (normalised, zero-padded), are the first actions of the
     result exactly; the rest is sampled. delay = 0 is plain sampling."""
     import torch
 
-    from hotloop.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
 
     chunk = model.cfg.chunk_size
     if not 0 <= delay <= chunk:
@@ -105,7 +105,7 @@ def soft_prefix_sample_actions(
     `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling."""
     import torch
 
-    from hotloop.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
 
     chunk = model.cfg.chunk_size
     if weights.shape != (chunk,):

@@ -22,8 +22,8 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from hotloop.compile.pi_blocks import BlockNorm, DecoderBlock
-from hotloop.compile.pi_engines import (
+from hotloop.families.pi.blocks import BlockNorm, DecoderBlock
+from hotloop.families.pi.engines import (
     DenoiseLoopEngine,
     DenoiseStepEngine,
     PrefixEngine,

@@ -19,8 +19,8 @@ from hotloop.measure.roofline import pi_stage_work
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig, pi_configs
 from hotloop.models.pi0 import PiModel, init_weights
-from hotloop.models.pi_policy import PiPolicy
-from hotloop.sampling import PiObservation, check_inputs, make_noise, sample_actions
+from hotloop.families.pi.policy import PiPolicy
+from hotloop.families.pi.sampling import PiObservation, check_inputs, make_noise, sample_actions
 from hotloop.targets import BenchCase, TargetOptions, check_fits_memory
 
 MAX_VIEWS = 3  # the published checkpoints take a base camera and two wrist cameras
@@ -207,7 +207,7 @@ def _bucketed_run(
 ) -> Callable[[StageTimer], torch.Tensor]:
     """The same eager model run through the sub-engines with prompt-length buckets (issue 8 item 4)."""
     from hotloop.compile.buckets import BucketedPiPipeline, prompt_buckets
-    from hotloop.compile.pi_engines import PiEngineShape, build_pi_subengines
+    from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 
     engines = build_pi_subengines(model, PiEngineShape.of(cfg, options.batch), model.dtype)
     pipeline = BucketedPiPipeline.eager(cfg, engines, options.buckets or ())

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hotloop.compile.pi_blocks import MOD_GATE, MOD_SCALE, MOD_SHIFT
+from hotloop.families.pi.blocks import MOD_GATE, MOD_SCALE, MOD_SHIFT
 from hotloop.models.configs import PiConfig
 from hotloop.models.gemma import AdaRMSNorm, GemmaLayer, rope_cos_sin
 from hotloop.models.pi0 import PiModel, additive_mask, prefix_masks, sincos_time_embedding, suffix_masks

@@ -47,20 +47,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hotloop.compile.pi_blocks import (
+from hotloop.families.pi.blocks import (
     BlockNorm,
     DecoderBlock,
     blocks_from_stack,
     norm_from_model,
     split_outputs,
 )
-from hotloop.compile.precompute import observation_tables, time_table
+from hotloop.families.pi.precompute import observation_tables, time_table
 from hotloop.errors import ConfigError
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
 from hotloop.models.siglip import SiglipLayer
-from hotloop.sampling import PiObservation
+from hotloop.families.pi.sampling import PiObservation
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
 OBSERVATION_TABLES = ("prefix_mask", "prefix_cos", "prefix_sin", "suffix_mask", "suffix_cos", "suffix_sin")

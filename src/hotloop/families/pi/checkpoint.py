@@ -33,7 +33,7 @@ from hotloop.errors import CheckpointError, ConfigError
 from hotloop.models.checkpoint_meta import Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.models.pi_policy import NormStats, Stats
+from hotloop.families.pi.policy import NormStats, Stats
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from hotloop.errors import ConfigError
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel, PrefixCache, state_prompt_tokens
-from hotloop.sampling import PiObservation, sample_actions
+from hotloop.families.pi.sampling import PiObservation, sample_actions
 
 
 @dataclass(frozen=True)
@@ -334,12 +334,12 @@ class PiPolicy:
         timer: Any = None,
         soft: bool = False,
     ) -> torch.Tensor:
-        """RTC by action conditioning (`hotloop.realtime.rtc_prefix`): the first d of the previous
+        """RTC by action conditioning (`hotloop.families.pi.rtc_prefix`): the first d of the previous
         actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
         prefix of the new chunk (d capped at the rows given and the horizon; beta is not used). `soft`:
         over the whole soft mask, its tail started part-way along the flow from the previous actions and
         the result held to them by the mask (`soft_prefix_sample_actions`, `--strategy rtc-soft`)."""
-        from hotloop.realtime.rtc_prefix import prefix_sample_actions, soft_prefix_sample_actions
+        from hotloop.families.pi.rtc_prefix import prefix_sample_actions, soft_prefix_sample_actions
 
         prev, delay, _ = guidance
         d = max(0, min(int(delay), len(prev), self.horizon))
