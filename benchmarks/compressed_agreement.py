@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-from hotloop.compile.sources import pi_source
+from hotloop.compile.sources import policy_source
 from hotloop.compile.validate import compare_actions
-from hotloop.compress.adapters import select
+from hotloop.families.pi.batching import select
+from hotloop.families.pi.sampling import make_noise, sample_actions
 from hotloop.families.pi.targets import random_observation
 from hotloop.runtime.engine import Engine
-from hotloop.families.pi.sampling import make_noise, sample_actions
 from hotloop.targets import TargetOptions
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     manifest = json.loads((args.artifact / "manifest.json").read_text())
     target = manifest["target"]
-    source = pi_source(target, TargetOptions(seed=0))
+    source = policy_source(target, TargetOptions(seed=0))
     teacher = source.model.float().eval()
     n = args.observations
     obs = random_observation(teacher.cfg, n, "cpu", args.seed)

@@ -24,15 +24,16 @@ from pathlib import Path
 
 import torch
 
-from hotloop.compile.buckets import BucketedPiPipeline
+from hotloop.families.pi.buckets import BucketedPiPipeline
 from hotloop.families.pi.engines import PiEngineShape
 from hotloop.families.pi.recipes import fast_pi_subengines
+from hotloop.families.pi.roofline import pi_stage_work
+from hotloop.families.pi.sampling import make_noise, sample_actions
+from hotloop.families.pi.targets import build_model, random_observation
 from hotloop.measure.fingerprint import machine_fingerprint
-from hotloop.measure.roofline import cached_peaks, pi_stage_work, roofline
+from hotloop.measure.roofline import cached_peaks, roofline
 from hotloop.measure.stages import StageTimer
 from hotloop.measure.stats import LatencyStats
-from hotloop.families.pi.targets import build_model, random_observation
-from hotloop.families.pi.sampling import make_noise, sample_actions
 from hotloop.targets import TargetOptions
 
 STAGES = ("vision", "prefix", "denoise", "total")

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotloop.errors import ConfigError
+from hotloop.families.pi.sampling import PiObservation, make_noise, sample_actions
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel, init_weights
-from hotloop.families.pi.sampling import PiObservation, make_noise, sample_actions
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def bench(
     from hotloop.io import check_output_file
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
-    from hotloop.targets import TargetOptions, find_target
+    from hotloop.targets import TargetOptions, check_device, find_target
 
     config = BenchConfig(
         warmup=warmup,
@@ -127,7 +127,7 @@ def bench(
         memory_cap_mb=memory_cap_mb,
         threads=threads,
     )
-    _check_device(device)
+    check_device(device)
     _warn_oversubscription(threads)
     check_output_file(json_path, "--json")
     check_output_file(plot, "--plot")
@@ -154,7 +154,7 @@ def bench(
 def _parse_buckets(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
-    from hotloop.compile.buckets import parse_buckets
+    from hotloop.families.buckets import parse_buckets
 
     return parse_buckets(text)
 
@@ -169,21 +169,6 @@ def _warn_oversubscription(threads: int | None) -> None:
             f"will take turns and the timings will suffer (use --threads {cpus} or fewer)",
             err=True,
         )
-
-
-def _check_device(device: str) -> None:
-    if device == "cpu":
-        return
-    if not device.startswith("cuda"):
-        from hotloop.errors import ConfigError
-
-        raise ConfigError(f"device {device!r} is not supported; use cpu or cuda")
-    import torch
-
-    if not torch.cuda.is_available():
-        from hotloop.errors import ConfigError
-
-        raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is visible here; use --device cpu")
 
 
 @app.command()

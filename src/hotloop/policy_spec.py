@@ -114,6 +114,30 @@ class PolicySpec:
 
 
 @dataclass(frozen=True)
+class ArraySpec:
+    """One entry a served policy accepts (`observation_spec`: key -> ArraySpec, keys of nested maps
+    joined with "/"), checked by `hotloop.serve.spec` on every observation."""
+
+    shape: tuple[int, ...]  # -1: any length along that axis (e.g. RTC's remaining actions of the last chunk)
+    dtype: str  # a numpy dtype name ("float32", "uint8", ...) or "str" for text such as openpi's "prompt"
+    optional: bool = False  # may be absent (e.g. RTC guidance, sent only while a chunk is executing)
+
+    def __post_init__(self) -> None:
+        if self.dtype == "str" and self.shape != ():
+            raise ValueError(f"a str entry has shape (), not {self.shape}")
+        if any(d < -1 for d in self.shape):
+            raise ValueError(f"shape {self.shape}: use -1 for a free axis, sizes >= 0 otherwise")
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.shape) and all(
+            w in (-1, g) for w, g in zip(self.shape, shape, strict=True)
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "optional": self.optional}
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """What an environment provides and accepts.
 

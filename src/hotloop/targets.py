@@ -100,6 +100,18 @@ class TargetOptions:
                 )
 
 
+def check_device(device: str) -> None:
+    """`--device` names a device this machine has (cpu, or cuda when a GPU is visible)."""
+    if device == "cpu":
+        return
+    if not device.startswith("cuda"):
+        raise ConfigError(f"device {device!r} is not supported; use cpu or cuda")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is visible here; use --device cpu")
+
+
 def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
     """Refuse a run whose estimated memory exceeds what is free on `device` (instead of swapping or OOM)."""
     if device.startswith("cuda"):
@@ -134,6 +146,19 @@ class TargetEntry:
     bench: str  # "module:function", called as function(config_name, options) -> BenchCase
     policy: str | None = None  # "module:function", called the same way -> Policy
     full_name: bool = False  # pass the whole name (an artifact path), not the part after "family:"
+    # "module:function", called the same way -> `hotloop.families.protocol.PolicySource`: what
+    # `hotloop compile` / `hotloop compress` plan (None: the target cannot be compiled).
+    source: str | None = None
+    # "module:function" called as function(policy, manifest policy entry) -> Policy: what an artifact
+    # compiled from this target wraps its family's engine policy in (a demo's own transforms).
+    wrap: str | None = None
+    # "module:function" called as function(name, dataset, options, model=None) -> (fp32 model,
+    # `hotloop.families.frames.TargetAdapter`): how the target reads recorded frames.
+    data: str | None = None
+    # "module:function" called as function(name, options, task, count) -> [observation, ...]: the start
+    # observations of `count` episodes (seeds options.seed + i) of the target's own task, as its model
+    # sees them; None: the target has no task of its own (its compression is judged on random inputs).
+    task_observations: str | None = None
 
     def _arg(self, name: str) -> str:
         return name if self.full_name else name.split(":", 1)[1]
@@ -148,6 +173,24 @@ class TargetEntry:
             )
         return _resolve(self.policy)(self._arg(name), options)
 
+    def wrap_engine_policy(self, policy: Any, info: dict[str, Any]) -> Any:
+        return policy if self.wrap is None else _resolve(self.wrap)(policy, info)
+
+    def build_data(self, name: str, dataset: Any, options: TargetOptions, model: Any = None) -> Any:
+        if self.data is None:
+            raise ConfigError(f"target {name!r} cannot read recorded frames")
+        return _resolve(self.data)(self._arg(name), dataset, options, model)
+
+    def build_task_observations(self, name: str, options: TargetOptions, task: str, count: int) -> list[Any]:
+        if self.task_observations is None:
+            raise ConfigError(f"target {name!r} has no task of its own")
+        return _resolve(self.task_observations)(self._arg(name), options, task, count)  # type: ignore[no-any-return]
+
+    def build_source(self, name: str, options: TargetOptions) -> Any:
+        if self.source is None:
+            raise ConfigError(f"target {name!r} cannot be compiled (no sub-engines to plan)")
+        return _resolve(self.source)(self._arg(name), options)
+
 
 def _resolve(path: str) -> Callable[..., Any]:
     module, attr = path.split(":")
@@ -155,13 +198,20 @@ def _resolve(path: str) -> Callable[..., Any]:
 
 
 _PI = "hotloop.families.pi.targets"
+_PI_SOURCE = "hotloop.families.pi.source"
+_PI_DATA = "hotloop.families.pi.data"
+_DEMO_SOURCE = "hotloop.sim.demo_source:demo_source"
+_DEMO_DATA = "hotloop.sim.demo_data:demo_data"
+_DEMO_TASK_OBSERVATIONS = "hotloop.sim.demo_data:task_observations"
 _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
     (
         "toy:mlp",
         TargetEntry(
             "MLP from a state vector to an action chunk",
-            "hotloop.models.toy:build_bench",
-            "hotloop.models.toy:build_policy",
+            "hotloop.families.toy.targets:build_bench",
+            "hotloop.families.toy.targets:build_policy",
+            source="hotloop.families.toy.targets:build_source",
+            data="hotloop.families.toy.targets:build_data",
         ),
     ),
     (
@@ -170,17 +220,29 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "pi0 at the published sizes (SigLIP So400m + Gemma 2B + 300M expert)",
             f"{_PI}:build_pi0_bench",
             f"{_PI}:build_pi0_policy",
+            source=f"{_PI_SOURCE}:build_pi0_source",
+            data=f"{_PI_DATA}:build_pi0_data",
         ),
     ),
     (
         "pi0:tiny",
         TargetEntry(
-            "pi0, test scale (< 5 M parameters)", f"{_PI}:build_pi0_bench", f"{_PI}:build_pi0_policy"
+            "pi0, test scale (< 5 M parameters)",
+            f"{_PI}:build_pi0_bench",
+            f"{_PI}:build_pi0_policy",
+            source=f"{_PI_SOURCE}:build_pi0_source",
+            data=f"{_PI_DATA}:build_pi0_data",
         ),
     ),
     (
         "pi05:full",
-        TargetEntry("pi0.5 at the published sizes", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"),
+        TargetEntry(
+            "pi0.5 at the published sizes",
+            f"{_PI}:build_pi05_bench",
+            f"{_PI}:build_pi05_policy",
+            source=f"{_PI_SOURCE}:build_pi05_source",
+            data=f"{_PI_DATA}:build_pi05_data",
+        ),
     ),
     (
         "pi05:small",
@@ -188,12 +250,18 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "pi0.5, CPU-benchmark scale of the same structure",
             f"{_PI}:build_pi05_bench",
             f"{_PI}:build_pi05_policy",
+            source=f"{_PI_SOURCE}:build_pi05_source",
+            data=f"{_PI_DATA}:build_pi05_data",
         ),
     ),
     (
         "pi05:tiny",
         TargetEntry(
-            "pi0.5, test scale (< 5 M parameters)", f"{_PI}:build_pi05_bench", f"{_PI}:build_pi05_policy"
+            "pi0.5, test scale (< 5 M parameters)",
+            f"{_PI}:build_pi05_bench",
+            f"{_PI}:build_pi05_policy",
+            source=f"{_PI_SOURCE}:build_pi05_source",
+            data=f"{_PI_DATA}:build_pi05_data",
         ),
     ),
     (
@@ -210,6 +278,10 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "the shipped pi0.5-nano policy trained on conveyor-pick",
             "hotloop.sim.demo_policy:build_bench",
             "hotloop.sim.demo_policy:build_policy",
+            source=_DEMO_SOURCE,
+            data=_DEMO_DATA,
+            task_observations=_DEMO_TASK_OBSERVATIONS,
+            wrap="hotloop.sim.demo_policy:wrap_engine_policy",
         ),
     ),
     (
@@ -218,6 +290,10 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "the shipped pi0.5-mini policy for conveyor-pick that sees the box only through the camera",
             "hotloop.sim.vision_demo:build_bench",
             "hotloop.sim.vision_demo:build_policy",
+            source=_DEMO_SOURCE,
+            data=_DEMO_DATA,
+            task_observations=_DEMO_TASK_OBSERVATIONS,
+            wrap="hotloop.sim.vision_demo:wrap_engine_policy",
         ),
     ),
 )

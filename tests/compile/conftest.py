@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from hotloop.families.pi.sampling import PiObservation, make_noise
+from hotloop.families.pi.targets import build_model, random_observation
 from hotloop.models.configs import PiConfig, get_pi_config
 from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.targets import build_model, random_observation
-from hotloop.families.pi.sampling import PiObservation, make_noise
 
 
 @pytest.fixture(autouse=True)

@@ -67,7 +67,7 @@ def test_json_keys_and_candidate_table(art: tuple[Path, dict]) -> None:
 
 def test_round_trip_engine_reproduces_sample_actions(art: tuple[Path, dict]) -> None:
     import hotloop
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import compare_actions
     from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
@@ -80,7 +80,7 @@ def test_round_trip_engine_reproduces_sample_actions(art: tuple[Path, dict]) -> 
     assert manifest["source_weights_sha256"] and "weights.safetensors" in manifest["files"]
     assert manifest["machine"]["class"]["arch"]
     engine = hotloop.Engine.load(out, threads=1)
-    src = pi_source("pi05:tiny", TargetOptions())
+    src = policy_source("pi05:tiny", TargetOptions())
     want = sample_actions(src.model, src.obs, noise=src.noise)
     got = engine.infer(src.obs, src.noise)
     assert compare_actions(want, got).cosine >= 0.99999

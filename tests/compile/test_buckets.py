@@ -8,16 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.compile.buckets import (
-    BucketedPiPipeline,
-    choose_bucket,
-    parse_buckets,
-    prompt_buckets,
-    prompt_length,
-)
+from hotloop.errors import ConfigError
+from hotloop.families.buckets import choose_bucket, parse_buckets, prompt_buckets, prompt_length
+from hotloop.families.pi.buckets import BucketedPiPipeline
 from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.families.pi.recipes import fast_pi_subengines
-from hotloop.errors import ConfigError
 from hotloop.families.pi.sampling import sample_actions
 
 TinyFactory = Callable[..., Any]

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
 from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
+from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
 from hotloop.families.pi.recipes import fast_pi_subengines
 from hotloop.families.pi.sampling import sample_actions
 

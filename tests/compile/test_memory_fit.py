@@ -24,13 +24,13 @@ def test_weight_bytes_counts_shared_storage_once() -> None:
 def test_the_unrolled_loop_is_charged_once_per_step_on_openvino_only() -> None:
     module = torch.nn.Linear(1024, 1024)
     w = weight_bytes(module)
-    step = estimated_need("openvino", "bf16", "denoise_step", module, 10)
-    loop = estimated_need("openvino", "bf16", "denoise_loop", module, 10)
+    step = estimated_need("openvino", "bf16", module)
+    loop = estimated_need("openvino", "bf16", module, loop_steps=10)
     assert loop.bytes - memory_fit.FIXED_OVERHEAD == pytest.approx(
         10 * (step.bytes - memory_fit.FIXED_OVERHEAD), rel=1e-6
     )
     assert "10 unrolled steps" in loop.why
-    eager = estimated_need("eager", "bf16", "denoise_loop", module, 10, new_copy_bytes=w // 2)
+    eager = estimated_need("eager", "bf16", module, loop_steps=10, new_copy_bytes=w // 2)
     assert eager.bytes == w // 2 + memory_fit.FIXED_OVERHEAD and "model copy" in eager.why
     assert refusal(step, step.bytes + memory_fit.RESERVE) is None
     reason = refusal(loop, loop.bytes - 1)
@@ -70,7 +70,7 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     the reference, and the artifact still reproduces the reference's actions."""
     import hotloop
     from hotloop.compile.artifact import sha256_state_dict
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import compare_actions
     from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
@@ -97,7 +97,7 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     assert result["released_for_memory"] == ["vision"]
     assert result["reference_latency_ms"] is None and result["speedup_p50"] is None
     assert all(c["status"] == "accepted" for c in result["candidates"])
-    src = pi_source("pi05:tiny", TargetOptions())
+    src = policy_source("pi05:tiny", TargetOptions())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source_weights_sha256"] == sha256_state_dict(src.model.state_dict())
     engine = hotloop.Engine.load(out, threads=1)

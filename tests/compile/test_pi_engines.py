@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.errors import ConfigError
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.families.pi.sampling import sample_actions
 
 TinyFactory = Callable[..., Any]

@@ -1,10 +1,10 @@
-"""The planner's whole-plan check over several observations (`PiSource.plan_checks`): the worst one decides."""
+"""The planner's whole-plan check over several observations (`PolicySource.plan_checks`): the worst one decides."""
 
 from __future__ import annotations
 
 import torch
 
-from hotloop.compile.pi_plan import worst_agreement
+from hotloop.compile.plan import worst_agreement
 from hotloop.compile.validate import Tolerance
 
 
@@ -64,7 +64,7 @@ def _plan_cos(plan: dict) -> float:  # type: ignore[type-arg]
 
 
 def test_repair_takes_the_fastest_alternative_that_passes_not_the_most_accurate() -> None:
-    from hotloop.compile.pi_plan import repair_plan
+    from hotloop.compile.plan import repair_plan
     from hotloop.compile.validate import ActionAgreement
 
     vision = _cand("vision", "int8", 1.0, 0.999)
@@ -87,7 +87,7 @@ def test_repair_takes_the_fastest_alternative_that_passes_not_the_most_accurate(
 
 
 def test_repair_falls_back_to_the_most_accurate_when_no_alternative_passes_alone() -> None:
-    from hotloop.compile.pi_plan import repair_plan
+    from hotloop.compile.plan import repair_plan
     from hotloop.compile.validate import ActionAgreement
 
     vision_int8, vision_fp32 = _cand("vision", "int8", 1.0, 0.985), _cand("vision", "fp32", 4.0, 1.0)

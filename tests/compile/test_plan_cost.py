@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from hotloop.compile.backends import get_backend
+from hotloop.compile.plan import EngineSets
+from hotloop.families import get_family
 from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
-from hotloop.compile.pi_plan import EngineSets
 
 TinyFactory = Callable[..., Any]
 
@@ -39,7 +40,7 @@ def test_openvino_converts_a_subengine_once(tiny: TinyFactory, monkeypatch: pyte
 
 def test_reference_outputs_are_computed_once_per_subengine_and_row(tiny: TinyFactory) -> None:
     cfg, model, _, _ = tiny("pi05:tiny", batch=1)
-    sets = EngineSets(model, PiEngineShape.of(cfg))
+    sets = EngineSets(get_family("pi"), model, PiEngineShape.of(cfg))
     ref = sets.get(torch.float32)["prefix"]
     inputs = list(ref.example_inputs)
     first = sets.reference_outputs("prefix", 0, inputs)

@@ -47,12 +47,12 @@ def test_the_recipe_judges_on_observations_it_did_not_train_on(recorded: Path, t
     not among those the steps calibrate, prune and distil on."""
     import torch
 
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import RecipeConfig, load_inputs, parse_recipe
     from hotloop.targets import TargetOptions
 
-    source = pi_source("pi05:tiny", TargetOptions(seed=0))
+    source = policy_source("pi05:tiny", TargetOptions(seed=0))
     for data in (recorded, None):
         config = RecipeConfig(
             "pi05:tiny", parse_recipe("steps:4"), parse_tolerance("cos:0.9"), tmp_path / "a", data=data,

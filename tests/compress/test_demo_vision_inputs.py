@@ -66,7 +66,12 @@ def test_recipe_start_observations_are_the_vision_policys_own(vision_demo) -> No
     config = RecipeConfig(
         TARGET, (RecipeStep("steps", "4"),), Tolerance(cos=0.99), Path("unused"), calibration_frames=2
     )
-    inputs = load_inputs(config, source=None)
+    from types import SimpleNamespace
+
+    from hotloop.families import get_family
+
+    # A demo target takes its start observations from its own task: the source lends only its family.
+    inputs = load_inputs(config, source=SimpleNamespace(family=get_family("pi")))
     assert inputs.obs.images.shape[:2] == (2, 2)  # two observations, two views each
     env = make_demo_task(vision_demo.meta)
     raw, _ = env.reset(seed=1)  # the second start observation (seed + 1)

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hotloop.compress.distill import CHECKPOINT, DistillConfig, distill
-from hotloop.compress.prune import PruneConfig, prune
 from hotloop.errors import CheckpointError
+from hotloop.families.pi.compression.distill import DistillConfig, distill
+from hotloop.families.pi.compression.prune import PruneConfig, prune
 from hotloop.families.pi.targets import build_model, random_observation, resolve_config
+from hotloop.nn.resumable import CHECKPOINT
 from hotloop.targets import TargetOptions
 
 

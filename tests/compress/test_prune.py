@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hotloop.compress.prune import PruneConfig, prune, semi_structured_2_4
 from hotloop.errors import ConfigError
+from hotloop.families.pi.compression.prune import PruneConfig, prune, semi_structured_2_4
+from hotloop.families.pi.sampling import sample_actions
 from hotloop.families.pi.targets import build_model, random_observation, resolve_config
 from hotloop.models.siglip import count_parameters
-from hotloop.families.pi.sampling import sample_actions
 from hotloop.targets import TargetOptions
 
 

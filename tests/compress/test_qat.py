@@ -7,8 +7,8 @@ import torch
 
 from hotloop.compress.adapters import load_target
 from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
-from hotloop.compress.qat import QatConfig, qat_losses, run_qat
 from hotloop.errors import CheckpointError
+from hotloop.families.pi.compression.qat import QatConfig, qat_losses, run_qat
 from hotloop.families.pi.sampling import flow_matching_loss
 
 

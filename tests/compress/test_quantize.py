@@ -11,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from hotloop.compile.backends import get_backend
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
+from hotloop.compile.calibration_inputs import capture_inputs
 from hotloop.compile.validate import compare_actions
 from hotloop.compress.adapters import load_target
 from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
-from hotloop.compress.capture import capture_inputs
+from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
 
 # Final-action cosine against fp32 on a held calibration frame, all stages quantized. Measured on
 # pi05:tiny: >= 0.999 for every int8 mode, ~0.99 for int4 groups of 32.
@@ -42,7 +42,11 @@ def tiny(recorded: Path):  # type: ignore[no-untyped-def]
     cfg = model.cfg
     shape = PiEngineShape.of(cfg)
     engines = build_pi_subengines(model, shape, torch.float32)
-    captured = capture_inputs(cfg, shape, engines, calib, observations=8)
+    from hotloop.families import get_family
+    from hotloop.families.protocol import PolicySource
+
+    source = PolicySource("pi05:tiny", get_family("pi"), model, shape, None, torch.zeros(1))
+    captured = capture_inputs(source, engines, calib, observations=8)
     obs = calib.batch([len(calib) - 1])
     noise = torch.randn(1, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(3))
     ref = PiPipeline.eager(cfg, shape, engines).sample(obs, noise).clone()

@@ -7,6 +7,7 @@ import torch
 
 from hotloop.compress.rollouts import ROLLOUT_SEED_BASE, rollout_observations
 from hotloop.errors import ConfigError
+from hotloop.families import get_family
 
 
 def test_rollouts_record_each_inference_of_the_episode() -> None:
@@ -17,7 +18,7 @@ def test_rollouts_record_each_inference_of_the_episode() -> None:
     calls = []
     infer = demo.infer
     demo.infer = lambda obs, timer=None: calls.append(1) or infer(obs)  # type: ignore[method-assign]
-    got = rollout_observations(demo, "conveyor-pick", 1, seed=3)
+    got = rollout_observations(demo, "conveyor-pick", 1, 3, get_family("pi"))
     assert got.episodes == 1 and got.seeds == (ROLLOUT_SEED_BASE + 3, ROLLOUT_SEED_BASE + 3)
     assert got.obs.batch == len(calls) > 3  # one observation per inference, several per episode
     # The first is the episode's start observation, built the way the policy builds it.
@@ -35,7 +36,7 @@ def test_rollouts_record_each_inference_of_the_episode() -> None:
 
 def test_rollouts_need_an_episode() -> None:
     with pytest.raises(ConfigError, match="--distill-episodes"):
-        rollout_observations(object(), "conveyor-pick", 0)
+        rollout_observations(object(), "conveyor-pick", 0, 0, get_family("pi"))
 
 
 def test_recipe_step_distill_learns_from_teacher_rollouts_on_demo_targets(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -51,16 +52,18 @@ def test_recipe_step_distill_learns_from_teacher_rollouts_on_demo_targets(tmp_pa
                             distill_episodes=episodes)  # fmt: skip
 
     inputs = Inputs(start, None, None)
-    obs, entry = step_distill_observations(inputs, config("demo:conveyor", 1))
+    obs, entry = step_distill_observations(inputs, config("demo:conveyor", 1), get_family("pi"))
     assert entry["source"].startswith("teacher rollouts") and entry["episodes"] == 1
     assert obs.batch == entry["observations"] > 3 and obs is inputs.rollouts.obs
-    again, _ = step_distill_observations(inputs, config("demo:conveyor", 1))
+    again, _ = step_distill_observations(inputs, config("demo:conveyor", 1), get_family("pi"))
     assert again is obs  # gathered once per recipe
     for target, episodes in (
         ("demo:conveyor", 0),
         ("pi05:tiny", 5),
     ):  # start frames only; no task to roll out
-        obs, entry = step_distill_observations(Inputs(start, None, None), config(target, episodes))
+        obs, entry = step_distill_observations(
+            Inputs(start, None, None), config(target, episodes), get_family("pi")
+        )
         assert obs is start and entry == {"source": "recipe observations", "observations": 2}
 
 
@@ -79,7 +82,7 @@ def test_with_recorded_data_a_demo_target_still_distills_on_rollouts(tmp_path) -
         return RecipeConfig("demo:conveyor", parse_recipe("step-distill:4"), parse_tolerance("cos:0.9"),
                             tmp_path / "a", data=tmp_path, distill_episodes=episodes)  # fmt: skip
 
-    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(1))
+    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(1), get_family("pi"))
     assert entry["source"].startswith("teacher rollouts") and obs is not recorded
-    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(0))
+    obs, entry = step_distill_observations(Inputs(recorded, None, calibration), config(0), get_family("pi"))
     assert obs is recorded and entry["source"] == "recipe observations"

@@ -5,9 +5,16 @@ import copy
 import pytest
 import torch
 
-from hotloop.compress.distill import DistillConfig
-from hotloop.compress.steps import PREFIX_MODULES, StepDistillOptions, shared_times, step_distill, step_sweep
+from hotloop.compress.steps import step_sweep
 from hotloop.errors import ConfigError
+from hotloop.families import get_family
+from hotloop.families.pi.compression.distill import DistillConfig
+from hotloop.families.pi.compression.step_distill import (
+    PREFIX_MODULES,
+    StepDistillOptions,
+    shared_times,
+    step_distill,
+)
 from hotloop.families.pi.targets import build_model, random_observation, resolve_config
 from hotloop.targets import TargetOptions
 
@@ -20,13 +27,13 @@ def tiny():  # type: ignore[no-untyped-def]
 
 def test_fewer_steps_sweep(tiny) -> None:  # type: ignore[no-untyped-def]
     model, obs = tiny
-    rows = step_sweep(model, obs, (10, 5, 2, 1))
+    rows = step_sweep(get_family("pi"), model, obs, (10, 5, 2, 1))
     assert [r["steps"] for r in rows] == [10, 5, 2, 1]
     assert rows[0]["cosine"] == pytest.approx(1.0) and rows[0]["max_abs"] == 0.0
     assert all(r["cosine"] < 1.0 and r["max_abs"] > 0 for r in rows[1:])
     assert rows[-1]["max_abs"] > rows[1]["max_abs"]  # one Euler step strays further than five
     with pytest.raises(ConfigError, match="--steps"):
-        step_sweep(model, obs, (0,))
+        step_sweep(get_family("pi"), model, obs, (0,))
 
 
 def test_step_distillation_brings_few_steps_closer_to_ten(tiny) -> None:  # type: ignore[no-untyped-def]

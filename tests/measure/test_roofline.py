@@ -8,6 +8,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from hotloop.families.pi.roofline import pi_stage_work
+from hotloop.families.pi.sampling import make_noise
+from hotloop.families.pi.targets import build_model, build_pi05_bench, random_observation
 from hotloop.measure.bench import BenchConfig, run_bench
 from hotloop.measure.roofline import (
     MatmulPeaks,
@@ -16,14 +19,11 @@ from hotloop.measure.roofline import (
     load_peaks,
     measure_matmul_peak,
     peak_key,
-    pi_stage_work,
     roofline,
     save_peaks,
 )
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.targets import build_model, build_pi05_bench, random_observation
-from hotloop.families.pi.sampling import make_noise
 from hotloop.targets import TargetOptions
 
 

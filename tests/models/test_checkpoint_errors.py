@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.pi.checkpoint import load_checkpoint, save_lerobot_checkpoint
-from hotloop.models.configs import get_pi_config
-from hotloop.models.pi0 import PiModel, init_weights
 from hotloop.families.pi.policy import NormStats, Stats
 from hotloop.families.pi.sampling import PiObservation, sample_actions
+from hotloop.models.configs import get_pi_config
+from hotloop.models.pi0 import PiModel, init_weights
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from safetensors.torch import save_file
 
 from hotloop.errors import CheckpointError
 from hotloop.families.pi.checkpoint import load_checkpoint, load_weights, save_lerobot_checkpoint
-from hotloop.models.configs import get_pi_config
-from hotloop.models.pi0 import PiModel, init_weights
 from hotloop.families.pi.policy import NormStats, Stats
 from hotloop.families.pi.sampling import PiObservation, sample_actions
+from hotloop.models.configs import get_pi_config
+from hotloop.models.pi0 import PiModel, init_weights
 
 
 def _model(name: str = "pi05:tiny", seed: int = 1) -> PiModel:

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 from hotloop.models.configs import PiConfig, get_pi_config
 from hotloop.models.gemma import attend, rope_cos_sin
 from hotloop.models.pi0 import (
@@ -22,7 +23,6 @@ from hotloop.models.pi0 import (
     suffix_block_starts,
     suffix_masks,
 )
-from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 
 
 def tiny(pi05: bool, views: int = 2) -> tuple[PiModel, PiConfig]:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hotloop.families.pi.checkpoint import load_checkpoint
+from hotloop.families.pi.sampling import PiObservation, sample_actions
 from hotloop.models.pi0 import (
     additive_mask,
     make_att_2d_masks,
@@ -16,7 +17,6 @@ from hotloop.models.pi0 import (
     sincos_time_embedding,
     suffix_masks,
 )
-from hotloop.families.pi.sampling import PiObservation, sample_actions
 
 ACTIONS_TOL = 1e-5
 INTERMEDIATE_TOL = 3e-5

@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from hotloop.errors import ConfigError, UnknownNameError
-from hotloop.measure.stages import StageTimer
-from hotloop.models.configs import get_pi_config, pi_configs
 from hotloop.families.pi.policy import NormStats, PiPolicy, Stats, resize_with_pad
+from hotloop.families.pi.sampling import sample_actions
 from hotloop.families.pi.targets import (
     build_bench,
     build_model,
@@ -18,8 +17,9 @@ from hotloop.families.pi.targets import (
     build_pi05_bench,
     build_pi05_policy,
 )
+from hotloop.measure.stages import StageTimer
+from hotloop.models.configs import get_pi_config, pi_configs
 from hotloop.policy import Policy
-from hotloop.families.pi.sampling import sample_actions
 from hotloop.targets import TargetOptions
 
 

@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from hotloop.errors import ConfigError
+from hotloop.families.pi.rtc import guided_sample_actions
+from hotloop.families.pi.sampling import sample_actions
 from hotloop.realtime.rtc import (
     DELAY_KEY,
     GUIDED_KEY,
     MAX_GUIDANCE_WEIGHT_KEY,
     PREV_ACTIONS_KEY,
     guidance_weight,
-    guided_sample_actions,
     prefix_weights,
 )
-from hotloop.families.pi.sampling import sample_actions
 
 
 def test_soft_mask_is_the_papers():

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from hotloop.errors import ConfigError
+from hotloop.families.pi.rtc_prefix import prefix_sample_actions, prefix_token_time
+from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 from hotloop.models.configs import get_pi_config
 from hotloop.models.pi0 import PiModel, init_weights
 from hotloop.realtime.rtc import (
@@ -18,8 +20,6 @@ from hotloop.realtime.rtc import (
     PREV_ACTIONS_KEY,
     guidance_mode,
 )
-from hotloop.families.pi.rtc_prefix import prefix_sample_actions, prefix_token_time
-from hotloop.families.pi.sampling import PiObservation, flow_matching_loss, sample_actions
 
 
 def _model(name: str, seed: int = 0) -> PiModel:
@@ -267,8 +267,8 @@ def test_training_with_prefixes_is_seeded_and_leaves_the_plain_recipe_alone():
 
 
 def test_soft_prefix_with_no_mask_is_plain_sampling_and_holds_the_rows_with_full_weight(nano):
-    from hotloop.realtime.rtc import prefix_weights
     from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
+    from hotloop.realtime.rtc import prefix_weights
 
     model, obs, _ = nano
     cfg = model.cfg

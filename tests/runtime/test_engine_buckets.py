@@ -70,14 +70,14 @@ def test_bucketed_engine_actions_equal_the_unbucketed_run(
     art: tuple[Path, dict], real_tokens: int, bucket: int
 ) -> None:
     import hotloop
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     out, _ = art
     engine = hotloop.Engine.load(out, threads=1, warmup=0)
     assert list(engine.pipelines) == [4, 8, 12]
-    source = pi_source("pi05:tiny", TargetOptions(seed=0))
+    source = policy_source("pi05:tiny", TargetOptions(seed=0))
     obs = engine.example_observation(prompt_tokens=real_tokens)
     assert int(obs.lang_masks.sum()) == real_tokens
     noise = torch.randn(

@@ -21,16 +21,16 @@ def ov_art(tmp_path: Path, compile_tiny) -> Path:
 
 def test_all_file_backed_artifact_drops_the_torch_weights_and_keeps_its_actions(ov_art: Path) -> None:
     import hotloop
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import compare_actions
-    from hotloop.runtime.policy import engine_policy
     from hotloop.families.pi.sampling import sample_actions
+    from hotloop.runtime.policy import engine_policy
     from hotloop.targets import TargetOptions
 
     engine = hotloop.Engine.load(ov_art, threads=1)
     assert {r.backend for r in engine.runners.values()} == {"openvino"}
     assert all(p.is_meta for p in engine.model.parameters())
-    src = pi_source("pi05:tiny", TargetOptions())
+    src = policy_source("pi05:tiny", TargetOptions())
     want = sample_actions(src.model, src.obs, noise=src.noise)
     assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99999
     policy = engine_policy(engine)

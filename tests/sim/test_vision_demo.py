@@ -174,9 +174,10 @@ def test_training_is_seeded_and_repeatable(tmp_path):
 
 
 def test_compile_source_uses_the_vision_adapter():
-    from hotloop.compile.sources import check_pi_target, demo_source
+    from hotloop.compile.sources import compilable_entry
+    from hotloop.sim.demo_source import demo_source
 
-    check_pi_target("demo:conveyor-vision")
+    compilable_entry("demo:conveyor-vision")
     source = demo_source("demo:conveyor-vision", TargetOptions())
     assert source.policy["kind"] == "demo:conveyor-vision"
     assert sum(p.numel() for p in source.model.parameters()) > 10_000_000

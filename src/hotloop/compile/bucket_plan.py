@@ -12,22 +12,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hotloop.compile.backends import get_backend
 from hotloop.compile.backends.base import Runner
-from hotloop.compile.buckets import prompt_buckets
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, reshape_subengines
+from hotloop.compile.chain import loop_stage, pipeline
 from hotloop.compile.planner import Candidate, PlanConfig, prepare, time_calls
 from hotloop.compile.validate import compare_actions
-from hotloop.families.pi.sampling import PiObservation
-
-if TYPE_CHECKING:
-    from hotloop.compile.pi_plan import EngineSets, PiSource
-
-BUCKETED = ("prefix", "denoise")  # the stages whose shapes depend on the prompt length
+from hotloop.families.buckets import prompt_buckets
+from hotloop.families.protocol import PolicySource
 
 
 def bucket_name(sub_engine: str, bucket: int) -> str:
@@ -50,20 +45,11 @@ def bucket_sizes(config: PlanConfig, prompt_slots: int) -> tuple[int, ...]:
     return prompt_buckets(prompt_slots, config.buckets)[:-1]
 
 
-def fill_prompt(obs: PiObservation, bucket: int) -> PiObservation:
-    """`obs` with its real tokens cut to the first `bucket` slots (the longest prompt this bucket takes)."""
-    masks = obs.lang_masks.clone()
-    masks[:, bucket:] = False
-    if not bool(masks.any()):
-        masks[:, 0] = True
-    return dataclasses.replace(obs, lang_masks=masks)
-
-
 @dataclass
 class BucketRunners:
     bucket: int
     runners: dict[str, Runner]  # sub-engine name (prefix, denoise_step|denoise_loop) -> runner
-    pipeline: PiPipeline
+    pipeline: Any
     action_cos: float
     action_max_abs_normalized: float
     latency_p50_ms: float
@@ -79,42 +65,47 @@ class BucketRunners:
 
 
 def plan_buckets(
-    source: PiSource,
-    sets: EngineSets,
+    source: PolicySource,
+    sets: Any,  # compile.plan.EngineSets
     chosen: dict[str, Candidate],
-    ref_pipeline: PiPipeline,
+    ref_pipeline: Any,
     config: PlanConfig,
     log: Callable[[str], None] = lambda s: None,
 ) -> list[BucketRunners]:
     """Per extra bucket: the chosen prefix and denoise candidates prepared at that prompt length, with
     the bucket's actions checked against the fp32 reference and its end-to-end latency measured."""
-    from hotloop.compile.pi_plan import pipeline
-
     out: list[BucketRunners] = []
-    cfg = source.cfg
+    family, cfg = source.family, source.cfg
+    bucketed = family.capabilities.bucket_stages
+    looped = loop_stage(family)
     for bucket in bucket_sizes(config, source.shape.prompt_slots):
-        runners: dict[str, Runner] = {"vision": _runner(chosen["vision"])}
-        denoise_set = None
+        # The stages before the prompt (pi's vision) run their chosen runner for every bucket.
+        runners: dict[str, Runner] = {
+            chosen[s.name].sub_engine: _runner(chosen[s.name])
+            for s in family.stages
+            if s.name not in bucketed
+        }
+        loop_set = None
         calibration_cache: dict[int, Any] = {}  # per engine set, at this bucket's shapes
         reshaped_sets: dict[int, dict[str, Any]] = {}
-        for stage in BUCKETED:
+        for stage in bucketed:
             cand = chosen[stage]
             own = sets.get(get_backend(cand.backend).graph_dtype(cand.precision), cand.variant)
             if id(own) not in reshaped_sets:
-                reshaped_sets[id(own)] = reshape_subengines(cfg, own, bucket)
+                reshaped_sets[id(own)] = family.reshape_subengines(cfg, own, bucket)
             reshaped = reshaped_sets[id(own)]
             extra = _quantized_options(cand, reshaped, source, config, bucket, calibration_cache)
             runners[cand.sub_engine] = prepare(cand, reshaped[cand.sub_engine], config.threads, extra)
-            if stage == "denoise":
-                denoise_set = own
-        shape = dataclasses.replace(source.shape, prompt_slots=bucket)
+            if stage == looped:
+                loop_set = own
+        shape = family.with_prompt_slots(source.shape, bucket)
         pipe = pipeline(
             dataclasses.replace(source, shape=shape),
-            reshape_subengines(cfg, sets.get(torch.float32), bucket),
+            family.reshape_subengines(cfg, sets.get(torch.float32), bucket),
             runners,
-            denoise_set,
+            loop_set,
         )
-        obs = fill_prompt(source.obs, bucket)
+        obs = family.fill_prompt(source.obs, bucket)
         ref = ref_pipeline.sample(obs, source.noise).clone()
         agreement = compare_actions(ref, pipe.sample(obs, source.noise))
         violation = config.tolerance.violation(agreement)
@@ -126,7 +117,7 @@ def plan_buckets(
         out.append(
             BucketRunners(
                 bucket,
-                {n: r for n, r in runners.items() if n != "vision"},
+                {n: r for n, r in runners.items() if family.stage_of(n).name in bucketed},
                 pipe,
                 agreement.cosine,
                 agreement.max_abs_normalized,
@@ -137,14 +128,14 @@ def plan_buckets(
     return out
 
 
-def _sampler(pipe: PiPipeline, obs: PiObservation, noise: torch.Tensor) -> Callable[[], Any]:
+def _sampler(pipe: Any, obs: Any, noise: torch.Tensor) -> Callable[[], Any]:
     return lambda: pipe.sample(obs, noise)
 
 
 def _quantized_options(
     cand: Candidate,
     engines: dict[str, Any],
-    source: PiSource,
+    source: PolicySource,
     config: PlanConfig,
     bucket: int,
     cache: dict[int, Any],
@@ -154,17 +145,17 @@ def _quantized_options(
     cut to the bucket), since the full prompt's activations do not fit a shorter key axis."""
     if cand.precision in ("fp32", "bf16"):
         return {}
-    from hotloop.compress.capture import plan_options
+    from hotloop.compile.calibration_inputs import plan_options
 
     calibration = config.calibration
     if calibration is not None:
-        calibration = dataclasses.replace(calibration, obs=fill_prompt(calibration.obs, bucket))
+        calibration = dataclasses.replace(calibration, obs=source.family.fill_prompt(calibration.obs, bucket))
     return plan_options(
         cand.precision,
         cand.sub_engine,
         cand.variant,
         engines,
-        dataclasses.replace(source, shape=bucket_shape(source.shape, bucket)),
+        dataclasses.replace(source, shape=source.family.with_prompt_slots(source.shape, bucket)),
         dataclasses.replace(config, calibration=calibration),
         cache,
     )
@@ -173,7 +164,3 @@ def _quantized_options(
 def _runner(cand: Candidate) -> Runner:
     assert cand.runner is not None, f"{cand.label} was chosen without a runner"
     return cand.runner
-
-
-def bucket_shape(shape: PiEngineShape, bucket: int | None) -> PiEngineShape:
-    return shape if bucket is None else dataclasses.replace(shape, prompt_slots=bucket)

@@ -17,7 +17,12 @@ def _split(values: list[str] | None) -> list[str]:
 
 
 def compile_cmd(
-    target: Annotated[str, typer.Argument(help="pi05:small, pi0:tiny, demo:conveyor, or a model.onnx file")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="pi05:small, pi0:tiny, demo:conveyor, a LeRobot checkpoint folder, or a model.onnx file"
+        ),
+    ],
     out: Annotated[Path, typer.Option("-o", "--out", help="artifact folder to write")],
     budget_ms: Annotated[float, typer.Option("--budget-ms", help="end-to-end p99 budget in ms")],
     tolerance: Annotated[
@@ -72,10 +77,10 @@ def compile_cmd(
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import backend_names
-    from hotloop.compile.buckets import parse_buckets
     from hotloop.compile.planner import PlanConfig
-    from hotloop.compile.sources import check_pi_target, is_onnx_target, onnx_path
+    from hotloop.compile.sources import compilable_entry, is_onnx_target, onnx_path
     from hotloop.compile.validate import parse_tolerance
+    from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json
 
     # Every bad value fails here, before any model is built or file written.
@@ -122,22 +127,22 @@ def compile_cmd(
         from hotloop.errors import ConfigError
 
         if input_spec:
-            raise ConfigError("--input is for ONNX files; a pi target has its own fixed inputs")
-        check_pi_target(target)
-        from hotloop.compile.pi_plan import plan_pi, write_pi_artifact
-        from hotloop.compile.sources import pi_source
+            raise ConfigError("--input is for ONNX files; a policy target has its own fixed inputs")
+        from hotloop.compile.plan import plan_policy, write_artifact
+        from hotloop.compile.sources import policy_source
         from hotloop.targets import TargetOptions
 
-        source = pi_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
+        compilable_entry(target)
+        source = policy_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
         if calibration is not None or mixed_plan is not None:
             from hotloop.compress.commands import compression_plan_config
 
             config = compression_plan_config(
                 config, target, source, calibration, calibration_frames, mixed_plan, seed, log
             )
-        plan = plan_pi(source, config, log)
+        plan = plan_policy(source, config, log)
         result = plan.result
-        art = write_pi_artifact(source, plan, out, config)
+        art = write_artifact(source, plan, out, config)
     result["artifact"] = str(art)
     print_result(result)
     if json_path is not None:

@@ -51,9 +51,9 @@ def rung_plan(full: bool) -> CompileRungPlan:
 
 
 def _compile(target: str, plan: CompileRungPlan, out: Path, log: Any) -> dict[str, Any]:
-    from hotloop.compile.pi_plan import plan_pi, write_pi_artifact
+    from hotloop.compile.plan import plan_policy, write_artifact
     from hotloop.compile.planner import PlanConfig
-    from hotloop.compile.sources import pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import parse_tolerance
     from hotloop.targets import TargetOptions
 
@@ -68,9 +68,9 @@ def _compile(target: str, plan: CompileRungPlan, out: Path, log: Any) -> dict[st
         buckets=plan.buckets,
         progress=False,
     )
-    source = pi_source(target, TargetOptions(seed=0))
-    pi_plan = plan_pi(source, config, log)
-    art = write_pi_artifact(source, pi_plan, out, config)
+    source = policy_source(target, TargetOptions(seed=0))
+    pi_plan = plan_policy(source, config, log)
+    art = write_artifact(source, pi_plan, out, config)
     return {**pi_plan.result, "artifact": str(art)}
 
 

@@ -63,13 +63,13 @@ def weight_bytes(module: torch.nn.Module) -> int:
 def estimated_need(
     backend: str,
     precision: str,
-    sub_engine: str,
     fp32_module: torch.nn.Module,
-    num_steps: int,
+    loop_steps: int = 1,
     new_copy_bytes: int = 0,
 ) -> MemoryNeed:
-    """Resident growth expected from preparing one candidate. `new_copy_bytes`: a model copy the
-    candidate's engine set makes first (the bf16 copy, when no earlier candidate made it)."""
+    """Resident growth expected from preparing one candidate. `loop_steps`: the steps a loop engine
+    unrolls (1 for any other sub-engine); `new_copy_bytes`: a model copy the candidate's engine set makes
+    first (the bf16 copy, when no earlier candidate made it)."""
     weights = weight_bytes(fp32_module)
     if precision in ("fp32", "bf16"):
         growth = GROWTH.get((backend, precision), DEFAULT_GROWTH)
@@ -77,7 +77,7 @@ def estimated_need(
         growth = INT8_GROWTH
     if backend == "eager":
         growth = 0.0  # runs the (copied) module itself
-    copies = num_steps if sub_engine == "denoise_loop" and backend in UNROLLED_BACKENDS else 1
+    copies = loop_steps if backend in UNROLLED_BACKENDS else 1
     need = int(weights * growth * copies) + new_copy_bytes + FIXED_OVERHEAD
     why = f"{weights / GIB:.2f} GiB of fp32 weights x {growth:g}"
     if copies > 1:

@@ -1,8 +1,9 @@
 """The planner: for each stage and candidate (backend x precision x variant), check numerics against the
 fp32 reference, measure latency here, and keep the plan with the lowest end-to-end p99 within tolerance.
 
-Stages of a pi target: vision, prefix, denoise (variant `denoise_step` run N times, or `denoise_loop`,
-the whole unrolled loop as one graph). A candidate is accepted when its own outputs are finite and the
+The stages come from the target's family (`hotloop.families.protocol.StageSpec`); a loop stage is its step
+engine run once per table row or its loop engine, the whole unrolled loop as one graph (pi: vision,
+prefix, denoise). A candidate is accepted when its own outputs are finite and the
 final actions of the reference pipeline with only this stage replaced stay within the tolerance; the
 chosen combination is checked again as a whole (errors add up), and a stage falls back to its most
 accurate accepted candidate until the whole passes. Reference and plan are then timed interleaved.
@@ -28,7 +29,7 @@ from hotloop.compile.validate import (
 from hotloop.errors import ConfigError
 from hotloop.measure.stats import LatencyStats
 
-STAGES = {"vision": ("vision",), "prefix": ("prefix",), "denoise": ("denoise_step", "denoise_loop")}
+KNOWN_RECIPES = ("plain", "fused")  # the union over families (`Capabilities.recipes`)
 DEFAULT_BACKENDS = ("eager", "inductor", "onnxruntime", "openvino", "tensorrt")
 
 
@@ -41,7 +42,7 @@ class PlanConfig:
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     precisions: tuple[str, ...] = ("fp32", "bf16")
     inductor_modes: tuple[str, ...] = ("default",)
-    variants: tuple[str, ...] = ("plain", "fused")  # sub-engine recipes (pi targets): see pi_plan.RECIPES
+    variants: tuple[str, ...] = ("plain", "fused")  # sub-engine recipes; a family tries those it has
     warmup: int = 3
     iterations: int = 20
     threads: int | None = None
@@ -64,8 +65,8 @@ class PlanConfig:
         check_backend_names(list(self.backends))
         check_precision_names(list(self.precisions))
         for v in self.variants:
-            if v not in ("plain", "fused"):
-                raise ConfigError(f"--variants: unknown variant {v!r}; use plain or fused")
+            if v not in KNOWN_RECIPES:
+                raise ConfigError(f"--variants: unknown variant {v!r}; use {' or '.join(KNOWN_RECIPES)}")
         bad = [b for b in self.buckets if not isinstance(b, int) or b < 1]
         if bad:
             raise ConfigError(
@@ -116,13 +117,15 @@ class Candidate:
 
 
 def candidate_specs(
-    config: PlanConfig, sub_engines: tuple[str, ...], variants: tuple[str, ...] = ("plain",)
+    config: PlanConfig,
+    sub_engines: tuple[str, ...],
+    variants: tuple[str, ...] = ("plain",),
+    stage_of: dict[str, str] | None = None,
 ) -> Iterator[Candidate]:
-    """Every (sub-engine, backend, precision, options) to try, with availability decided up front."""
+    """Every (sub-engine, backend, precision, options) to try, with availability decided up front.
+    `stage_of` maps a sub-engine to the stage it implements (default: its own name)."""
     for sub, variant in ((s, v) for s in sub_engines for v in variants):
-        stage = (
-            next(s for s, subs in STAGES.items() if sub in subs) if sub in sum(STAGES.values(), ()) else sub
-        )
+        stage = (stage_of or {}).get(sub, sub)
         for name in config.backends:
             backend = get_backend(name)
             reason = backend.unavailable_reason()
@@ -236,7 +239,6 @@ def safe_prepare(
 __all__ = [
     "Candidate",
     "PlanConfig",
-    "STAGES",
     "backend_names",
     "candidate_specs",
     "choose",

@@ -12,6 +12,7 @@ Bad input (a missing, empty or unreadable directory, data shaped for another mod
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hotloop.compress.adapters import TargetAdapter, check_fits, select, stack
+from hotloop.compress.adapters import TargetAdapter, check_fits
 from hotloop.errors import ConfigError
-from hotloop.families.pi.sampling import PiObservation
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,19 @@ class CalibrationSpec:
 class CalibrationSet:
     """Selected frames as one batch of model observations plus their flow-matching targets."""
 
-    obs: PiObservation  # batch N
+    obs: Any  # batch N, the target family's observation
     actions: Tensor  # (N, chunk_size, max_action_dim) normalised targets (QAT, statistics)
     frames: tuple[tuple[int, int], ...]  # (episode index, frame index) per row
     sha256: str
     dataset: str
     dropped_duplicates: int
+    family: Any = field(default=None, compare=False)  # the `PolicyFamily` of `obs` (batching)
 
     def __len__(self) -> int:
         return len(self.frames)
 
-    def batch(self, index: slice | list[int]) -> PiObservation:
-        return select(self.obs, index)
+    def batch(self, index: slice | list[int]) -> Any:
+        return self.family.select(self.obs, index)
 
     def manifest_entry(self) -> dict[str, Any]:
         episodes = sorted({e for e, _ in self.frames})
@@ -140,7 +141,6 @@ def load_calibration(
     spec = spec or CalibrationSpec()
     dataset = open_dataset(data, flag)
     check_fits(adapter, dataset, flag)
-    cfg = adapter.cfg
     std = dataset.stats
     scale = np.concatenate(
         [
@@ -162,9 +162,9 @@ def load_calibration(
             f"{flag} {dataset.root}: no frames left to sample (after dropping near duplicates and the "
             f"{len(spec.exclude)} already taken); record more episodes"
         )
-    observations: list[PiObservation] = []
+    observations: list[Any] = []
     targets: list[np.ndarray] = []
-    h = cfg.chunk_size
+    h = adapter.limits.chunk_size
     for i in sorted({e for e, _ in chosen}):
         ep = dataset.episode(i)
         t_len = len(ep.action)
@@ -176,7 +176,7 @@ def load_calibration(
                 raise ConfigError(f"{flag} {dataset.root}: {exc} (data shaped for another model?)") from None
             idx = np.minimum(np.arange(f, f + h), t_len - 1)
             targets.append(adapter.targets(ep.action[idx], ep.state[f]))
-    obs = stack(observations)
+    obs = adapter.family.stack(observations)
     actions = torch.from_numpy(np.stack(targets))
     return CalibrationSet(
         obs=obs,
@@ -185,6 +185,7 @@ def load_calibration(
         sha256=_hash(dataset, chosen, obs, actions, spec),
         dataset=str(Path(data).resolve()),
         dropped_duplicates=dropped,
+        family=adapter.family,
     )
 
 
@@ -196,12 +197,14 @@ def _task_index(dataset: Any, ep: Any) -> int:
 
 
 def _hash(
-    dataset: Any, chosen: list[tuple[int, int]], obs: PiObservation, actions: Tensor, spec: CalibrationSpec
+    dataset: Any, chosen: list[tuple[int, int]], obs: Any, actions: Tensor, spec: CalibrationSpec
 ) -> str:
     h = hashlib.sha256()
     h.update(f"episodes={len(dataset)};frames={dataset.info.get('total_frames')};{spec}\n".encode())
     h.update(repr(chosen).encode())
-    for t in (obs.images, obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state, actions):
+    # Every tensor of the observation (a dataclass of tensors), in field order, then the targets.
+    tensors = [getattr(obs, f.name) for f in dataclasses.fields(obs)]
+    for t in (*tensors, actions):
         if t is not None:
             h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()

@@ -23,7 +23,7 @@ def compression_plan_config(
     log: Callable[[str], None],
 ) -> Any:
     """`config` with calibration observations (from --calibration) and fp32 layers (from --mixed-plan)."""
-    from hotloop.compress.adapters import adapter_for, demo_adapter
+    from hotloop.compress.adapters import load_target
     from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 
     fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
@@ -31,13 +31,7 @@ def compression_plan_config(
     if calibration is not None:
         spec = CalibrationSpec(count=frames, seed=seed)
         dataset = open_dataset(calibration, "--calibration")
-        if target.startswith("demo:"):
-            from hotloop.sim.demo_policy import build_demo
-            from hotloop.targets import TargetOptions
-
-            adapter = demo_adapter(target, build_demo(target, TargetOptions(seed=seed)))
-        else:
-            adapter = adapter_for(target, source.model, dataset)
+        _, adapter = load_target(target, dataset, seed, model=source.model)
         calib = load_calibration(calibration, adapter, spec, "--calibration")
         log(
             f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "

@@ -9,27 +9,11 @@ smaller matmul saves): the mixed-precision search keeps those in fp32 first.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-
-
-@contextlib.contextmanager
-def quiet_ort_quantization() -> Iterator[None]:
-    """ONNX Runtime's quantizer logs a pre-processing hint on the root logger for every model."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
 
 _CACHE: dict[tuple[int, int, int, str, int], float] = {}
 
@@ -92,6 +76,8 @@ def matmul_gain_ms(m: int, k: int, n: int, mode: str, threads: int = 1, iteratio
             quantizer.model.save_model_to_file(str(quant))
         else:
             from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            from hotloop.compile.backends.quantize import quiet_ort_quantization
 
             with quiet_ort_quantization():
                 quantize_dynamic(str(fp32), str(quant), weight_type=QuantType.QInt8, per_channel=True)

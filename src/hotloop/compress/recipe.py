@@ -35,8 +35,6 @@ from torch import Tensor
 
 from hotloop.compile.validate import Tolerance, compare_actions
 from hotloop.errors import ConfigError
-from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.sampling import PiObservation
 
 STEPS: dict[str, str] = {
     "prune": "prune[:MLP[:HEADS]] structured pruning of FFN neurons / vision MLP channels (and query heads)",
@@ -49,6 +47,15 @@ STEPS: dict[str, str] = {
     "compile": "choose backends per sub-engine (eager, inductor, onnxruntime, openvino) by measurement",
 }
 EXIT_TOLERANCE = 3
+# The capability (`hotloop.families.protocol.Capabilities`) each step needs of the target's family.
+NEEDS: dict[str, str] = {
+    "prune": "pruning",
+    "sparse24": "pruning",
+    "distill": "distillation",
+    "steps": "step_reduction",
+    "step-distill": "step_distillation",
+    "qat": "qat",
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,18 @@ def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
             f"--recipe is empty; give steps such as prune:0.25,distill,quantize ({', '.join(STEPS)})"
         )
     return tuple(steps)
+
+
+def check_family_steps(recipe: tuple[RecipeStep, ...], family: Any, target: str) -> None:
+    """Every step the family cannot run, refused by name before any work."""
+    for step in recipe:
+        need = NEEDS.get(step.name)
+        if need is not None and not getattr(family.capabilities, need):
+            offered = [n for n in STEPS if n not in NEEDS or getattr(family.capabilities, NEEDS[n])]
+            raise ConfigError(
+                f"--recipe {step.label}: {target} is a {family.name} policy, which has no "
+                f"{need.replace('_', ' ')}; its steps are {', '.join(offered)}"
+            )
 
 
 DISTILL_TARGETS = ("teacher", "data")
@@ -168,7 +187,7 @@ class RecipeConfig:
 class Candidate:
     """The model as the recipe has shaped it so far."""
 
-    model: PiModel
+    model: Any  # nn.Module of the target's family
     num_steps: int
     precisions: tuple[str, ...] = ("fp32",)
     backends: tuple[str, ...] = ("eager",)
@@ -181,7 +200,7 @@ class Candidate:
 class Inputs:
     """Observations the recipe calibrates, distills and judges on (with recorded actions when given)."""
 
-    obs: PiObservation
+    obs: Any  # the family's observation, batch N
     actions: Tensor | None
     calibration: dict[str, Any] | None
     calibration_set: Any = None  # the CalibrationSet static int8 calibrates on (with --data)
@@ -189,18 +208,17 @@ class Inputs:
     rollouts: Any = None  # teacher rollouts (RolloutSet) for step-distill, gathered on first use
     # The observations every step is judged on, held out from `obs` (what is calibrated, pruned and
     # distilled on), so a step that overfits its training frames shows it.
-    judged: PiObservation | None = None
+    judged: Any = None
 
 
 def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
-    from hotloop.compress.adapters import stack
-
+    family = source.family
     if config.data is not None:
         from hotloop.compress.adapters import load_target
         from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 
         _, adapter = load_target(
-            config.target, open_dataset(config.data), config.seed, source.shape.num_steps
+            config.target, open_dataset(config.data), config.seed, source.shape.num_steps, source.model
         )
         calib = load_calibration(
             config.data, adapter, CalibrationSpec(count=config.calibration_frames, seed=config.seed)
@@ -211,26 +229,20 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
         judged = load_calibration(config.data, adapter, held_out).obs
         return Inputs(calib.obs, calib.actions, calib.manifest_entry(), calib, judged=judged)
     n, n_eval = config.calibration_frames, config.eval_observations
-    if config.target.startswith("demo:"):
-        from hotloop.sim.demo_policy import build_demo
-        from hotloop.sim.vision_demo import make_demo_task
-        from hotloop.targets import TargetOptions
+    from hotloop.targets import TargetOptions, find_target
 
-        demo = build_demo(config.target, TargetOptions(seed=config.seed))
-        env = make_demo_task(demo.meta, config.task)
-        observations = []
-        for i in range(n + n_eval):  # one start observation per seed: the belt speed and box position vary
-            raw, _ = env.reset(seed=config.seed + i)
-            observations.append(demo.pi.observation(demo.model_inputs(raw)))
-        env.close()
-        return Inputs(stack(observations[:n]), None, None, judged=stack(observations[n:]))
-    from hotloop.families.pi.targets import random_observation
-
+    entry = find_target(config.target)
+    if entry.task_observations is not None:  # a target with a task of its own: its start observations
+        observations = entry.build_task_observations(
+            config.target, TargetOptions(seed=config.seed), config.task, n + n_eval
+        )
+        return Inputs(family.stack(observations[:n]), None, None, judged=family.stack(observations[n:]))
+    cfg = source.cfg
     return Inputs(
-        random_observation(source.cfg, n, "cpu", config.seed),
+        family.random_observation(cfg, family.default_shape(cfg, n), config.seed),
         None,
         None,
-        judged=random_observation(source.cfg, n_eval, "cpu", config.seed + 1),
+        judged=family.random_observation(cfg, family.default_shape(cfg, n_eval), config.seed + 1),
     )
 
 
@@ -238,56 +250,54 @@ def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
 def apply_step(
     step: RecipeStep,
     cand: Candidate,
-    teacher: PiModel,
+    teacher: Any,
     inputs: Inputs,
     config: RecipeConfig,
     work: Path,
+    family: Any,
     action_dim: int | None = None,
 ) -> Candidate:
-    from hotloop.compress.distill import DistillConfig
-
-    dcfg = DistillConfig(
-        steps=config.distill_steps, batch=config.distill_batch, lr=config.distill_lr, seed=config.seed
-    )
+    """`cand` after `step`; the steps a family has of its own run through `family.compression()`."""
+    settings = {
+        "steps": config.distill_steps,
+        "batch": config.distill_batch,
+        "lr": config.distill_lr,
+        "seed": config.seed,
+    }
     new = dataclasses.replace(cand, applied=[*cand.applied, step.label], details={})
     if step.name == "prune":
-        from hotloop.compress.prune import PruneConfig, prune
-
-        pc = PruneConfig.parse(step.arg, "taylor" if inputs.actions is not None else "activation")
-        new.model, new.details = prune(cand.model, inputs.obs, inputs.actions, pc, config.seed)
+        new.model, new.details = family.compression().prune(
+            cand.model, inputs.obs, inputs.actions, step.arg, config.seed
+        )
     elif step.name == "distill":
-        from hotloop.compress.distill import distill
-
         new.model = copy.deepcopy(cand.model)
         targets = inputs.actions if config.distill_target == "data" else None  # None: the teacher's chunks
-        new.details = distill(
-            teacher, new.model, inputs.obs, targets, dcfg, work / "distill", progress=config.progress
+        new.details = family.compression().distill(
+            teacher, new.model, inputs.obs, targets, settings, work / "distill", config.progress
         )
     elif step.name == "steps":
         new.num_steps = int(step.arg)
     elif step.name == "step-distill":
-        from hotloop.compress.steps import StepDistillOptions, step_distill
-
-        obs, source = step_distill_observations(inputs, config)
+        obs, source = step_distill_observations(inputs, config, family)
         new.model = copy.deepcopy(cand.model)
         new.num_steps = int(step.arg)
-        opts = StepDistillOptions(
-            noise="zero" if inputs.zero_noise else "random",
-            intermediate_weight=config.step_distill_intermediate,
-            first_action_weight=config.step_distill_first_action,
-        )
-        new.details = step_distill(
-            teacher, new.model, obs, new.num_steps, dcfg, cand.num_steps, work / f"step-distill-{step.arg}",
-            progress=config.progress, options=opts,
+        opts = {
+            "noise": "zero" if inputs.zero_noise else "random",
+            "intermediate_weight": config.step_distill_intermediate,
+            "first_action_weight": config.step_distill_first_action,
+        }
+        new.details = family.compression().step_distill(
+            teacher, new.model, obs, new.num_steps, settings, cand.num_steps, work / f"step-distill-{step.arg}",
+            config.progress, opts,
         )  # fmt: skip
         new.details["data"] = source
     elif step.name == "sparse24":
-        from hotloop.compress.prune import semi_structured_2_4
-
-        new.model = copy.deepcopy(cand.model)
-        new.sparsity = new.details = semi_structured_2_4(new.model)
+        new.model, new.details = family.compression().sparse24(cand.model)
+        new.sparsity = new.details
     elif step.name == "qat":
-        new.model, new.details = quantization_aware(step, cand.model, inputs, config, work, action_dim)
+        new.model, new.details = quantization_aware(
+            step, cand.model, inputs, config, work, family, action_dim
+        )
     elif step.name == "quantize":
         # compress-quant's precisions through the planner: static int8 needs the recorded calibration set
         quant = ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
@@ -301,52 +311,57 @@ def apply_step(
 
 
 def quantization_aware(
-    step: RecipeStep, model: PiModel, inputs: Inputs, config: RecipeConfig, work: Path, action_dim: int | None
-) -> tuple[PiModel, dict[str, Any]]:
+    step: RecipeStep,
+    model: Any,
+    inputs: Inputs,
+    config: RecipeConfig,
+    work: Path,
+    family: Any,
+    action_dim: int | None,
+) -> tuple[Any, dict[str, Any]]:
     """`qat[:N]`: fine-tune with fake int8 on the calibration set (N steps, default --distill-steps), the
     fp32 model it starts from as the distillation teacher; resumes from `work/qat-*` after an interrupt."""
-    from hotloop.compress.qat import QatConfig, run_qat
     from hotloop.progress import Progress
 
     calib = inputs.calibration_set
     assert calib is not None, "RecipeConfig refuses qat without --data"
     steps = int(step.arg) if step.arg else config.distill_steps
-    qc = QatConfig(steps=steps, batch=min(config.distill_batch, len(calib)), seed=config.seed)
-    dim = action_dim or model.cfg.max_action_dim
+    dim = action_dim if action_dim is not None else int(calib.actions.shape[-1])
     with Progress(steps, "qat", "step", enabled=config.progress) as bar:
-        student, result = run_qat(
-            model, calib, qc, work / f"qat-{steps}", dim, fp32_layers=config.fp32_layers or None,
-            progress=lambda i, loss: bar.update(1, f"loss {loss:.4f}"),
+        return family.compression().qat(  # type: ignore[no-any-return]
+            model, calib, steps, min(config.distill_batch, len(calib)), config.seed, work / f"qat-{steps}",
+            dim, config.fp32_layers or None, lambda i, loss: bar.update(1, f"loss {loss:.4f}"),
         )  # fmt: skip
-    return student, {**result.to_dict(), "losses": list(result.losses[-5:]), "mode": qc.mode}
 
 
-def step_distill_observations(inputs: Inputs, config: RecipeConfig) -> tuple[PiObservation, dict[str, Any]]:
+def step_distill_observations(
+    inputs: Inputs, config: RecipeConfig, family: Any
+) -> tuple[Any, dict[str, Any]]:
     """What step-distill trains on: for a demo target, the teacher's own closed-loop observations
     (`--distill-episodes` of them, gathered once per recipe), with or without --data: the states the
     policy itself visits, which recorded expert frames do not cover (docs/step-distillation.md); with
     `--distill-episodes 0` or for other targets, the recipe's observations (the --data frames if given)."""
     if not config.target.startswith("demo:") or not config.distill_episodes:
-        return inputs.obs, {"source": "recipe observations", "observations": int(inputs.obs.batch)}
+        return inputs.obs, {"source": "recipe observations", "observations": family.batch_size(inputs.obs)}
     if inputs.rollouts is None:
         from hotloop.compress.rollouts import rollout_observations
         from hotloop.sim.demo_policy import build_demo
         from hotloop.targets import TargetOptions
 
         demo = build_demo(config.target, TargetOptions(seed=config.seed))
-        inputs.rollouts = rollout_observations(demo, config.task, config.distill_episodes, config.seed)
+        inputs.rollouts = rollout_observations(
+            demo, config.task, config.distill_episodes, config.seed, family
+        )
     return inputs.rollouts.obs, inputs.rollouts.manifest_entry()
 
 
-def check_step_counts(recipe: tuple[RecipeStep, ...], reference_steps: int) -> None:
+def check_step_counts(recipe: tuple[RecipeStep, ...], reference_steps: int, family: Any) -> None:
     """step-distill:N must take fewer steps than the model it distils from (the reference, or an earlier
     steps:M): refused before any work."""
-    from hotloop.compress.steps import check_step_distill
-
     current = reference_steps
     for step in recipe:
         if step.name == "step-distill":
-            check_step_distill(int(step.arg), current)
+            family.compression().check_step_distill(int(step.arg), current)
         if step.name in ("steps", "step-distill"):
             current = int(step.arg)
 
@@ -359,18 +374,19 @@ def write_candidate(
     dest: Path,
     extra: dict[str, Any],
     inputs: Inputs,
-    checks: tuple[tuple[PiObservation, Tensor], ...] = (),
+    checks: tuple[tuple[Any, Tensor], ...] = (),
 ) -> dict[str, Any]:
     """Plan (compile's planner, this candidate's backends x precisions) and write its artifact."""
-    from dataclasses import replace
-
-    from hotloop.compile.pi_plan import PiSource, plan_pi, write_pi_artifact
+    from hotloop.compile.plan import plan_policy, write_artifact
     from hotloop.compile.planner import PlanConfig
+    from hotloop.families.protocol import PolicySource
 
-    shape = replace(source.shape, num_steps=cand.num_steps)
+    family = source.family
+    shape = family.with_steps(source.shape, cand.num_steps)
     # `checks`: the observations the recipe judges on; the planner checks its whole plan on them too, so
     # that it does not pick a plan that one observation passes and the judge's worst one breaks.
-    src = PiSource(source.target, cand.model, shape, _first(source.obs), source.noise, source.policy, checks)
+    first = family.select(source.obs, [0])
+    src = PolicySource(source.target, family, cand.model, shape, first, source.noise, source.policy, checks)
     plan_config = PlanConfig(
         budget_ms=1e9,
         # Compile-time numerics are judged against this candidate's own fp32 eager run; the recipe's
@@ -386,8 +402,8 @@ def write_candidate(
         fp32_layers=dict(config.fp32_layers),
         buckets=config.buckets if "compile" in cand.applied else (),
     )
-    plan = plan_pi(src, plan_config)
-    from hotloop.compile.pi_plan import compression_entry
+    plan = plan_policy(src, plan_config)
+    from hotloop.compile.plan import compression_entry
 
     chosen = {
         stage: {
@@ -401,21 +417,20 @@ def write_candidate(
     # compile writes `precision_plan` (per sub-engine, with the layers kept fp32); the recipe's history
     # goes into `compression` beside the quantization's calibration entry.
     compression = {**extra["compression"], "quantization": compression_entry(plan_config)}
-    write_pi_artifact(src, plan, dest, plan_config, extra={"compression": compression})
+    write_artifact(src, plan, dest, plan_config, extra={"compression": compression})
     return chosen
 
 
-def _first(obs: PiObservation) -> PiObservation:
-    from hotloop.compress.adapters import select
-
-    return select(obs, [0])
-
-
 def judge(
-    art: Path, reference: Tensor, inputs: Inputs, noise: Tensor, config: RecipeConfig, action_dim: int
+    art: Path,
+    reference: Tensor,
+    inputs: Inputs,
+    noise: Tensor,
+    config: RecipeConfig,
+    action_dim: int,
+    family: Any,
 ) -> dict[str, Any]:
     """Action agreement (worst observation), smoothness, latency and (optionally) success of `art`."""
-    from hotloop.compress.adapters import select
     from hotloop.compress.steps import smoothness
     from hotloop.measure.bench import BenchConfig, run_bench
     from hotloop.runtime.engine import Engine
@@ -425,7 +440,7 @@ def judge(
     engine = Engine.load(art, threads=config.threads, warmup=1)
     got = torch.stack(
         [
-            engine.sample(select(inputs.obs, [i]), noise[i : i + 1]).clone()[0]
+            engine.sample(family.select(inputs.obs, [i]), noise[i : i + 1]).clone()[0]
             for i in range(reference.shape[0])
         ]
     )
@@ -448,7 +463,7 @@ def judge(
         "smoothness": smoothness(got[..., :action_dim]),
         "latency_ms": {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99, "max": lat.max, "mean": lat.mean},
     }
-    if config.episodes and config.target.startswith("demo:"):
+    if config.episodes and _has_task(config.target):
         from hotloop.sim.eval_run import EvalRequest, run_eval
 
         run = run_eval(
@@ -476,31 +491,33 @@ def judge(
 def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Run every step; the last passing artifact ends up at `config.out`. Returns the report."""
     from hotloop.compile.artifact import check_output_dir
-    from hotloop.compile.sources import check_pi_target, pi_source
-    from hotloop.models.siglip import count_parameters
-    from hotloop.families.pi.sampling import make_noise, sample_actions
+    from hotloop.compile.sources import compilable_entry, policy_source
+    from hotloop.nn import count_parameters
     from hotloop.targets import TargetOptions
 
-    check_pi_target(config.target)
+    compilable_entry(config.target)
     check_output_dir(config.out, "-o")
-    source = pi_source(config.target, TargetOptions(seed=config.seed))
+    source = policy_source(config.target, TargetOptions(seed=config.seed))
+    family = source.family
+    check_family_steps(config.recipe, family, config.target)
     teacher = source.model.float().eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
-    check_step_counts(config.recipe, source.shape.num_steps)
+    check_step_counts(config.recipe, source.shape.num_steps, family)
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
-    action_dim = int(source.policy.get("action_dim") or teacher.cfg.max_action_dim)
-    from hotloop.compress.adapters import select
-
     assert inputs.judged is not None
-    n_eval = inputs.judged.batch
+    n_eval = family.batch_size(inputs.judged)
     eval_inputs = Inputs(inputs.judged, None, None)
-    noise = make_noise(teacher, n_eval, torch.Generator().manual_seed(config.seed + 99))
+    noise = family.make_noise(
+        source.cfg, source.shape, n_eval, torch.Generator().manual_seed(config.seed + 99)
+    )
     if source.policy.get("zero_noise"):
         noise.zero_()
-    reference = sample_actions(teacher, eval_inputs.obs, noise=noise, num_steps=source.shape.num_steps)
-    checks = tuple((select(eval_inputs.obs, [i]), noise[i : i + 1]) for i in range(n_eval))
+    with torch.no_grad():
+        reference = family.sample_actions(teacher, eval_inputs.obs, noise, source.shape.num_steps)
+    action_dim = int(source.policy.get("action_dim") or reference.shape[-1])
+    checks = tuple((family.select(eval_inputs.obs, [i]), noise[i : i + 1]) for i in range(n_eval))
 
     # Kept when a run is interrupted or crashes: rerunning the same command resumes its distillation
     # from the last checkpoint there (a checkpoint of other settings is refused, not reused).
@@ -515,7 +532,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         t0 = time.perf_counter()
         if i:
             log(f"step {i}/{len(config.recipe)}: {step.label}")
-            cand = apply_step(step, cand, teacher, inputs, config, work, action_dim)
+            cand = apply_step(step, cand, teacher, inputs, config, work, family, action_dim)
         dest = work / f"{i:02d}-{step.name}"
         shutil.rmtree(dest, ignore_errors=True)  # a previous, interrupted run's candidate
         compression = {
@@ -529,7 +546,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "tolerance": config.tolerance.spec,
         }
         plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs, checks)
-        figures = judge(dest, reference, eval_inputs, noise, config, action_dim)
+        figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
         row = {
             "step": step.label,
             "num_steps": cand.num_steps,
@@ -563,6 +580,13 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         report["kept_step"] = rows[int(best.name[:2])]["step"]
     shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def _has_task(target: str) -> bool:
+    """Whether the target has a task of its own to judge success on (the shipped demos)."""
+    from hotloop.targets import find_target
+
+    return find_target(target).task_observations is not None
 
 
 def _finalize(best: Path, out: Path, report: dict[str, Any]) -> None:

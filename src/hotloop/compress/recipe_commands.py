@@ -78,10 +78,10 @@ def compress_cmd(
     """Compress TARGET step by step (judged after each step); write the last passing artifact."""
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import check_backend_names
-    from hotloop.compile.buckets import parse_buckets
     from hotloop.compile.commands import _check_writable
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
+    from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json
     from hotloop.sim.latency import parse_latency
 

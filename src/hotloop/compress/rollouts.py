@@ -13,24 +13,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.families.pi.sampling import PiObservation
 
 ROLLOUT_SEED_BASE = 500_000  # far from `hotloop eval`'s default seeds 0.. and the demo's training seeds
 
 
 @dataclass(frozen=True)
 class RolloutSet:
-    obs: PiObservation  # every observation the teacher answered, in episode order
+    obs: Any  # every observation the teacher answered, in episode order (its family's type)
     episodes: int
     successes: int
     seeds: tuple[int, int]  # first and last seed
+    count: int  # observations in `obs`
 
     def manifest_entry(self) -> dict[str, Any]:
         return {
             "source": "teacher rollouts (sync, fixed:0)",
             "episodes": self.episodes,
             "successes": self.successes,
-            "observations": int(self.obs.batch),
+            "observations": self.count,
             "seeds": list(self.seeds),
         }
 
@@ -38,7 +38,7 @@ class RolloutSet:
 class _Recording:
     """The demo policy, recording the model observation of every inference it answers."""
 
-    def __init__(self, demo: Any, store: list[PiObservation]) -> None:
+    def __init__(self, demo: Any, store: list[Any]) -> None:
         self.demo = demo
         self.store = store
 
@@ -53,10 +53,9 @@ class _Recording:
         return self.demo.infer(obs)  # type: ignore[no-any-return]
 
 
-def rollout_observations(demo: Any, task: str, episodes: int, seed: int = 0) -> RolloutSet:
+def rollout_observations(demo: Any, task: str, episodes: int, seed: int, family: Any) -> RolloutSet:
     """Run `episodes` closed-loop episodes of the demo policy `demo` (its own `num_steps`) from seeds
-    `ROLLOUT_SEED_BASE + seed + i` and return the observations it answered."""
-    from hotloop.compress.adapters import stack
+    `ROLLOUT_SEED_BASE + seed + i` and return the observations it answered (batched by `family`)."""
     from hotloop.realtime.strategies import StrategyConfig, make_strategy
     from hotloop.sim.evaluator import run_episode
     from hotloop.sim.latency import parse_latency
@@ -65,7 +64,7 @@ def rollout_observations(demo: Any, task: str, episodes: int, seed: int = 0) -> 
     if episodes < 1:
         raise ConfigError(f"--distill-episodes must be >= 1 to roll the teacher out (got {episodes})")
     env = make_demo_task(demo.meta, task)  # rendering the views the policy reads
-    store: list[PiObservation] = []
+    store: list[Any] = []
     policy = _Recording(demo, store)
     latency = parse_latency("fixed:0")
     first = ROLLOUT_SEED_BASE + seed
@@ -78,7 +77,7 @@ def rollout_observations(demo: Any, task: str, episodes: int, seed: int = 0) -> 
             wins += int(record["success"])
     finally:
         env.close()
-    return RolloutSet(stack(store), episodes, wins, (first, first + episodes - 1))
+    return RolloutSet(family.stack(store), episodes, wins, (first, first + episodes - 1), len(store))
 
 
 __all__ = ["ROLLOUT_SEED_BASE", "RolloutSet", "rollout_observations"]

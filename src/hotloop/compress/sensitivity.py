@@ -21,14 +21,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines
 from hotloop.compile.validate import Tolerance, compare_actions
 from hotloop.compress.calibration import CalibrationSet
-from hotloop.compress.fake_quant import check_mode, fake_quantized, linear_layers
 from hotloop.errors import ConfigError
-from hotloop.models.pi0 import PiModel
+from hotloop.nn.fake_quant import check_mode, fake_quantized, linear_layers
 
-SUB_ENGINES = ("vision", "prefix", "denoise_step")
+
+def step_engines(family: Any) -> tuple[str, ...]:
+    """The sub-engines one eager inference runs: each stage's own, a loop stage's step engine."""
+    return tuple(s.loop.step if s.loop is not None else s.sub_engines[0] for s in family.stages)
+
+
 GRANULARITIES = ("layer", "block")
 
 
@@ -126,20 +129,21 @@ class ActionProbe:
     """The fp32 plain sub-engines of a model, run as one pipeline on a fixed batch and fixed noise."""
 
     def __init__(
-        self, model: PiModel, calib: CalibrationSet, samples: int, seed: int, num_steps: int | None = None
+        self, model: nn.Module, calib: CalibrationSet, samples: int, seed: int, num_steps: int | None = None
     ) -> None:
-        cfg = model.cfg
+        family = calib.family
+        cfg = family.config_of(model)
         n = min(samples, len(calib))
         idx = torch.linspace(0, len(calib) - 1, n).round().long().tolist()  # spread over the selection
         self.obs = calib.batch(idx)
-        self.cfg = cfg
-        shape = PiEngineShape(
-            batch=n, views=cfg.views, prompt_slots=cfg.max_token_len, num_steps=num_steps or cfg.num_steps
-        )
-        self.engines = build_pi_subengines(model.float().eval(), shape, torch.float32)
-        self.pipeline = PiPipeline.eager(cfg, shape, self.engines)
+        self.cfg, self.family = cfg, family
+        shape = family.default_shape(cfg, n)
+        if num_steps is not None:
+            shape = family.with_steps(shape, num_steps)
+        self.engines = family.build_subengines(model.float().eval(), shape, torch.float32)
+        self.pipeline = family.eager_pipeline(cfg, shape, self.engines)
         gen = torch.Generator().manual_seed(seed)
-        self.noise = torch.randn(n, cfg.chunk_size, cfg.max_action_dim, generator=gen)
+        self.noise = family.make_noise(cfg, shape, n, gen)
         self.batch = n
         self.reference = self.run()
 
@@ -160,7 +164,7 @@ class ActionProbe:
         """(sub-engine, layer) -> (calls per inference, (rows per sample, in, out)) for layers that run."""
         seen: dict[tuple[str, str], tuple[int, tuple[int, int, int]]] = {}
         handles = []
-        for sub in SUB_ENGINES:
+        for sub in step_engines(self.family):
             for name, layer in linear_layers(self.module(sub)).items():
 
                 def hook(
@@ -200,7 +204,7 @@ def _block_of(name: str) -> str:
 
 def measure_sensitivity(
     target: str,
-    model: PiModel,
+    model: nn.Module,
     calib: CalibrationSet,
     config: SensitivityConfig,
     action_dim: int,

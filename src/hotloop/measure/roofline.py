@@ -2,7 +2,7 @@
 
 Three parts:
 - the analytic work of a stage (`StageWork`: FLOPs, bytes of weights read, precision), given by the
-  target (`pi_stage_work` for the pi family, counting matmuls and attention: 2 FLOPs per multiply-add);
+  target (`PolicyFamily.stage_work`; pi's in `hotloop.families.pi.roofline`, counting matmuls and attention: 2 FLOPs per multiply-add);
 - this machine's measured matmul peak per precision (`measure_peaks`): square matmuls in PyTorch at the
   current thread count, best of several timed runs. `hotloop doctor` measures them once and caches them
   under ~/.cache/hotloop/roofline, keyed by the machine fingerprint (CPU model and flags, usable CPUs,
@@ -25,18 +25,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hotloop.io import atomic_write_json
-
-if TYPE_CHECKING:
-    from hotloop.models.configs import PiConfig
 
 PRECISIONS = ("float32", "bfloat16", "int8")
 # Bump when what a peak measures changes, so old caches miss (3: int8 through ONNX Runtime, best of
 # torch.mm and F.linear for fp32 / bf16).
 PEAKS_SCHEMA = 3
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 
 
 @dataclass(frozen=True)
@@ -272,93 +269,18 @@ def roofline(
     return rows
 
 
-# ---- analytic work of the pi family ------------------------------------------------------------------
+# ---- building blocks of a family's analytic work (`PolicyFamily.stage_work`) --------------------------
 
 
-def _linear(tokens: int, n_in: int, n_out: int) -> float:
+def linear_flops(tokens: int, n_in: int, n_out: int) -> float:
     return 2.0 * tokens * n_in * n_out
 
 
-def _decoder_flops(
+def decoder_flops(
     tokens: int, keys: int, width: int, heads: int, kv_heads: int, head_dim: int, mlp: int
 ) -> float:
-    proj = _linear(tokens, width, (heads + 2 * kv_heads) * head_dim) + _linear(
+    proj = linear_flops(tokens, width, (heads + 2 * kv_heads) * head_dim) + linear_flops(
         tokens, heads * head_dim, width
     )
     attention = 2 * 2.0 * tokens * keys * heads * head_dim  # scores and weighted values
-    return proj + attention + _linear(tokens, width, 2 * mlp) + _linear(tokens, mlp, width)
-
-
-def pi_stage_work(
-    cfg: PiConfig,
-    precision: str,
-    batch: int = 1,
-    views: int | None = None,
-    prompt_slots: int | None = None,
-    num_steps: int | None = None,
-    time_conditioning: bool = True,
-    last_layer_query: bool = True,
-) -> dict[str, StageWork]:
-    """FLOPs and weight bytes of vision, prefix and denoise (all N steps) for one pi0 / pi0.5 inference.
-
-    `prompt_slots` is what the prefix runs over (the bucket, or all slots: padding costs as much as real
-    tokens). `time_conditioning=False` leaves out pi0.5's per-step time MLP and adaRMS projections and
-    pi0's time half of the action-time MLP, which precomputed engines no longer run;
-    `last_layer_query=False` the VLM's last-layer queries, which the model computes and discards
-    (`compile.fuse.drop_unused_query` removes them).
-    """
-    v, vl, ex = cfg.vision, cfg.vlm, cfg.expert
-    views = views if views is not None else cfg.views
-    slots = prompt_slots if prompt_slots is not None else cfg.max_token_len
-    steps = num_steps if num_steps is not None else cfg.num_steps
-    nbytes = _BYTES[precision]
-    t = v.tokens_per_view
-    vision_layer = (
-        _linear(t, v.width, 4 * v.width) + 2 * 2.0 * t * t * v.width + _linear(t, v.width, 2 * v.mlp_dim)
-    )
-    vision_flops = views * (
-        _linear(t, 3 * v.patch_size**2, v.width) + v.depth * vision_layer + _linear(t, v.width, vl.width)
-    )
-    vision_params = (
-        3 * v.patch_size**2 * v.width
-        + v.depth * (4 * v.width**2 + 2 * v.width * v.mlp_dim)
-        + v.width * vl.width
-    )
-    p = views * t + slots
-    qkv = (vl.num_heads + 2 * vl.num_kv_heads) * vl.head_dim
-    vlm_layer_params = vl.width * qkv + vl.num_heads * vl.head_dim * vl.width + 3 * vl.width * vl.mlp_dim
-    prefix_flops = (vl.depth - 1) * _decoder_flops(
-        p, p, vl.width, vl.num_heads, vl.num_kv_heads, vl.head_dim, vl.mlp_dim
-    )
-    # The last layer feeds the expert only its keys and values; the model computes its queries too.
-    last_out = qkv if last_layer_query else 2 * vl.num_kv_heads * vl.head_dim
-    prefix_flops += _linear(p, vl.width, last_out)
-    prefix_params = (vl.depth - 1) * vlm_layer_params + vl.width * last_out
-    s = cfg.suffix_len
-    ex_qkv = (ex.num_heads + 2 * ex.num_kv_heads) * ex.head_dim
-    ex_layer_params = ex.width * ex_qkv + ex.num_heads * ex.head_dim * ex.width + 3 * ex.width * ex.mlp_dim
-    step_flops = ex.depth * _decoder_flops(
-        s, p + s, ex.width, ex.num_heads, ex.num_kv_heads, ex.head_dim, ex.mlp_dim
-    )
-    step_flops += _linear(cfg.chunk_size, cfg.max_action_dim, ex.width) * 2  # action in / out
-    step_params = ex.depth * ex_layer_params + 2 * cfg.max_action_dim * ex.width
-    if cfg.pi05:
-        time_params = 2 * ex.width**2 + (2 * ex.depth + 1) * ex.width * 3 * ex.width
-        time_flops = 2.0 * time_params  # one row: the time is shared by the whole chunk
-    else:
-        # state token, then the action-time MLP: its time half (W x W on one row per step) is the part
-        # precomputed engines fold into a per-step bias.
-        step_flops += _linear(1, cfg.max_state_dim, ex.width) + 2 * _linear(
-            cfg.chunk_size, ex.width, ex.width
-        )
-        step_params += cfg.max_state_dim * ex.width + 2 * ex.width**2
-        time_params = ex.width**2
-        time_flops = _linear(cfg.chunk_size, ex.width, ex.width)  # on line it runs on every chunk row
-    if time_conditioning:
-        step_flops += time_flops
-        step_params += time_params
-    return {
-        "vision": StageWork(batch * vision_flops, vision_params * nbytes, precision),
-        "prefix": StageWork(batch * prefix_flops, prefix_params * nbytes, precision),
-        "denoise": StageWork(batch * steps * step_flops, steps * step_params * nbytes, precision),
-    }
+    return proj + attention + linear_flops(tokens, width, 2 * mlp) + linear_flops(tokens, mlp, width)

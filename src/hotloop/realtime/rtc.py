@@ -26,7 +26,8 @@ tail's tokens start part-way along the flow from the executing actions, `soft_pr
 A policy that applied a prefix mode answers it in `MODE_KEY` too, so a policy that only knows guidance
 cannot be taken for one that conditioned on the prefix.
 
-This module imports torch only inside `guided_sample_actions`.
+A family implements the samplers (pi: `hotloop.families.pi.rtc`); this module holds what the wire, the
+scheduler and every family share, and imports torch only inside `model_space_guidance`.
 """
 
 from __future__ import annotations
@@ -39,9 +40,6 @@ import numpy as np
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from hotloop.measure.stages import StageTimer
-    from hotloop.models.pi0 import PiModel, PrefixCache
-    from hotloop.families.pi.sampling import PiObservation
 
 PREV_ACTIONS_KEY = "rtc_prev_actions"
 DELAY_KEY = "rtc_delay"
@@ -102,47 +100,6 @@ def guidance_mode(obs: dict[str, Any]) -> str:
     return str(mode)
 
 
-def guided_sample_actions(
-    model: PiModel,
-    obs: PiObservation,
-    prev: Tensor,
-    weights: Tensor,
-    max_guidance_weight: float,
-    noise: Tensor | None = None,
-    num_steps: int | None = None,
-    generator: Any = None,
-    timer: StageTimer | None = None,
-    cache: PrefixCache | None = None,
-) -> Tensor:
-    """`hotloop.families.pi.sampling.sample_actions` with RTC guidance. `prev` (B, chunk, max_action_dim): the
-    previous chunk's actions in model space (normalized, zero-padded; rows past the overlap are
-    ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`."""
-    import torch
-
-    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
-
-    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
-    with torch.no_grad():
-        cache = encode_observation(model, obs, timer, cache)
-    mask = weights.to(device=noise.device, dtype=torch.float32)
-    mask = mask[None] if mask.ndim == 2 else mask[None, :, None]
-    target = prev.to(device=noise.device, dtype=torch.float32)
-    with timer.stage("denoise"):
-        dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
-        x = noise.to(torch.float32)
-        for k in range(steps):
-            t_value = 1.0 + k * (-1.0 / steps)
-            t = torch.tensor(t_value, dtype=torch.float32, device=noise.device)
-            with torch.enable_grad():
-                x_in = x.detach().requires_grad_(True)
-                v = model.denoise_step(cache, x_in, t, obs.state)
-                x0 = x_in - t * v
-                (g,) = torch.autograd.grad(x0, x_in, grad_outputs=(target - x0.detach()) * mask)
-            w = guidance_weight(t_value, max_guidance_weight)
-            x = (x + dt * (v.detach() - w * g)).detach()
-    return x
-
-
 def model_space_guidance(
     prev: np.ndarray,
     delay: int,
@@ -152,7 +109,7 @@ def model_space_guidance(
     to_model: Any,
 ) -> tuple[Tensor, Tensor]:
     """(prev (1, chunk_size, max_action_dim), weights (chunk_size, max_action_dim)) for
-    `guided_sample_actions` from robot-space actions `prev` (n, D); `to_model` maps (n, D) robot actions
+    `hotloop.families.pi.rtc.guided_sample_actions` from robot-space actions `prev` (n, D); `to_model` maps (n, D) robot actions
     to normalized model actions. Padded rows and action columns get weight 0."""
     import torch
 
@@ -162,3 +119,17 @@ def model_space_guidance(
     weights = np.zeros((chunk_size, max_action_dim), dtype=np.float32)
     weights[:horizon, : prev.shape[1]] = prefix_weights(delay, n, horizon)[:, None]
     return torch.from_numpy(target), torch.from_numpy(weights)
+
+
+def rtc_observation_spec(action_dim: int) -> dict[str, Any]:
+    """The RTC keys a policy that applies them accepts (`hotloop.policy_spec.ArraySpec`s): the rest of the
+    executing chunk (any number of rows), the delay d in control periods, the guidance clip and the mode.
+    All optional: a robot sends them only while a chunk is executing."""
+    from hotloop.policy_spec import ArraySpec
+
+    return {
+        PREV_ACTIONS_KEY: ArraySpec((-1, action_dim), "float32", optional=True),
+        DELAY_KEY: ArraySpec((), "int64", optional=True),
+        MAX_GUIDANCE_WEIGHT_KEY: ArraySpec((), "float32", optional=True),
+        MODE_KEY: ArraySpec((), "str", optional=True),
+    }

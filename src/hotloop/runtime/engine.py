@@ -1,11 +1,13 @@
 """`Engine`: a compiled artifact loaded for inference with fixed shapes and buffers allocated once.
 
     engine = hotloop.Engine.load("art")          # verifies the artifact, builds the runners, warms up
-    actions = engine.infer(obs, noise)           # obs: PiObservation or a dict of tensors / arrays
+    actions = engine.infer(obs, noise)           # obs: the family's observation or a dict of arrays
     future = engine.submit(obs, noise)           # the same on the engine's own worker thread
 
-Every runner owns its input and output buffers; the prefix's KV outputs are bound as the denoise engine's
-inputs, so nothing is copied between stages that agree on dtype. Inputs are validated (names, shapes,
+A policy artifact's manifest names its family (`kind`: "pi", "act", ...; `hotloop.families`), which
+rebuilds the sub-engines' signatures and chains the runners (`PolicyFamily.pipeline`). Every runner owns
+its input and output buffers; an output is bound as a later engine's input of the same name (pi: the
+prefix's KV cache into the denoise engine), so nothing is copied between stages that agree on dtype. Inputs are validated (names, shapes,
 dtypes, value ranges, NaN/Inf) with errors that name the input. On CUDA the denoise loop is captured once
 as a CUDA Graph and replayed. Several engines can live in one process, each with its own resident-memory
 cap (`memory_cap_mb`, checked at load and after every call; see `hotloop.runtime.memory`).
@@ -19,7 +21,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -27,10 +28,8 @@ from hotloop.compile.artifact import entries, read_manifest
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
+from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
-
-OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
-IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
 
 
 def release_weights(model: torch.nn.Module) -> None:
@@ -54,7 +53,8 @@ class Engine:
         self.cfg: Any = None
         self.shape: Any = None
         self.pipeline: Any = None
-        self.pipelines: dict[int, Any] = {}  # prompt bucket -> pipeline (pi artifacts)
+        self.pipelines: dict[int, Any] = {}  # prompt bucket -> pipeline (families with prompt buckets)
+        self.family: Any = None  # the policy family (None for an ONNX artifact)
         self.cuda_graph: Any = None
         self.memory = MemoryAccount(path, None)  # replaced by Engine.load's, which measured the load
 
@@ -106,12 +106,18 @@ class Engine:
         if deterministic:
             # Same input, same output: torch picks deterministic kernels (a process-wide switch in torch).
             torch.use_deterministic_algorithms(True, warn_only=True)
-        if engine.kind == "pi":
-            engine._load_pi(threads)
-        elif engine.kind == "onnx":
+        if engine.kind == "onnx":
             engine._load_onnx(threads)
         else:
-            raise CheckpointError(f"{root / 'manifest.json'}: unknown artifact kind {engine.kind!r}")
+            from hotloop.families import FAMILIES, get_family
+
+            if engine.kind not in FAMILIES:
+                raise CheckpointError(
+                    f"{root / 'manifest.json'}: unknown artifact kind {engine.kind!r}; this hotloop "
+                    f"loads onnx and the families {', '.join(FAMILIES)}"
+                )
+            engine.family = get_family(engine.kind)
+            engine._load_family(threads)
         for _ in range(warmup):
             engine.infer(engine.example_observation())
             for bucket in list(engine.pipelines)[:-1]:  # the smaller buckets see a prompt that fits them
@@ -119,21 +125,16 @@ class Engine:
         account.load_finished()
         return engine
 
-    def _load_pi(self, threads: int | None) -> None:
+    def _load_family(self, threads: int | None) -> None:
         from safetensors.torch import load_file
 
-        from hotloop.compile.bucket_plan import bucket_shape, split_name
-        from hotloop.compile.buckets import BucketedPiPipeline
-        from hotloop.families.pi.engines import PiEngineShape, PiPipeline, constants_of, reshape_subengines
-        from hotloop.compile.pi_plan import RECIPES
-        from hotloop.compile.sources import config_from_dict
-        from hotloop.models.pi0 import PiModel
+        from hotloop.compile.bucket_plan import split_name
+        from hotloop.families.protocol import constants_of
 
-        m = self.manifest
-        self.cfg = config_from_dict(m["config"])
-        self.shape = PiEngineShape(**m["shape"])
-        with torch.device("meta"):
-            model = PiModel(self.cfg)
+        family, m = self.family, self.manifest
+        self.cfg = family.config_from_dict(m["config"])
+        self.shape = family.shape_from_dict(m["shape"])
+        model = family.empty_model(self.cfg)
         state = load_file(str(self.path / m["weights"]))
         model.load_state_dict(state, assign=True)
         del state  # the model holds the tensors now; `release_weights` below must be able to free them
@@ -141,25 +142,24 @@ class Engine:
         sets: dict[tuple[torch.dtype, str], Any] = {}
         variants = {e["name"]: e.get("variant", "plain") for e in m["sub_engines"]}
         # Entries "prefix@32", "denoise_step@32" are a prompt-length bucket's engines; plain names the full prompt.
+        full = getattr(self.shape, "prompt_slots", 0)
         per_bucket: dict[int, dict[str, Runner]] = {}
-        denoise_sets: dict[int, Any] = {}
+        loop_sets: dict[int, Any] = {}
+        looped = {n for st in family.stages if st.loop is not None for n in st.sub_engines}
         planned = []
         for name, entry in entries(m).items():
             base, bucket = split_name(name)
-            bucket = bucket if bucket is not None else self.shape.prompt_slots
+            bucket = bucket if bucket is not None else full
             backend = get_backend(entry.backend)
             key = (backend.graph_dtype(entry.precision), variants[name])
-            if key[1] not in RECIPES:
+            if key[1] not in family.capabilities.recipes:
                 raise CheckpointError(f"{self.path / 'manifest.json'}: unknown sub-engine variant {key[1]!r}")
+            family.stage_of(base)  # a sub-engine the family does not have is refused by name
             if key not in sets:
-                sets[key] = RECIPES[key[1]](self.model, self.shape, key[0])
-            graphs = (
-                sets[key]
-                if bucket == self.shape.prompt_slots
-                else reshape_subengines(self.cfg, sets[key], bucket)
-            )
-            if base.startswith("denoise"):
-                denoise_sets[bucket] = graphs  # reshaped once, while the weights are still here
+                sets[key] = family.build_subengines(self.model, self.shape, key[0], key[1])
+            graphs = sets[key] if bucket == full else family.reshape_subengines(self.cfg, sets[key], bucket)
+            if base in looped:
+                loop_sets[bucket] = graphs  # reshaped once, while the weights are still here
             planned.append((name, entry, base, bucket, backend, graphs))
         if all(entry.backend in FILE_BACKENDS for entry in entries(m).values()):
             # Every runner runs from the artifact's own files: the torch weights only built the graphs'
@@ -174,27 +174,29 @@ class Engine:
             runner = backend.load(graphs[base], entry.precision, self.path / name, files)
             self.runners[name] = runner
             per_bucket.setdefault(bucket, {})[base] = runner
-        vision = per_bucket[self.shape.prompt_slots]["vision"]
+        bucketed = set(family.capabilities.bucket_stages)
+        shared = {
+            n: r for n, r in per_bucket[full].items() if family.stage_of(n).name not in bucketed
+        }  # one engine for the stages before the prompt (pi's vision): its output feeds every bucket
         pipelines = {}
         for bucket, runners in sorted(per_bucket.items()):
-            runners["vision"] = vision  # one vision engine: its output buffer feeds every bucket's prefix
-            if bucket not in denoise_sets:
+            runners.update(shared)
+            engines = loop_sets.get(bucket, sets[next(iter(sets))] if bucket == full else None)
+            if engines is None:
                 raise CheckpointError(
-                    f"{self.path / 'manifest.json'}: prompt bucket {bucket} has no denoise engine"
+                    f"{self.path / 'manifest.json'}: prompt bucket {bucket} has no {', '.join(sorted(looped))} engine"
                 )
-            denoise_set = denoise_sets[bucket]
-            pipelines[bucket] = PiPipeline(
-                self.cfg,
-                bucket_shape(self.shape, bucket),
-                runners,
-                constants_of(denoise_set),
-                {n: e.signature for n, e in denoise_set.items()},
-            )
+            shape = self.shape if bucket == full else family.with_prompt_slots(self.shape, bucket)
+            signatures = {n: e.signature for n, e in engines.items()}
+            pipelines[bucket] = family.pipeline(self.cfg, shape, runners, constants_of(engines), signatures)
             link_runners(runners)
         self.pipelines = pipelines
-        self.pipeline = (
-            BucketedPiPipeline(pipelines) if len(pipelines) > 1 else pipelines[self.shape.prompt_slots]
-        )
+        if len(pipelines) > 1:
+            from hotloop.families.buckets import BucketedPipeline
+
+            self.pipeline = BucketedPipeline(pipelines, family.prompt_length)
+        else:
+            self.pipeline = pipelines[full]
         self._maybe_capture_cuda_graph()
 
     def _load_onnx(self, threads: int | None) -> None:
@@ -229,19 +231,16 @@ class Engine:
 
     # ---- inputs ----------------------------------------------------------------------------------------
     def example_observation(self, prompt_tokens: int | None = None) -> Any:
-        """Zeros of the engine's shapes; `prompt_tokens` real tokens (pi artifacts; default all slots)."""
+        """A deterministic observation of the engine's shapes (ONNX: zeros); `prompt_tokens` real tokens
+        (families with prompt buckets; default all slots)."""
         if self.kind == "onnx":
             return {
                 n: torch.zeros_like(x)
                 for n, x in zip(self._onnx_runner.input_names, self._onnx_runner.inputs, strict=True)
             }
-        from hotloop.families.pi.engines import example_observation
-
-        obs = example_observation(self.cfg, self.shape, torch.device("cpu"))
+        obs = self.family.example_observation(self.cfg, self.shape, torch.device("cpu"))
         if prompt_tokens is not None:
-            from hotloop.compile.bucket_plan import fill_prompt
-
-            obs = fill_prompt(obs, prompt_tokens)
+            obs = self.family.fill_prompt(obs, prompt_tokens)
         return obs
 
     @property
@@ -252,56 +251,10 @@ class Engine:
         """The observation as the engine's inputs, or ConfigError naming the input that does not fit."""
         if self.kind == "onnx":
             return self._validate_onnx(obs)
-        from hotloop.families.pi.sampling import PiObservation
-
-        if isinstance(obs, PiObservation):
-            fields = {f: getattr(obs, f) for f in OBS_FIELDS}
-        elif isinstance(obs, dict):
-            unknown = sorted(set(obs) - set(OBS_FIELDS))
-            if unknown:
-                raise ConfigError(
-                    f"unknown input(s) {', '.join(unknown)}; this engine takes {', '.join(OBS_FIELDS)}"
-                )
-            fields = {f: obs.get(f) for f in OBS_FIELDS}
-        else:
-            raise ConfigError(f"observation must be a PiObservation or a dict of {', '.join(OBS_FIELDS)}")
-        cfg, s = self.cfg, self.shape
-        size = cfg.vision.image_size
-        expected: dict[str, tuple[tuple[int, ...], str]] = {
-            "images": ((s.batch, s.views, 3, size, size), "float"),
-            "image_masks": ((s.batch, s.views), "bool"),
-            "lang_tokens": ((s.batch, cfg.max_token_len), "int"),
-            "lang_masks": ((s.batch, cfg.max_token_len), "bool"),
-            "state": ((s.batch, cfg.max_state_dim), "float"),
-        }
-        tensors: dict[str, Tensor | None] = {}
-        for name, (shape, kind) in expected.items():
-            value = fields[name]
-            if value is None:
-                if name == "state" and cfg.pi05:
-                    tensors[name] = None
-                    continue
-                raise ConfigError(f"input {name!r} is missing; expected shape {shape} ({kind})")
-            t = _tensor(name, value)
-            if tuple(t.shape) != shape:
-                raise ConfigError(f"input {name!r} has shape {tuple(t.shape)}; this engine takes {shape}")
-            _check_kind(name, t, kind)
-            tensors[name] = t
-        images = tensors["images"]
-        assert images is not None
-        _check_finite("images", images)
-        lo, hi = float(images.min()), float(images.max())
-        if lo < IMAGE_RANGE[0] or hi > IMAGE_RANGE[1]:
-            raise ConfigError(f"input 'images' spans [{lo:.3g}, {hi:.3g}]; expected [-1, 1] (x / 127.5 - 1)")
-        tokens = tensors["lang_tokens"]
-        assert tokens is not None
-        if int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size:
-            raise ConfigError(f"input 'lang_tokens' has ids outside [0, {cfg.vocab_size})")
-        if tensors["state"] is not None:
-            _check_finite("state", tensors["state"])
+        checked = self.family.validate_observation(self.cfg, self.shape, obs)
         if noise is not None:
-            _check_finite("noise", noise)
-        return PiObservation(**tensors)  # type: ignore[arg-type]
+            check_finite("noise", noise)
+        return checked
 
     def _validate_onnx(self, obs: Any) -> list[Tensor]:
         runner = self._onnx_runner
@@ -316,7 +269,7 @@ class Engine:
             )
         out = []
         for name, buf in zip(runner.input_names, runner.inputs, strict=True):
-            t = _tensor(name, obs[name])
+            t = to_tensor(name, obs[name])
             if t.shape != buf.shape:
                 raise ConfigError(
                     f"input {name!r} has shape {tuple(t.shape)}; this engine takes {tuple(buf.shape)}"
@@ -324,13 +277,13 @@ class Engine:
             if t.is_floating_point() != buf.is_floating_point():
                 raise ConfigError(f"input {name!r} has dtype {t.dtype}; this engine takes {buf.dtype}")
             if t.is_floating_point():
-                _check_finite(name, t)
+                check_finite(name, t)
             out.append(t)
         return out
 
     # ---- running ---------------------------------------------------------------------------------------
     def infer(self, obs: Any, noise: Tensor | None = None) -> Any:
-        """Actions (B, chunk, max_action_dim) for a pi artifact; {output name: tensor} for an ONNX one.
+        """Actions (B, chunk, A) in model space for a policy artifact; {output name: tensor} for an ONNX one.
 
         `noise` defaults to zeros in deterministic mode, else a fresh N(0, 1) draw. Returned tensors are
         the engine's buffers: copy them before the next call if you keep them.
@@ -342,7 +295,7 @@ class Engine:
                 outs = runner(*checked)
                 return dict(zip(runner.output_names, outs, strict=True))
             if noise is None:
-                shape = (self.shape.batch, self.cfg.chunk_size, self.cfg.max_action_dim)
+                shape = self.family.noise_shape(self.cfg, self.shape, self.shape.batch)
                 noise = torch.zeros(shape) if self.deterministic else torch.randn(shape)
             return self.pipeline.sample(checked, noise)
 
@@ -398,29 +351,3 @@ def _graph_file(backend: str, files: list[str]) -> str:
         if f.endswith((".onnx", ".xml", ".plan")):
             return f
     return files[0] if files else ""
-
-
-def _tensor(name: str, value: Any) -> Tensor:
-    if isinstance(value, Tensor):
-        return value
-    try:
-        return torch.from_numpy(np.ascontiguousarray(value))
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"input {name!r} is a {type(value).__name__}; pass a tensor or a numpy array"
-        ) from None
-
-
-def _check_kind(name: str, t: Tensor, kind: str) -> None:
-    ok = {
-        "float": t.is_floating_point(),
-        "bool": t.dtype == torch.bool,
-        "int": t.dtype in (torch.int64, torch.int32),
-    }[kind]
-    if not ok:
-        raise ConfigError(f"input {name!r} has dtype {t.dtype}; this engine takes {kind}")
-
-
-def _check_finite(name: str, t: Tensor) -> None:
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        raise ConfigError(f"input {name!r} contains NaN or Inf")

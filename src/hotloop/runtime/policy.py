@@ -1,72 +1,38 @@
-"""A loaded engine behind the `Policy` protocol, so `hotloop eval ART` drives the simulator with it.
-
-`EnginePiPolicy` is `PiPolicy` (same preprocessing, same noise stream, same unnormalisation) with the
-sampling done by the compiled engine; `demo:conveyor` artifacts add the demo's state and action transforms.
+"""A loaded engine behind the `Policy` protocol, so `hotloop eval ART` (and `hotloop serve ART`) drive a
+robot with it: the artifact's family builds the policy around the engine (`PolicyFamily.engine_policy`),
+and the spec the artifact stored must be the one the rebuilt policy has.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import torch
-
-from hotloop.families.pi.policy import PiPolicy
-
-
-class EnginePiPolicy(PiPolicy):
-    # The engine runs the compiled plain sampler only. RTC keys are ignored (the answer has no
-    # `rtc_guided`, and the scheduler stops with a configuration error) rather than served by the eager
-    # model behind the engine, which would be a silent fall back to the slow path.
-    supports_rtc = False
-
-    def __init__(self, engine: Any, zero_noise: bool = False, **kwargs: Any) -> None:
-        super().__init__(engine.model, engine.cfg, **kwargs)
-        self.engine = engine
-        self.zero_noise = zero_noise
-
-    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
-        model_obs = self.observation(obs)
-        cfg = self.config
-        shape = (1, cfg.chunk_size, cfg.max_action_dim)
-        # Drawn exactly like `sample_actions` draws it, so seeds give the reference's noise.
-        noise = torch.zeros(shape) if self.zero_noise else torch.randn(shape, generator=self._generator)
-        chunk = self.engine.infer(model_obs, noise)
-        actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy().copy()
-        return {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
-
 
 def engine_policy(engine: Any, seed: int = 0) -> Any:
-    """The artifact's policy: a plain `EnginePiPolicy`, or the demo adapter around one."""
-    from hotloop.compile.sources import norm_stats_from_dict
+    """The artifact's policy, built by its family from the manifest's `policy` entry."""
     from hotloop.errors import ConfigError
 
     info = engine.manifest.get("policy") or {}
-    if engine.kind != "pi" or not info:
+    if engine.family is None or not info:
         raise ConfigError(
             f"artifact {engine.path} is not a policy (kind {engine.kind}); it can be benched only"
         )
-    pi = EnginePiPolicy(
-        engine,
-        zero_noise=bool(info.get("zero_noise", False)),
-        norm_stats=norm_stats_from_dict(info.get("norm_stats")),
-        action_dim=info.get("action_dim"),
-        horizon=info.get("horizon"),
-        default_prompt_tokens=list(info.get("default_prompt_tokens") or []),
-        seed=seed,
-    )
-    policy: Any = pi
-    if info.get("kind") == "demo:conveyor":
-        from hotloop.sim.demo_policy import DemoConveyorPolicy
-
-        # zero noise is handled by EnginePiPolicy, so the adapter takes its plain path.
-        policy = DemoConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
-    elif info.get("kind") == "demo:conveyor-vision":
-        from hotloop.sim.vision_demo import VisionConveyorPolicy
-
-        policy = VisionConveyorPolicy(pi, dict(info.get("meta") or {}), zero_noise=False)
+    policy = engine.family.engine_policy(engine, info, seed)
+    policy = wrapped(policy, info)
     check_stored_spec(engine, policy)
     return policy
+
+
+def wrapped(policy: Any, info: dict[str, Any]) -> Any:
+    """`policy` inside the wrapper of the target the artifact was compiled from, when that target has
+    one (a demo's state and action transforms: `TargetEntry.wrap`)."""
+    from hotloop.targets import default_targets
+
+    targets = default_targets()
+    kind = info.get("kind")
+    if not isinstance(kind, str) or kind not in targets:
+        return policy
+    return targets.get(kind).wrap_engine_policy(policy, info)
 
 
 def check_stored_spec(engine: Any, policy: Any) -> None:

@@ -30,7 +30,7 @@ def profile_runners(runners: dict[str, Any], iterations: int, top: int) -> dict[
 
 
 def profile_target(target: str, iterations: int, top: int) -> dict[str, Any]:
-    """Profile an artifact's runners, or a pi target's eager fp32 sub-engines."""
+    """Profile an artifact's runners, or a policy target's eager fp32 sub-engines."""
     if (Path(target) / "manifest.json").is_file():
         from hotloop.runtime.engine import Engine
 
@@ -41,14 +41,15 @@ def profile_target(target: str, iterations: int, top: int) -> dict[str, Any]:
     import torch
 
     from hotloop.compile.backends.eager import TorchRunner
-    from hotloop.families.pi.engines import build_pi_subengines
-    from hotloop.compile.sources import check_pi_target, pi_source
+    from hotloop.compile.sources import policy_source
     from hotloop.targets import TargetOptions
 
-    check_pi_target(target)
-    source = pi_source(target, TargetOptions())
-    engines = build_pi_subengines(source.model, source.shape, torch.float32)
-    runners = {n: TorchRunner(e, "fp32", e.module) for n, e in engines.items() if n != "denoise_loop"}
+    source = policy_source(target, TargetOptions())
+    engines = source.family.build_subengines(source.model, source.shape, torch.float32)
+    loops = {
+        s.loop.loop for s in source.family.stages if s.loop is not None
+    }  # the step engine runs each loop
+    runners = {n: TorchRunner(e, "fp32", e.module) for n, e in engines.items() if n not in loops}
     report = profile_runners(runners, iterations, top)
     report["target"] = target
     return report

@@ -17,29 +17,29 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
     from safetensors.torch import load_file
 
     from hotloop.compile.artifact import read_manifest
-    from hotloop.families.pi.engines import PiEngineShape
-    from hotloop.compile.pi_plan import PiSource, plan_pi, write_pi_artifact
+    from hotloop.compile.plan import plan_policy, write_artifact
     from hotloop.compile.planner import PlanConfig
-    from hotloop.compile.sources import config_from_dict
     from hotloop.compile.validate import parse_tolerance
-    from hotloop.models.pi0 import PiModel
-    from hotloop.families.pi.targets import random_observation
+    from hotloop.families import FAMILIES, get_family
+    from hotloop.families.protocol import PolicySource
 
     manifest = read_manifest(path, check_machine=False)
-    if manifest.get("kind") != "pi":
-        raise CheckpointError(f"{path}: only pi artifacts can be re-planned; recompile the ONNX model here")
-    cfg = config_from_dict(manifest["config"])
-    with torch.device("meta"):
-        model = PiModel(cfg)
+    kind = manifest.get("kind")
+    if kind not in FAMILIES:
+        raise CheckpointError(
+            f"{path}: only policy artifacts can be re-planned (kind {kind!r}); recompile the ONNX model here"
+        )
+    family = get_family(str(kind))
+    cfg = family.config_from_dict(manifest["config"])
+    model = family.empty_model(cfg)
     model.load_state_dict(load_file(str(path / manifest["weights"])), assign=True)
     model = model.float().eval()
-    shape = PiEngineShape(**manifest["shape"])
+    shape = family.shape_from_dict(manifest["shape"])
     policy = manifest.get("policy") or {}
     seed = int(policy.get("seed", 0))
-    obs = random_observation(cfg, shape.batch, "cpu", seed)
-    shape_noise = (shape.batch, cfg.chunk_size, cfg.max_action_dim)
-    noise = torch.randn(shape_noise, generator=torch.Generator().manual_seed(seed + 2))
-    source = PiSource(manifest["target"], model, shape, obs, noise, policy)
+    obs = family.random_observation(cfg, shape, seed)
+    noise = family.make_noise(cfg, shape, shape.batch, torch.Generator().manual_seed(seed + 2))
+    source = PolicySource(manifest["target"], family, model, shape, obs, noise, policy)
     config = PlanConfig(
         budget_ms=float(manifest["budget_ms"]),
         tolerance=parse_tolerance(manifest["tolerance"]),
@@ -51,8 +51,8 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
         threads=manifest.get("threads"),
         progress=False,
     )
-    plan = plan_pi(source, config)
+    plan = plan_policy(source, config)
     out = path.with_name(path.name + "-replanned")
-    art = write_pi_artifact(source, plan, out, config)
+    art = write_artifact(source, plan, out, config)
     (art / "replanned-from.json").write_text(json.dumps({"source": str(path)}))  # not hashed: a note
     return art

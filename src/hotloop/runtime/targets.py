@@ -27,52 +27,47 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
             raise ConfigError(f"--prompt-tokens is for VLA artifacts; {path} is an ONNX plan")
         obs = engine.example_observation()
         return BenchCase(name=path, run=lambda timer: engine.infer(obs), info=engine.describe())
-    cfg = engine.cfg
+    family, cfg = engine.family, engine.cfg
+    buckets = family.capabilities.prompt_buckets
+    if options.prompt_tokens is not None and not buckets:
+        raise ConfigError(f"--prompt-tokens is for VLA artifacts; {path} is a {family.name} policy")
     if options.prompt_tokens is not None and options.prompt_tokens > cfg.max_token_len:
         raise ConfigError(
             f"--prompt-tokens {options.prompt_tokens} exceeds {path}'s {cfg.max_token_len} prompt slots; "
             f"use at most {cfg.max_token_len}"
         )
     obs = engine.example_observation(options.prompt_tokens)
-    noise = torch.randn(
-        engine.shape.batch,
-        cfg.chunk_size,
-        cfg.max_action_dim,
-        generator=torch.Generator().manual_seed(options.seed),
+    noise = family.make_noise(
+        cfg, engine.shape, engine.shape.batch, torch.Generator().manual_seed(options.seed)
     )
-    info = {**engine.describe(), "num_steps": engine.shape.num_steps, "views": engine.shape.views}
+    info = {**engine.describe(), "num_steps": engine.shape.num_steps}
+    if hasattr(engine.shape, "views"):
+        info["views"] = engine.shape.views
     if options.prompt_tokens is not None:
         info["prompt_tokens"] = options.prompt_tokens
-    bucket = engine.pipeline.bucket_for(obs) if len(engine.pipelines) > 1 else engine.shape.prompt_slots
+    shape = engine.shape
     if len(engine.pipelines) > 1:
-        info["prompt_bucket"] = bucket
-    info["work"] = stage_work(engine, bucket)
+        info["prompt_bucket"] = engine.pipeline.bucket_for(obs)
+        shape = family.with_prompt_slots(shape, info["prompt_bucket"])
+    full = getattr(engine.shape, "prompt_slots", 0)
+    work = stage_work(engine, info.get("prompt_bucket", full), shape)
+    if work:
+        info["work"] = work
     return BenchCase(name=path, run=lambda timer: engine.sample(obs, noise, timer=timer), info=info)
 
 
-def stage_work(engine: Any, prompt_slots: int) -> dict[str, Any]:
-    """Analytic work per stage at each stage's own precision (the roofline of `hotloop bench ART`): the
-    prefix over the bucket it runs, the denoise stage without the time conditioning the tables replaced."""
-    from hotloop.measure.roofline import pi_stage_work
-
+def stage_work(engine: Any, bucket: int, shape: Any) -> dict[str, Any]:
+    """Analytic work per stage at each stage's own precision (the roofline of `hotloop bench ART`): for
+    a family with prompt buckets the prefix over the bucket it runs; a loop stage without the time
+    conditioning its tables replaced."""
     # int8-dynamic quantizes activations on the fly: its matmuls are int8. Weight-only int8/int4 compute in
     # floating point after decompressing the weights, so they are judged against the fp32 peak.
     names = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", "int8-dynamic": "int8"}
-    work = {}
-    for stage in ("vision", "prefix", "denoise"):
-        runner = next(r for n, r in engine.pipelines[prompt_slots].runners.items() if n.startswith(stage))
-        precision = names.get(runner.precision, "float32")
-        per_stage = pi_stage_work(
-            engine.cfg,
-            precision,
-            engine.shape.batch,
-            views=engine.shape.views,
-            prompt_slots=prompt_slots,
-            num_steps=engine.shape.num_steps,
-            time_conditioning=False,
-        )
-        work[stage] = per_stage[stage].to_dict()
-    return work
+    precisions = {}
+    for stage in engine.family.stages:
+        runner = next(r for n, r in engine.pipelines[bucket].runners.items() if n in stage.sub_engines)
+        precisions[stage.name] = names.get(runner.precision, "float32")
+    return engine.family.stage_work(engine.cfg, shape, precisions)  # type: ignore[no-any-return]
 
 
 def build_policy(path: str, options: TargetOptions) -> Any:

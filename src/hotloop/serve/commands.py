@@ -54,12 +54,11 @@ def serve(
     import asyncio
     import logging
 
-    from hotloop.cli import _check_device
     from hotloop.serve.policies import load_served_policy
     from hotloop.serve.server import PolicyServer, ServeConfig
-    from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, find_target
+    from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, check_device, find_target
 
-    _check_device(device)
+    check_device(device)
     if max_message_mb <= 0:
         raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
     if memory_cap_mb is not None and find_target(target) is not ARTIFACT_ENTRY:

@@ -9,35 +9,17 @@ with a message naming the key, rather than deep inside a model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from hotloop.policy_spec import ArraySpec
+
+__all__ = ["ArraySpec", "ObservationError", "check_observation", "flatten", "spec_to_wire"]
+
 
 class ObservationError(ValueError):
     """One observation does not match the served spec; the message is sent back to the client."""
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    shape: tuple[int, ...]  # -1: any length along that axis (e.g. RTC's remaining actions of the last chunk)
-    dtype: str  # a numpy dtype name ("float32", "uint8", ...) or "str" for text such as openpi's "prompt"
-    optional: bool = False  # may be absent (e.g. RTC guidance, sent only while a chunk is executing)
-
-    def __post_init__(self) -> None:
-        if self.dtype == "str" and self.shape != ():
-            raise ValueError(f"a str entry has shape (), not {self.shape}")
-        if any(d < -1 for d in self.shape):
-            raise ValueError(f"shape {self.shape}: use -1 for a free axis, sizes >= 0 otherwise")
-
-    def matches(self, shape: tuple[int, ...]) -> bool:
-        return len(shape) == len(self.shape) and all(
-            w in (-1, g) for w, g in zip(self.shape, shape, strict=True)
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype, "optional": self.optional}
 
 
 Spec = Mapping[str, ArraySpec]

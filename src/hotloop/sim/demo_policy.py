@@ -70,6 +70,24 @@ class DemoConveyorPolicy:
         self.pi.reset()
 
     @property
+    def observation_spec(self) -> dict[str, Any]:
+        """Every view it reads (top, and the wrist for demo:conveyor-vision) and the simulator's state;
+        the prompt and timestamp the simulator's observation carries too are accepted and ignored, so a
+        client may forward the environment's observation unchanged."""
+        from hotloop.policy_spec import ArraySpec
+        from hotloop.realtime.rtc import rtc_observation_spec
+        from hotloop.sim.tasks.gantry import STATE_DIM
+
+        spec = self.spec
+        return {
+            **{f"images/{v.key}": ArraySpec((v.height, v.width, 3), "uint8") for v in spec.images},
+            "state": ArraySpec((STATE_DIM,), "float32"),
+            "prompt": ArraySpec((), "str", optional=True),
+            "timestamp": ArraySpec((), "float64", optional=True),
+            **(rtc_observation_spec(spec.action_dim) if self.pi.supports_rtc else {}),
+        }
+
+    @property
     def spec(self) -> Any:
         """The conveyor-pick observation exactly: the 64 px top view, the 10-number gantry state, and
         absolute `[x, y, z, grip]` targets."""
@@ -238,3 +256,9 @@ def build_bench(config_name: str, options: Any) -> Any:
             "num_steps": pi.num_steps or pi.config.num_steps,
         },
     )
+
+
+def wrap_engine_policy(policy: Any, info: dict[str, Any]) -> DemoConveyorPolicy:
+    """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
+    handled by the engine policy, so the adapter takes its plain path)."""
+    return DemoConveyorPolicy(policy, dict(info.get("meta") or {}), zero_noise=False)

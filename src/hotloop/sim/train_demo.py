@@ -84,8 +84,8 @@ def _quantiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, Any, int]:
-    from hotloop.models.pi0 import state_prompt_tokens
     from hotloop.families.pi.policy import NormStats, Stats
+    from hotloop.models.pi0 import state_prompt_tokens
     from hotloop.sim.demo_policy import PROMPT_TOKENS, model_state, to_relative
 
     images, states, chunks = [], [], []
@@ -192,9 +192,9 @@ def train_demo(
     import torch
 
     from hotloop.families.pi.checkpoint import save_lerobot_checkpoint
+    from hotloop.families.pi.sampling import PiObservation, flow_matching_loss
     from hotloop.models.configs import get_pi_config
     from hotloop.models.pi0 import PiModel, init_weights
-    from hotloop.families.pi.sampling import PiObservation, flow_matching_loss
     from hotloop.sim.dataset import Dataset
     from hotloop.sim.recorder import record
 

@@ -89,8 +89,8 @@ class _Arrays:
 def _build_arrays(
     dataset: Any, cfg_model: Any, horizon: int, views: tuple[str, ...]
 ) -> tuple[_Arrays, Any, int]:
-    from hotloop.models.pi0 import state_prompt_tokens
     from hotloop.families.pi.policy import NormStats, Stats
+    from hotloop.models.pi0 import state_prompt_tokens
     from hotloop.sim.demo_policy import PROMPT_TOKENS, to_relative
     from hotloop.sim.train_demo import _quantiles
     from hotloop.sim.vision_demo import proprio_state
@@ -179,9 +179,9 @@ def train_vision_demo(
     import torch.nn.functional as F
 
     from hotloop.families.pi.checkpoint import save_lerobot_checkpoint
+    from hotloop.families.pi.sampling import sample_time
     from hotloop.models.configs import get_pi_config
     from hotloop.models.pi0 import PiModel, init_weights
-    from hotloop.families.pi.sampling import sample_time
     from hotloop.sim.dataset import Dataset
     from hotloop.sim.recorder import record
     from hotloop.sim.train_demo import ordinal_bin_embeddings, plot_loss

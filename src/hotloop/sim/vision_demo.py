@@ -142,3 +142,9 @@ def build_bench(config_name: str, options: Any) -> Any:
             "num_steps": pi.num_steps or pi.config.num_steps,
         },
     )
+
+
+def wrap_engine_policy(policy: Any, info: dict[str, Any]) -> VisionConveyorPolicy:
+    """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
+    handled by the engine policy, so the adapter takes its plain path)."""
+    return VisionConveyorPolicy(policy, dict(info.get("meta") or {}), zero_noise=False)

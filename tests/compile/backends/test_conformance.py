@@ -8,10 +8,10 @@ import torch
 
 from hotloop.compile.backends import backend_names, get_backend
 from hotloop.compile.backends.base import BackendError
-from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 from hotloop.compile.validate import compare_outputs
-from hotloop.models.configs import get_pi_config
+from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 from hotloop.families.pi.targets import build_model
+from hotloop.models.configs import get_pi_config
 
 # Minimum output cosine per precision (bf16 keeps ~3 significant digits).
 COS = {"fp32": 0.99999, "bf16": 0.99}

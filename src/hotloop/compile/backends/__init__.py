@@ -6,7 +6,7 @@
 |             |            | through torchao                                                    |
 | inductor    | fp32, bf16 | torch.compile with freezing (mode default or max-autotune)         |
 | onnxruntime | fp32       | the graph exported to ONNX; CPU EP, CUDA / TensorRT EPs when there;|
-|             |            | int8 (static, calibrated), int8-dynamic (hotloop.compress.quantize)|
+|             |            | int8 (static, calibrated), int8-dynamic (hotloop.compile.backends.quantize)|
 | openvino    | fp32, bf16 | OpenVINO IR; bf16 through INFERENCE_PRECISION_HINT, f32 pinned;    |
 |             |            | int8, int8-dynamic, int4-weight through NNCF                       |
 | tensorrt    | fp32, bf16 | TensorRT engine from the ONNX export (only where installed + GPU)  |

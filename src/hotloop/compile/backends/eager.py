@@ -79,7 +79,7 @@ class EagerBackend:
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         if precision.startswith("int"):
-            from hotloop.compress.quantize import quantize_torchao
+            from hotloop.compile.backends.quantize import quantize_torchao
 
             with op_errors(self.name, graph.name):
                 module = quantize_torchao(graph.module, precision, options)

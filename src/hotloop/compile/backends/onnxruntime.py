@@ -180,7 +180,7 @@ class OnnxRuntimeBackend:
         else:
             path = export_onnx(graph, Path(self._tmp.name) / MODEL_FILE)
         if precision != "fp32":
-            from hotloop.compress.quantize import quantize_onnx
+            from hotloop.compile.backends.quantize import quantize_onnx
 
             with op_errors(self.name, graph.name):
                 path = quantize_onnx(

@@ -27,7 +27,7 @@ _TORCH = {
 
 
 def openvino_config(precision: str) -> dict[str, Any]:
-    """CPU plugin settings: quantized graphs (hotloop.compress.quantize) run their float parts in f32;
+    """CPU plugin settings: quantized graphs (hotloop.compile.backends.quantize) run their float parts in f32;
     int8-dynamic asks the plugin to quantize activations per group of 32 at run time."""
     config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
     if precision == "int8-dynamic":
@@ -167,7 +167,7 @@ class OpenVinoBackend:
 
                 compress_model_transformation(model)  # in place: `model` is this candidate's own copy
             if precision not in ("fp32", "bf16"):
-                from hotloop.compress.quantize import quantize_openvino
+                from hotloop.compile.backends.quantize import quantize_openvino
 
                 model = quantize_openvino(
                     model, precision, {**options, "calibration": calibration}, graph.name

@@ -30,10 +30,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hotloop.errors import CheckpointError, ConfigError
+from hotloop.families.pi.policy import NormStats, Stats
 from hotloop.models.checkpoint_meta import Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.policy import NormStats, Stats
 
 log = logging.getLogger(__name__)
 

@@ -39,14 +39,15 @@ ONNX Runtime session wrapper...
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hotloop.errors import ConfigError
 from hotloop.families.pi.blocks import (
     BlockNorm,
     DecoderBlock,
@@ -55,16 +56,15 @@ from hotloop.families.pi.blocks import (
     split_outputs,
 )
 from hotloop.families.pi.precompute import observation_tables, time_table
-from hotloop.errors import ConfigError
+from hotloop.families.pi.sampling import PiObservation
+from hotloop.families.protocol import Runner, Signature, SubEngine, as_tuple, constants_of
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
 from hotloop.models.siglip import SiglipLayer
-from hotloop.families.pi.sampling import PiObservation
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
 OBSERVATION_TABLES = ("prefix_mask", "prefix_cos", "prefix_sin", "suffix_mask", "suffix_cos", "suffix_sin")
-Runner = Callable[..., Tensor | tuple[Tensor, ...]]
 
 
 @dataclass(frozen=True)
@@ -89,37 +89,6 @@ class PiEngineShape:
 
     def prefix_len(self, cfg: PiConfig) -> int:
         return self.views * cfg.vision.tokens_per_view + self.prompt_slots
-
-
-@dataclass(frozen=True)
-class Signature:
-    """Input and output names of one sub-engine, in call order."""
-
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-
-
-@dataclass
-class SubEngine:
-    """One sub-engine: a tensor-only module with fixed example inputs and named inputs/outputs.
-
-    `constants` are build-time float32 tables the pipeline feeds by name (today only "time_table",
-    step-indexed along dim 0); they are part of the engine, like its weights.
-    """
-
-    name: str
-    module: nn.Module
-    example_inputs: tuple[Tensor, ...]
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    constants: dict[str, Tensor] = field(default_factory=dict)
-    # Conversions of this engine a backend may reuse for another precision (e.g. OpenVINO's converted
-    # model serves f32 and bf16 alike): converting a full-size graph takes tens of seconds, once is enough.
-    conversions: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def signature(self) -> Signature:
-        return Signature(self.input_names, self.output_names)
 
 
 # ---- the modules -------------------------------------------------------------------------------------
@@ -383,7 +352,7 @@ def _with_examples(
     with torch.no_grad():
         for name, sig in _signatures(cfg).items():
             inputs = tuple(values[n] for n in sig.input_names)
-            outputs = _as_tuple(modules[name](*inputs))
+            outputs = as_tuple(modules[name](*inputs))
             values.update(zip(sig.output_names, outputs, strict=True))
             constants = {"time_table": table} if name.startswith("denoise") else {}
             engines[name] = SubEngine(
@@ -409,21 +378,6 @@ def reshape_subengines(
         batch=int(step_x.shape[0]), views=int(views), prompt_slots=prompt_slots, num_steps=int(table.shape[0])
     )
     return _with_examples(cfg, shape, {n: e.module for n, e in engines.items()}, table)
-
-
-def _as_tuple(out: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    return out if isinstance(out, tuple) else (out,)
-
-
-def constants_of(engines: Mapping[str, SubEngine]) -> dict[str, Tensor]:
-    """The constants the pipeline feeds, merged over `engines` (the same name must mean the same tensor)."""
-    merged: dict[str, Tensor] = {}
-    for engine in engines.values():
-        for name, value in engine.constants.items():
-            if name in merged and not torch.equal(merged[name], value):
-                raise ValueError(f"sub-engines disagree on constant {name!r}; build them together")
-            merged[name] = value
-    return merged
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------
@@ -462,7 +416,7 @@ class PiPipeline:
 
     def _run(self, name: str, values: dict[str, Tensor]) -> None:
         sig = self.signatures[name]
-        out = _as_tuple(self.runners[name](*(values[n] for n in sig.input_names)))
+        out = as_tuple(self.runners[name](*(values[n] for n in sig.input_names)))
         values.update(zip(sig.output_names, out, strict=True))
 
     def check(self, obs: PiObservation, noise: Tensor) -> None:

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from hotloop.errors import ConfigError
+from hotloop.families.pi.sampling import PiObservation, sample_actions
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel, PrefixCache, state_prompt_tokens
-from hotloop.families.pi.sampling import PiObservation, sample_actions
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,23 @@ class PiPolicy:
 
     def reset(self) -> None:
         self._generator.manual_seed(self.seed)
+
+    @property
+    def observation_spec(self) -> dict[str, Any]:
+        """What a served copy of it accepts (`hotloop.policy_spec.ArraySpec` per key): the views as one
+        uint8 array, the state at the length it declares (not the model's padded width: pi0.5 writes each
+        entry as a prompt token, so a small model cannot take max_state_dim of them), and the RTC keys when
+        it applies them (a compiled engine does not)."""
+        from hotloop.policy_spec import ArraySpec
+        from hotloop.realtime.rtc import rtc_observation_spec
+
+        cfg = self.config
+        size = cfg.vision.image_size
+        return {
+            "images": ArraySpec((cfg.views, size, size, 3), "uint8"),
+            "state": ArraySpec((self.spec.state_dim,), "float32"),
+            **(rtc_observation_spec(self.spec.action_dim) if self.supports_rtc else {}),
+        }
 
     @property
     def spec(self) -> Any:
@@ -364,7 +381,7 @@ class PiPolicy:
         """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
         `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
         unless an adapter predicts relative actions)."""
-        from hotloop.realtime.rtc import guided_sample_actions
+        from hotloop.families.pi.rtc import guided_sample_actions
 
         prev, delay, beta = guidance
         target, weights = self._model_space_guidance(prev, delay, to_policy_actions)

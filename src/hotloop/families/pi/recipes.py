@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
 from hotloop.families.pi.engines import PiEngineShape, SubEngine, build_pi_subengines
+from hotloop.families.pi.fuse import drop_unused_query, fold_norms, fold_pi0_time, fuse_projections
 from hotloop.models.pi0 import PiModel
 
 
@@ -15,3 +17,11 @@ def fast_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype)
     rounding (tests/compile/test_fuse.py states the tolerances)."""
     engines = drop_unused_query(fuse_projections(fold_norms(build_pi_subengines(model, shape, dtype))))
     return engines if model.cfg.pi05 else fold_pi0_time(engines)
+
+
+# Sub-engine recipes the planner may pick between: "plain" is the model's own structure with the tables
+# precomputed; "fused" folds norms into the next linear and fuses Q/K/V and gate/up (compile-fast).
+RECIPES: dict[str, Callable[[PiModel, PiEngineShape, torch.dtype], dict[str, SubEngine]]] = {
+    "plain": build_pi_subengines,
+    "fused": fast_pi_subengines,
+}

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from hotloop.families.pi.sampling import PiObservation
     from hotloop.measure.stages import StageTimer
     from hotloop.models.pi0 import PiModel, PrefixCache
-    from hotloop.families.pi.sampling import PiObservation
 
 
 def prefix_token_time(t: Tensor, delay: int, batch: int, chunk: int) -> Tensor:

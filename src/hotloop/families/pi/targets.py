@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from hotloop.errors import ConfigError
-from hotloop.measure.roofline import pi_stage_work
+from hotloop.families.pi.policy import PiPolicy
+from hotloop.families.pi.roofline import pi_stage_work
+from hotloop.families.pi.sampling import PiObservation, check_inputs, make_noise, sample_actions
 from hotloop.measure.stages import StageTimer
 from hotloop.models.configs import PiConfig, pi_configs
 from hotloop.models.pi0 import PiModel, init_weights
-from hotloop.families.pi.policy import PiPolicy
-from hotloop.families.pi.sampling import PiObservation, check_inputs, make_noise, sample_actions
 from hotloop.targets import BenchCase, TargetOptions, check_fits_memory
 
 MAX_VIEWS = 3  # the published checkpoints take a base camera and two wrist cameras
@@ -39,7 +39,7 @@ _SUPPORTED = {
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def _qualify(config_name: str, family: str | None) -> str:
+def qualify(config_name: str, family: str | None) -> str:
     if ":" in config_name:
         return config_name
     if family is not None:
@@ -206,7 +206,7 @@ def _bucketed_run(
     info: dict[str, Any],
 ) -> Callable[[StageTimer], torch.Tensor]:
     """The same eager model run through the sub-engines with prompt-length buckets (issue 8 item 4)."""
-    from hotloop.compile.buckets import BucketedPiPipeline, prompt_buckets
+    from hotloop.families.pi.buckets import BucketedPiPipeline, prompt_buckets
     from hotloop.families.pi.engines import PiEngineShape, build_pi_subengines
 
     engines = build_pi_subengines(model, PiEngineShape.of(cfg, options.batch), model.dtype)
@@ -235,24 +235,24 @@ def _policy(name: str, options: TargetOptions) -> PiPolicy:
 
 
 def build_bench(config_name: str, options: TargetOptions) -> BenchCase:
-    return _bench(_qualify(config_name, None), options)
+    return _bench(qualify(config_name, None), options)
 
 
 def build_policy(config_name: str, options: TargetOptions) -> PiPolicy:
-    return _policy(_qualify(config_name, None), options)
+    return _policy(qualify(config_name, None), options)
 
 
 def build_pi0_bench(config_name: str, options: TargetOptions) -> BenchCase:
-    return _bench(_qualify(config_name, "pi0"), options)
+    return _bench(qualify(config_name, "pi0"), options)
 
 
 def build_pi05_bench(config_name: str, options: TargetOptions) -> BenchCase:
-    return _bench(_qualify(config_name, "pi05"), options)
+    return _bench(qualify(config_name, "pi05"), options)
 
 
 def build_pi0_policy(config_name: str, options: TargetOptions) -> PiPolicy:
-    return _policy(_qualify(config_name, "pi0"), options)
+    return _policy(qualify(config_name, "pi0"), options)
 
 
 def build_pi05_policy(config_name: str, options: TargetOptions) -> PiPolicy:
-    return _policy(_qualify(config_name, "pi05"), options)
+    return _policy(qualify(config_name, "pi05"), options)

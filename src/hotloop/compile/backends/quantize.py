@@ -20,15 +20,17 @@ never saved) and `fp32_layers` (saved in the manifest).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor, nn
 
-from hotloop.compress.fake_quant import PROTECTED
+from hotloop.nn.fake_quant import PROTECTED
 
 QUANT_PRECISIONS = ("int8", "int8-dynamic", "int8-weight", "int4-weight")
 STATIC = ("int8",)  # precisions that need calibration data
@@ -155,7 +157,6 @@ def quantize_onnx(
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     from hotloop.compile.cpu_features import cpu_flags
-    from hotloop.compress.layer_latency import quiet_ort_quantization
 
     exclude = _onnx_excluded(src, kept_fp32(options))
     # Without VNNI, u8 x s8 products can saturate in the AVX2 kernels; a 7-bit weight range avoids it.
@@ -216,3 +217,15 @@ def quantize_torchao(module: nn.Module, precision: str, options: dict[str, Any])
 
     quantize_(out, configs[precision](), filter_fn=wanted)
     return out
+
+
+@contextlib.contextmanager
+def quiet_ort_quantization() -> Iterator[None]:
+    """ONNX Runtime's quantizer logs a pre-processing hint on the root logger for every model."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)

@@ -1,24 +1,22 @@
-"""Prompt-length buckets: the prefix (and the denoise engines reading its cache) built for a few prompt
-lengths, and each observation run by the smallest bucket that holds its real tokens.
+"""Prompt-length buckets: the prefix (and the stages reading its cache) built for a few prompt lengths,
+and each observation run by the smallest bucket that holds its real tokens.
 
 Exact by construction: prompt slots past the last real token are padding, masked out of every attention
 and not advancing positions, so dropping them changes no valid token's computation. What remains is
 floating-point summation order over the shorter key axis (~1e-7 in float32; the tests bound it).
 A prompt that grows only moves to the next bucket: no recompilation, no latency cliff beyond that step.
+A family offers buckets through `Capabilities.prompt_buckets` and its `prompt_length` / `reshape_subengines`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, SubEngine, reshape_subengines
 from hotloop.errors import ConfigError
-from hotloop.measure.stages import StageTimer
-from hotloop.models.configs import PiConfig
-from hotloop.families.pi.sampling import PiObservation
 
 DEFAULT_BUCKETS = (32, 64, 128)
 
@@ -58,50 +56,29 @@ def choose_bucket(buckets: Iterable[int], length: int) -> int:
     return min(fitting)
 
 
-def bucketed_subengines(
-    cfg: PiConfig, engines: Mapping[str, SubEngine], buckets: Iterable[int]
-) -> dict[int, dict[str, SubEngine]]:
-    """Per bucket, the engines (same modules, shared weights) with example inputs of that prompt length."""
-    return {b: reshape_subengines(cfg, engines, b) for b in buckets}
-
-
-class BucketedPiPipeline:
+class BucketedPipeline:
     """Routes each observation to the pipeline of the smallest bucket that holds its prompt."""
 
-    def __init__(self, pipelines: Mapping[int, PiPipeline]) -> None:
+    def __init__(self, pipelines: Mapping[int, Any], prompt_length: Callable[[Any], int]) -> None:
         if not pipelines:
-            raise ConfigError("BucketedPiPipeline needs at least one bucket")
+            raise ConfigError("a bucketed pipeline needs at least one bucket")
         self.pipelines = dict(sorted(pipelines.items()))
         self.buckets = tuple(self.pipelines)
+        self.prompt_length = prompt_length
         self.last_bucket: int | None = None
 
-    @classmethod
-    def eager(
-        cls,
-        cfg: PiConfig,
-        engines: Mapping[str, SubEngine],
-        buckets: Iterable[int] = DEFAULT_BUCKETS,
-        loop: bool = False,
-    ) -> BucketedPiPipeline:
-        """Eager pipelines over `engines` (any prompt length) for `prompt_buckets(cfg.max_token_len, buckets)`."""
-        pipelines = {}
-        for b, bucket_engines in bucketed_subengines(
-            cfg, engines, prompt_buckets(cfg.max_token_len, buckets)
-        ).items():
-            x = bucket_engines["denoise_step"].example_inputs[0]
-            shape = PiEngineShape(
-                batch=int(x.shape[0]),
-                views=int(bucket_engines["vision"].example_inputs[0].shape[1]),
-                prompt_slots=b,
-                num_steps=int(bucket_engines["denoise_step"].constants["time_table"].shape[0]),
-            )
-            pipelines[b] = PiPipeline.eager(cfg, shape, bucket_engines, loop=loop)
-        return cls(pipelines)
+    @property
+    def runners(self) -> dict[str, Any]:
+        return dict(self.pipelines[self.buckets[-1]].runners)
 
-    def bucket_for(self, obs: PiObservation) -> int:
-        return choose_bucket(self.buckets, prompt_length(obs.lang_masks))
+    @property
+    def signatures(self) -> dict[str, Any]:
+        return dict(self.pipelines[self.buckets[-1]].signatures)
 
-    def sample(self, obs: PiObservation, noise: Tensor, timer: StageTimer | None = None) -> Tensor:
+    def bucket_for(self, obs: Any) -> int:
+        return choose_bucket(self.buckets, self.prompt_length(obs))
+
+    def sample(self, obs: Any, noise: Tensor, timer: Any = None) -> Tensor:
         bucket = self.bucket_for(obs)
         self.last_bucket = bucket
-        return self.pipelines[bucket].sample(obs, noise, timer)
+        return self.pipelines[bucket].sample(obs, noise, timer)  # type: ignore[no-any-return]

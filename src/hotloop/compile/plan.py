@@ -1,7 +1,10 @@
-"""Plan a pi0 / pi0.5 target: candidates per stage on the compile-fast sub-engines, checked and timed.
+"""Plan a policy target of any family: candidates per stage on its sub-engines, checked and timed.
 
-`PiSource` is what is compiled: the fp32 model, the fixed engine shape, one real observation and the
-noise the final actions are compared under, plus what a policy wrapper needs at load (`policy` dict).
+`PolicySource` is what is compiled: the family, the fp32 model, the fixed engine shape, one real
+observation and the noise the final actions are compared under, plus what a policy wrapper needs at load
+(`policy` dict). Everything family-specific goes through `hotloop.families.protocol.PolicyFamily`: the
+sub-engines and recipes, the stages (a loop stage: its step engine once per table row, or its loop
+engine), the pipeline that chains runners into actions, the config as data for the manifest.
 """
 
 from __future__ import annotations
@@ -13,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
-from hotloop.families.pi.engines import PiEngineShape, PiPipeline, SubEngine, build_pi_subengines, constants_of
+from hotloop.compile.chain import loop_stage, pipeline, stage_call
 from hotloop.compile.planner import (
-    STAGES,
     Candidate,
     PlanConfig,
     candidate_specs,
@@ -36,53 +38,15 @@ from hotloop.compile.planner import (
 )
 from hotloop.compile.validate import compare_actions, compare_outputs
 from hotloop.errors import ConfigError
+from hotloop.families.protocol import Pipeline, PolicyFamily, PolicySource, SubEngine, constants_of
 from hotloop.measure.stages import StageTimer
-from hotloop.models.configs import PiConfig
-from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.sampling import PiObservation
-
-
-@dataclass
-class PiSource:
-    target: str
-    model: PiModel  # float32
-    shape: PiEngineShape
-    obs: PiObservation
-    noise: Tensor
-    policy: dict[str, Any] = field(default_factory=dict)
-    # More (observation, noise) pairs, batch 1 each, that the whole plan's final actions must also keep
-    # within tolerance (candidates are screened on `obs` alone): errors that one observation hides show
-    # on others (the recipe passes the observations it judges on).
-    plan_checks: tuple[tuple[PiObservation, Tensor], ...] = ()
-
-    @property
-    def cfg(self) -> PiConfig:
-        return self.model.cfg
-
-    @property
-    def checks(self) -> list[tuple[PiObservation, Tensor]]:
-        return [(self.obs, self.noise), *self.plan_checks]
-
-
-def _fused(model: PiModel, shape: PiEngineShape, dtype: torch.dtype) -> dict[str, SubEngine]:
-    from hotloop.families.pi.recipes import fast_pi_subengines
-
-    return fast_pi_subengines(model, shape, dtype)
-
-
-# Sub-engine recipes the planner may pick between: "plain" is the model's own structure with the tables
-# precomputed; "fused" folds norms into the next linear and fuses Q/K/V and gate/up (compile-fast).
-RECIPES: dict[str, Callable[[PiModel, PiEngineShape, torch.dtype], dict[str, SubEngine]]] = {
-    "plain": build_pi_subengines,
-    "fused": _fused,
-}
 
 
 class EngineSets:
     """Sub-engines built once per (dtype, recipe) (bf16 copies the model once per recipe)."""
 
-    def __init__(self, model: PiModel, shape: PiEngineShape) -> None:
-        self.model, self.shape = model, shape
+    def __init__(self, family: PolicyFamily, model: nn.Module, shape: Any) -> None:
+        self.family, self.model, self.shape = family, model, shape
         self._sets: dict[tuple[torch.dtype, str], dict[str, SubEngine]] = {}
         self.calibration_inputs: dict[int, Any] = {}  # per engine set, for static int8 candidates
         self._reference: dict[tuple[str, int], tuple[Tensor, ...]] = {}
@@ -99,7 +63,7 @@ class EngineSets:
     def release(self, sub: str, keep: list[str]) -> int:
         """Free the fp32 weights only sub-engine `sub` uses (not those of the sub-engines in `keep`):
         they become meta tensors in the model and in every module sharing them. Returns the bytes freed.
-        Used when a full-size model and its compiled stages do not fit together (see `plan_pi`)."""
+        Used when a full-size model and its compiled stages do not fit together (see `plan_policy`)."""
         from hotloop.compile.memory_fit import release_module_weights
 
         engines = self.get(torch.float32)
@@ -118,39 +82,11 @@ class EngineSets:
 
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
-            self._sets[dtype, variant] = RECIPES[variant](self.model, self.shape, dtype)
+            self._sets[dtype, variant] = self.family.build_subengines(self.model, self.shape, dtype, variant)
         return self._sets[dtype, variant]
 
 
-def pipeline(
-    source: PiSource,
-    engines: dict[str, SubEngine],
-    runners: dict[str, Runner | Any],
-    denoise_engines: dict[str, SubEngine] | None = None,
-) -> PiPipeline:
-    """Runners composed; the step-indexed constants come from the engine set the denoise runner was
-    built from (a recipe may change what its time table holds)."""
-    constants = constants_of(denoise_engines if denoise_engines is not None else engines)
-    return PiPipeline(
-        source.cfg, source.shape, runners, constants, {n: e.signature for n, e in engines.items()}
-    )
-
-
-def stage_call(sub: str, runner: Runner, num_steps: int, table: Tensor) -> Callable[[], Any]:
-    """One stage's work on the runner's own buffers: N calls for the step engine, one otherwise."""
-    if sub != "denoise_step":
-        return lambda: runner(*runner.inputs)
-    t_index = runner.input_names.index("time_cond")
-
-    def steps() -> None:
-        for k in range(num_steps):
-            runner.inputs[t_index].copy_(table[k])
-            runner(*runner.inputs)
-
-    return steps
-
-
-def candidate_need(cand: Candidate, source: PiSource, sets: EngineSets) -> Any:
+def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> Any:
     """The memory preparing `cand` is estimated to take (`hotloop.compile.memory_fit`)."""
     from hotloop.compile.memory_fit import estimated_need
 
@@ -158,16 +94,20 @@ def candidate_need(cand: Candidate, source: PiSource, sets: EngineSets) -> Any:
     return estimated_need(
         cand.backend,
         cand.precision,
-        cand.sub_engine,
         sets.get(torch.float32)[cand.sub_engine].module,
-        source.shape.num_steps,
+        source.shape.num_steps if _is_loop_engine(source.family, cand.sub_engine) else 1,
         sets.copy_bytes(dtype, cand.variant),
     )
 
 
+def _is_loop_engine(family: PolicyFamily, sub: str) -> bool:
+    loop = family.loop_of(sub)
+    return loop is not None and sub == loop.loop
+
+
 def check_candidate(
     cand: Candidate,
-    source: PiSource,
+    source: PolicySource,
     sets: EngineSets,
     ref_runners: dict[str, Any],
     ref_actions: Tensor,
@@ -194,7 +134,7 @@ def check_candidate(
     extra: dict[str, Any] = {}
     if cand.precision not in ("fp32", "bf16"):
         from hotloop.compile.backends.base import BackendError
-        from hotloop.compress.capture import plan_options
+        from hotloop.compile.calibration_inputs import plan_options
 
         try:
             extra = plan_options(
@@ -207,20 +147,25 @@ def check_candidate(
     if runner is None:
         return
     ref = ref_engines[cand.sub_engine]
-    table = constants_of(ref_engines)["time_table"]
-    own_table = constants_of(own)["time_table"]
+    loop = source.family.loop_of(cand.sub_engine)
+    ref_constants, own_constants = constants_of(ref_engines), constants_of(own)
     inputs = list(ref.example_inputs)
-    rows = range(source.shape.num_steps) if cand.sub_engine == "denoise_step" else range(1)
+    is_step = loop is not None and cand.sub_engine == loop.step
+    rows = range(source.shape.num_steps) if is_step else range(1)
     worst: list[Any] | None = None
     with torch.no_grad():
         for k in rows:
-            if cand.sub_engine == "denoise_step":
-                inputs[ref.input_names.index("time_cond")] = table[k]
+            if is_step:
+                assert loop is not None
+                inputs[ref.input_names.index(loop.row_input)] = ref_constants[loop.table][k]
             want = sets.reference_outputs(cand.sub_engine, k, inputs)
             got_inputs = list(inputs)
-            if cand.sub_engine.startswith("denoise"):  # the recipe's own time table, same steps
-                name = "time_cond" if cand.sub_engine == "denoise_step" else "time_table"
-                got_inputs[ref.input_names.index(name)] = own_table[k] if name == "time_cond" else own_table
+            if loop is not None:  # the recipe's own tables, same steps
+                if is_step:
+                    got_inputs[ref.input_names.index(loop.row_input)] = own_constants[loop.table][k]
+                for name, value in own_constants.items():
+                    if name in ref.input_names:
+                        got_inputs[ref.input_names.index(name)] = value
             got = runner(*got_inputs)
             if not check_finite(cand, got, ref.output_names):
                 return
@@ -229,17 +174,24 @@ def check_candidate(
                 worst = agreement
     cand.outputs = worst or []
     runners = dict(ref_runners)
-    runners.pop("denoise_step" if cand.sub_engine == "denoise_loop" else "denoise_loop", None)
+    if loop is not None:
+        runners.pop(loop.step if cand.sub_engine == loop.loop else loop.loop, None)
     runners[cand.sub_engine] = runner
-    denoise_set = own if cand.sub_engine.startswith("denoise") else None
-    actions = pipeline(source, ref_engines, runners, denoise_set).sample(source.obs, source.noise)
+    loop_set = own if loop is not None else None
+    actions = pipeline(source, ref_engines, runners, loop_set).sample(source.obs, source.noise)
     cand.action = compare_actions(ref_actions, actions)
     violation = config.tolerance.violation(cand.action)
     if violation:
         cand.status, cand.reason = "rejected", violation
         return
     cand.latency = time_calls(
-        stage_call(cand.sub_engine, runner, source.shape.num_steps, own_table),
+        stage_call(
+            loop,
+            cand.sub_engine,
+            runner,
+            source.shape.num_steps,
+            own_constants[loop.table] if loop is not None else None,
+        ),
         config.warmup,
         config.iterations,
     )
@@ -259,7 +211,7 @@ def _release_runners(candidates: list[Candidate], stage: str) -> None:
 
 
 @dataclass
-class PiPlan:
+class Plan:
     candidates: list[Candidate]
     chosen: dict[str, Candidate]
     result: dict[str, Any]
@@ -268,8 +220,8 @@ class PiPlan:
 
 
 def worst_agreement(
-    pipe: PiPipeline,
-    checks: list[tuple[PiObservation, Tensor]],
+    pipe: Pipeline,
+    checks: list[tuple[Any, Tensor]],
     refs: list[Tensor],
     tolerance: Any,
 ) -> Any:
@@ -318,34 +270,40 @@ def repair_plan(
     return chosen, pipe, agreement
 
 
-def plan_pi(source: PiSource, config: PlanConfig, log: Callable[[str], None] = lambda s: None) -> PiPlan:
+def plan_policy(
+    source: PolicySource, config: PlanConfig, log: Callable[[str], None] = lambda s: None
+) -> Plan:
     """Candidates checked and timed per stage, the fastest plan within tolerance, timed against the
     reference. A plan that had to release fp32 weights to fit (`_make_room`) carries their snapshot in
-    `PiPlan.weights`, removed by `write_pi_artifact` (or here, if planning fails)."""
+    `Plan.weights`, removed by `write_artifact` (or here, if planning fails)."""
     spilled: list[WeightsSnapshot] = []
     try:
-        return _plan_pi(source, config, log, spilled)
+        return _plan(source, config, log, spilled)
     except BaseException:
         for snapshot in spilled:
             snapshot.discard()
         raise
 
 
-def _plan_pi(
-    source: PiSource, config: PlanConfig, log: Callable[[str], None], spilled: list[WeightsSnapshot]
-) -> PiPlan:
-    sets = EngineSets(source.model, source.shape)
+def _plan(
+    source: PolicySource, config: PlanConfig, log: Callable[[str], None], spilled: list[WeightsSnapshot]
+) -> Plan:
+    family = source.family
+    sets = EngineSets(family, source.model, source.shape)
     ref_engines = sets.get(torch.float32)
     ref_runners: dict[str, Any] = {n: TorchRunner(e, "fp32", e.module) for n, e in ref_engines.items()}
-    ref_runners.pop("denoise_loop")
+    for spec in family.stages:  # the reference runs each loop with its step engine
+        if spec.loop is not None:
+            ref_runners.pop(spec.loop.loop)
     ref_pipeline = pipeline(source, ref_engines, ref_runners)
     ref_actions = ref_pipeline.sample(source.obs, source.noise).clone()
     checks = source.checks
     # Every reference the plan is judged against, taken now: a full-size model may have to release a
     # finished stage's fp32 weights before the last stages fit (`_make_room`).
     check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
-    subs = tuple(s for subs in STAGES.values() for s in subs)
-    candidates = list(candidate_specs(config, subs, config.variants))
+    subs = tuple(s for stage in family.stages for s in stage.sub_engines)
+    variants = tuple(v for v in config.variants if v in family.capabilities.recipes) or ("plain",)
+    candidates = list(candidate_specs(config, subs, variants, source.stage_of))
     pending = [c for c in candidates if c.status == "pending"]
     snapshot: WeightsSnapshot | None = None
     for i, cand in enumerate(pending):
@@ -363,7 +321,7 @@ def _plan_pi(
             cand.runner = None
         _release_runners(candidates, cand.stage)
     chosen: dict[str, Candidate] = {}
-    for stage in STAGES:
+    for stage in [s.name for s in family.stages]:
         best = choose(candidates, stage)
         if best is None:  # cannot happen while eager fp32 is tried (it shares the model's weights)
             why = "; ".join(f"{c.label}: {c.status} ({c.reason})" for c in candidates if c.stage == stage)
@@ -380,12 +338,14 @@ def _plan_pi(
     chosen, plan_pipe, agreement = repair_plan(
         chosen, candidates, evaluate, (plan_pipe, agreement), config.tolerance, log
     )
-    if sets.released and config.buckets:
+    buckets: list[BucketRunners] = []
+    if config.buckets and not family.capabilities.prompt_buckets:
+        log(f"prompt buckets skipped: family {family.name} has none")
+    elif sets.released and config.buckets:
         log(
             f"prompt buckets skipped: the fp32 {', '.join(sorted(sets.released))} reference was released to fit"
         )
-        buckets = []
-    else:
+    elif config.buckets:
         buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
     timed_names = ["plan"] if sets.released else ["reference", "plan"]
     log(
@@ -396,7 +356,7 @@ def _plan_pi(
     stage_samples: dict[str, dict[str, list[float]]] = {"reference": {}, "plan": {}}
     timers = {"reference": StageTimer(), "plan": StageTimer()}
 
-    def timed(name: str, pipe: PiPipeline) -> Callable[[], None]:
+    def timed(name: str, pipe: Pipeline) -> Callable[[], None]:
         def run() -> None:
             timer = timers[name]
             timer.begin_iteration()
@@ -432,17 +392,22 @@ def _plan_pi(
         "budget_met": plan_lat["p99"] <= config.budget_ms,
         "shape": asdict(source.shape),
         "iterations": config.iterations,
-        "prompt_buckets": [*(b.bucket for b in buckets), source.shape.prompt_slots],
+        "prompt_buckets": [*(b.bucket for b in buckets), *_prompt_slots(source)],
         "buckets": [b.to_dict() for b in buckets],
     }
-    return PiPlan(candidates, chosen, result, buckets, snapshot)
+    return Plan(candidates, chosen, result, buckets, snapshot)
+
+
+def _prompt_slots(source: PolicySource) -> list[int]:
+    """The full prompt's slots, for families whose prefix has a prompt length (their last bucket)."""
+    return [source.shape.prompt_slots] if source.family.capabilities.prompt_buckets else []
 
 
 def _make_room(
     cand: Candidate,
     finished: set[str],
     candidates: list[Candidate],
-    source: PiSource,
+    source: PolicySource,
     sets: EngineSets,
     ref_runners: dict[str, Any],
     snapshot: WeightsSnapshot | None,
@@ -460,7 +425,7 @@ def _make_room(
 
     from hotloop.compile.memory_fit import GIB, available_bytes, refusal
 
-    for stage in STAGES:
+    for stage in [s.name for s in source.family.stages]:
         if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
             break
         best = choose(candidates, stage)
@@ -508,7 +473,7 @@ def _loaded(
 @dataclass
 class WeightsSnapshot:
     """A temporary folder holding the source's fp32 weights (saved before any are released, with their
-    hash) and the graphs of runners rebuilt from files; `write_pi_artifact` moves the weights into the
+    hash) and the graphs of runners rebuilt from files; `write_artifact` moves the weights into the
     artifact."""
 
     folder: Path
@@ -537,15 +502,18 @@ class WeightsSnapshot:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _plan_pipeline(source: PiSource, sets: EngineSets, chosen: dict[str, Candidate]) -> PiPipeline:
+def _plan_pipeline(source: PolicySource, sets: EngineSets, chosen: dict[str, Candidate]) -> Pipeline:
     runners = {c.sub_engine: c.runner for c in chosen.values()}
-    d = chosen["denoise"]
-    denoise_set = sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
-    return pipeline(source, sets.get(torch.float32), runners, denoise_set)
+    looped = loop_stage(source.family)
+    loop_set = None
+    if looped is not None:
+        d = chosen[looped]
+        loop_set = sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
+    return pipeline(source, sets.get(torch.float32), runners, loop_set)
 
 
-def write_pi_artifact(
-    source: PiSource, plan: PiPlan, out: Path, config: PlanConfig, extra: dict[str, Any] | None = None
+def write_artifact(
+    source: PolicySource, plan: Plan, out: Path, config: PlanConfig, extra: dict[str, Any] | None = None
 ) -> Path:
     """Weights + per-stage graphs + manifest, written atomically into `out`; `extra` adds manifest
     fields (the compression work's `precision_plan` and `compression`)."""
@@ -577,8 +545,8 @@ def write_pi_artifact(
             entry["stage"] = stage
             entry["variant"] = cand.variant
             subs.append(entry)
-        for bucket in plan.buckets:  # one entry and folder per bucket's prefix / denoise engine
-            for stage in ("prefix", "denoise"):
+        for bucket in plan.buckets:  # one entry and folder per bucket's engines (pi: prefix, denoise)
+            for stage in source.family.capabilities.bucket_stages:
                 cand = plan.chosen[stage]
                 name = bucket_name(cand.sub_engine, bucket.bucket)
                 runner = bucket.runners[cand.sub_engine]
@@ -594,10 +562,10 @@ def write_pi_artifact(
                 entry.update(stage=stage, variant=cand.variant, bucket=bucket.bucket)
                 subs.append(entry)
         manifest = base_manifest(
-            kind="pi",
+            kind=source.family.name,
             target=source.target,
-            family="pi05" if source.cfg.pi05 else "pi0",
-            config=asdict(source.cfg),
+            family=source.family.variant(source.cfg),
+            config=source.family.config_to_dict(source.cfg),
             shape=asdict(source.shape),
             weights=weights,
             source_weights_sha256=weights_sha,
@@ -620,7 +588,7 @@ def write_pi_artifact(
             compile_s={c.sub_engine: c.compile_s for c in plan.chosen.values()},
             prompt_buckets=plan.result["prompt_buckets"],
             policy=source.policy,
-            precision_plan=precision_plan(plan, config),
+            precision_plan=precision_plan(source.family, plan, config),
             compression=compression_entry(config),
         )
         return writer.commit({**manifest, **(extra or {})})
@@ -632,15 +600,17 @@ def write_pi_artifact(
             plan.weights.discard()
 
 
-def precision_plan(plan: PiPlan, config: PlanConfig) -> dict[str, Any]:
-    """Per sub-engine: backend, precision, and for quantized ones the layers kept fp32 (mixed plans)."""
-    from hotloop.compress.fake_quant import PROTECTED
+def precision_plan(family: PolicyFamily, plan: Plan, config: PlanConfig) -> dict[str, Any]:
+    """Per sub-engine: backend, precision, and for quantized ones the layers kept fp32 (mixed plans,
+    named by the step engine for a loop stage: the loop runs the step's layers)."""
+    from hotloop.nn.fake_quant import PROTECTED
 
     out: dict[str, Any] = {}
     for cand in plan.chosen.values():
         entry: dict[str, Any] = {"backend": cand.backend, "precision": cand.precision}
         if cand.precision not in ("fp32", "bf16"):
-            key = "denoise_step" if cand.sub_engine.startswith("denoise") else cand.sub_engine
+            loop = family.loop_of(cand.sub_engine)
+            key = loop.step if loop is not None else cand.sub_engine
             entry["fp32_layers"] = list(config.fp32_layers.get(key, []))
             entry["fp32_always"] = list(PROTECTED)
         out[cand.sub_engine] = entry

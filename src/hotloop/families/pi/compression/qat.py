@@ -26,11 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hotloop.compress.calibration import CalibrationSet
-from hotloop.compress.fake_quant import attach_fake_quant, check_mode, detach_fake_quant, linear_layers
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.models.pi0 import PiModel
 from hotloop.families.pi.sampling import PiObservation, sample_time
+from hotloop.models.pi0 import PiModel
+from hotloop.nn.fake_quant import attach_fake_quant, check_mode, detach_fake_quant, linear_layers
 
 CHECKPOINT = "qat_checkpoint.pt"
 
@@ -121,7 +120,7 @@ def _save(path: Path, state: dict[str, Any]) -> None:
 
 def run_qat(
     model: PiModel,
-    calib: CalibrationSet,
+    calib: Any,
     config: QatConfig,
     out: str | Path,
     action_dim: int,

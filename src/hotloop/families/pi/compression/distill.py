@@ -10,18 +10,14 @@ teacher it is the teacher's own one-step estimate (x_t - t v_teacher): a one-ste
 the chunks x_t could lead to, not the one sample `a`, so pulling toward `a` pulls the student away from
 the teacher (measured on a pruned pi05:small: velocity error up a third, final-action cosine down).
 
-`train_resumable` is the loop shared with step distillation: each step draws its batch, noise and times
-from a generator seeded by (seed, step), and a checkpoint (student, optimizer, step, losses) is written
-atomically every `checkpoint_every` steps and on interruption, so a resumed run continues exactly where
-the interrupted one would have gone.
+The loop is `hotloop.nn.resumable.train_resumable`, shared with step distillation.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hotloop.errors import CheckpointError, ConfigError
-from hotloop.models.pi0 import PiModel
+from hotloop.errors import ConfigError
 from hotloop.families.pi.sampling import PiObservation
-
-CHECKPOINT = "distill_state.pt"
+from hotloop.models.pi0 import PiModel
+from hotloop.nn.resumable import train_resumable
 
 
 @dataclass(frozen=True)
@@ -61,12 +56,6 @@ class DistillConfig:
                 and (name.split(".")[1] == "last" or name.split(".")[1].lstrip("-").isdigit())
             ):
                 raise ConfigError(f"feature layer {name!r}: use vision, vlm.I, expert.I or expert.last")
-
-
-@dataclass
-class TrainState:
-    step: int = 0
-    losses: list[float] = field(default_factory=list)
 
 
 def _layer(model: PiModel, name: str) -> nn.Module:
@@ -144,100 +133,12 @@ def distill_loss(
 
 
 Batch = tuple[PiObservation, Tensor, Tensor, Tensor]
-LossFn = Callable[[torch.Generator], Tensor]
-
-
-def step_generator(seed: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + step)
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def train_resumable(
-    student: PiModel,
-    loss_fn: LossFn,
-    config: DistillConfig,
-    checkpoint_dir: Path | None,
-    kind: str,
-    on_step: Callable[[int, float], None] | None = None,
-    progress: bool = False,
-    params: list[nn.Parameter] | None = None,
-) -> TrainState:
-    """Adam on `loss_fn(generator)` for `config.steps` steps, resuming from `checkpoint_dir` if it holds one.
-    `params`: the parameters to train (default: all of `student`'s); the others stay frozen."""
-    trained = list(student.parameters()) if params is None else list(params)
-    ids = {id(p) for p in trained}
-    for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
-        p.requires_grad_(id(p) in ids)
-    optimizer = torch.optim.Adam(trained, lr=config.lr)
-    state = TrainState()
-    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT
-    identity = {"kind": kind, "config": asdict(student.cfg), "train": asdict(config)}
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_file():
-            saved = torch.load(path, weights_only=False)
-            if saved.get("identity") != identity:
-                raise CheckpointError(
-                    f"{path} belongs to another run (different model or settings); pick a new --checkpoint-dir "
-                    "or delete it to start over"
-                )
-            student.load_state_dict(saved["student"])
-            optimizer.load_state_dict(saved["optimizer"])
-            state = TrainState(step=saved["step"], losses=list(saved["losses"]))
-
-    def save() -> None:
-        if path is not None:
-            _atomic_save(
-                {
-                    "identity": identity,
-                    "student": student.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "step": state.step,
-                    "losses": state.losses,
-                },
-                path,
-            )
-
-    student.train()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=config.steps, initial=state.step, desc=kind, unit="step", leave=False)
-    try:
-        while state.step < config.steps:
-            loss = loss_fn(step_generator(config.seed, state.step))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            state.step += 1
-            state.losses.append(float(loss.detach()))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{float(loss.detach()):.4g}")
-            if state.step % config.checkpoint_every == 0 or state.step == config.steps:
-                save()
-            if on_step is not None:
-                on_step(state.step, float(loss.detach()))
-    except KeyboardInterrupt:
-        save()  # the finished steps are kept; the next run resumes from here
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        student.eval()
-    return state
 
 
 def sample_batch(
     obs: PiObservation, actions: Tensor, batch: int, gen: torch.Generator
 ) -> tuple[PiObservation, Tensor, Tensor, Tensor]:
-    from hotloop.compress.adapters import select
+    from hotloop.families.pi.batching import select
 
     idx = torch.randperm(obs.batch, generator=gen)[: min(batch, obs.batch)].tolist()
     a = actions[idx].float()

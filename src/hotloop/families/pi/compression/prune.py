@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
+from hotloop.families.pi.sampling import PiObservation
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.families.pi.sampling import PiObservation
 
 IMPORTANCE = ("taylor", "activation")
 
@@ -131,7 +131,7 @@ def measure_importance(
     seed: int = 0,
 ) -> dict[str, Tensor]:
     """Per-channel importance of every prunable unit, summed over the calibration set."""
-    from hotloop.compress.adapters import select
+    from hotloop.families.pi.batching import select
     from hotloop.families.pi.sampling import flow_matching_loss, sample_actions
 
     if importance == "taylor" and actions is None:

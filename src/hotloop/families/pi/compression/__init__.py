@@ -1,0 +1,1 @@
+"""pi's own compression capabilities: structured pruning, distillation recovery, step distillation, QAT."""

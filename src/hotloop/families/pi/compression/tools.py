@@ -1,0 +1,103 @@
+"""pi's compression steps behind the recipe's family-neutral calls (`PolicyFamily.compression`)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, cast
+
+from torch import Tensor, nn
+
+
+class PiCompression:
+    """The steps `hotloop compress` runs for a pi model that no other family has: structured pruning,
+    2:4 sparsity, distillation recovery, step distillation and QAT."""
+
+    @staticmethod
+    def _distill_config(settings: dict[str, Any]) -> Any:
+        from hotloop.families.pi.compression.distill import DistillConfig
+
+        return DistillConfig(
+            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
+        )
+
+    def prune(
+        self, model: nn.Module, obs: Any, actions: Tensor | None, arg: str, seed: int
+    ) -> tuple[Any, Any]:
+        from hotloop.families.pi.compression.prune import PruneConfig, prune
+
+        config = PruneConfig.parse(arg, "taylor" if actions is not None else "activation")
+        return prune(model, obs, actions, config, seed)  # type: ignore[arg-type]
+
+    def sparse24(self, model: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
+        from hotloop.families.pi.compression.prune import semi_structured_2_4
+
+        new = copy.deepcopy(model)
+        return new, semi_structured_2_4(new)  # type: ignore[arg-type]
+
+    def distill(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        targets: Tensor | None,
+        settings: dict[str, Any],
+        work: Path,
+        progress: bool,
+    ) -> dict[str, Any]:
+        from hotloop.families.pi.compression.distill import distill
+
+        config = self._distill_config(settings)
+        return distill(teacher, student, obs, targets, config, work, progress=progress)  # type: ignore[arg-type]
+
+    def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
+        from hotloop.families.pi.compression.step_distill import check_step_distill
+
+        check_step_distill(small_steps, teacher_steps)
+
+    def step_distill(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        num_steps: int,
+        settings: dict[str, Any],
+        teacher_steps: int,
+        work: Path,
+        progress: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        from hotloop.families.pi.compression.step_distill import StepDistillOptions, step_distill
+
+        return step_distill(
+            cast(Any, teacher),
+            cast(Any, student),
+            obs,
+            num_steps,
+            self._distill_config(settings),
+            teacher_steps,
+            work,
+            progress=progress,
+            options=StepDistillOptions(**options),
+        )
+
+    def qat(
+        self,
+        model: nn.Module,
+        calib: Any,
+        steps: int,
+        batch: int,
+        seed: int,
+        work: Path,
+        action_dim: int,
+        fp32_layers: dict[str, list[str]] | None,
+        progress: Any,
+    ) -> tuple[nn.Module, dict[str, Any]]:
+        from hotloop.families.pi.compression.qat import QatConfig, run_qat
+
+        qc = QatConfig(steps=steps, batch=batch, seed=seed)
+        pi_model = cast(Any, model)
+        student, result = run_qat(
+            pi_model, calib, qc, work, action_dim, fp32_layers=fp32_layers, progress=progress
+        )
+        return student, {**result.to_dict(), "losses": list(result.losses[-5:]), "mode": qc.mode}

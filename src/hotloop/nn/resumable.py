@@ -1,0 +1,119 @@
+"""The resumable training loop every fine-tune shares (distillation, step distillation): each step draws
+its batch, noise and times from a generator seeded by (seed, step), and a checkpoint (student,
+optimizer, step, losses) is written atomically every `checkpoint_every` steps and on interruption, so a
+resumed run continues exactly where the interrupted one would have gone. A checkpoint of another run
+(other model config or settings) is refused, never reused."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from hotloop.errors import CheckpointError
+
+CHECKPOINT = "distill_state.pt"
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+
+
+LossFn = Callable[[torch.Generator], Tensor]
+
+
+def step_generator(seed: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train_resumable(
+    student: nn.Module,
+    loss_fn: LossFn,
+    config: Any,
+    checkpoint_dir: Path | None,
+    kind: str,
+    on_step: Callable[[int, float], None] | None = None,
+    progress: bool = False,
+    params: list[nn.Parameter] | None = None,
+) -> TrainState:
+    """Adam on `loss_fn(generator)` for `config.steps` steps (`config`: a frozen dataclass with steps, lr,
+    seed and checkpoint_every; it is part of the checkpoint's identity), resuming from `checkpoint_dir` if it holds one.
+    `params`: the parameters to train (default: all of `student`'s); the others stay frozen."""
+    trained = list(student.parameters()) if params is None else list(params)
+    ids = {id(p) for p in trained}
+    for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
+        p.requires_grad_(id(p) in ids)
+    optimizer = torch.optim.Adam(trained, lr=config.lr)
+    state = TrainState()
+    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT
+    cfg = getattr(student, "cfg", None)  # the model's own config, when it has one (a dataclass)
+    model_config = asdict(cfg) if is_dataclass(cfg) and not isinstance(cfg, type) else None
+    identity = {"kind": kind, "config": model_config, "train": asdict(config)}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            saved = torch.load(path, weights_only=False)
+            if saved.get("identity") != identity:
+                raise CheckpointError(
+                    f"{path} belongs to another run (different model or settings); pick a new --checkpoint-dir "
+                    "or delete it to start over"
+                )
+            student.load_state_dict(saved["student"])
+            optimizer.load_state_dict(saved["optimizer"])
+            state = TrainState(step=saved["step"], losses=list(saved["losses"]))
+
+    def save() -> None:
+        if path is not None:
+            atomic_save(
+                {
+                    "identity": identity,
+                    "student": student.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": state.step,
+                    "losses": state.losses,
+                },
+                path,
+            )
+
+    student.train()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=config.steps, initial=state.step, desc=kind, unit="step", leave=False)
+    try:
+        while state.step < config.steps:
+            loss = loss_fn(step_generator(config.seed, state.step))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            state.step += 1
+            state.losses.append(float(loss.detach()))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.detach()):.4g}")
+            if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+                save()
+            if on_step is not None:
+                on_step(state.step, float(loss.detach()))
+    except KeyboardInterrupt:
+        save()  # the finished steps are kept; the next run resumes from here
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        student.eval()
+    return state
