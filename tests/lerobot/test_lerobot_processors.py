@@ -357,3 +357,21 @@ def test_pi05_prompt_without_state_when_configured(tmp_path: Path) -> None:
     step = Pi05StatePrompt("x", max_state_dim=32, task_key="task", include_state_in_prompt=False)
     t = step(Transition({"observation.state": torch.zeros(1, 2)}, None, {"task": ["open door"]}))
     assert t.complementary["task"] == ["Task: open door;\nAction: "]
+
+
+def test_the_registered_to_batch_sub_steps_do_only_their_part(files: Any, tmp_path: Path) -> None:
+    files.pipeline(
+        tmp_path,
+        "policy_preprocessor",
+        [("to_batch_processor_observation", {}, None), ("to_batch_processor_complementary_data", {}, None)],
+    )
+    out = read_pipeline(tmp_path, "policy_preprocessor")(
+        {"observation.state": np.zeros(3, F32), "action": np.zeros(3, F32), "task": "go"}
+    )
+    assert tuple(out["observation.state"].shape) == (1, 3) and out["task"] == ["go"]
+    assert tuple(out["action"].shape) == (3,)  # the action sub-step is not in this pipeline
+    files.pipeline(tmp_path, "policy_preprocessor", [("to_batch_processor_action", {}, None)])
+    only_action = read_pipeline(tmp_path, "policy_preprocessor")
+    assert tuple(only_action.action(np.zeros(3, F32)).shape) == (1, 3)
+    with pytest.raises(ConfigError, match=r"step 0 \(to_batch_processor_action\): needs an action"):
+        only_action({"observation.state": np.zeros(3, F32)})

@@ -145,3 +145,40 @@ def test_missing_task_is_named(files: Any, tmp_path: Path) -> None:
     folder = _tokenizer_policy(files, tmp_path)
     with pytest.raises(ConfigError, match=r"step 2 \(tokenizer_processor\): the batch has no 'task'"):
         read_pipeline(folder, "policy_preprocessor")({"observation.state": np.zeros(2, np.float32)})
+
+
+def test_pi05_pipeline_normalises_then_writes_the_state_into_the_tokenized_prompt(
+    files: Any, tmp_path: Path
+) -> None:
+    """pi0.5's order: normalize -> state prompt -> tokenizer (max_length padding) -> device."""
+    words = ["Task:", "open", "door,", "State:", "0", "128", "255;", "Action:"]
+    files.tokenizer(tmp_path / "tokenizer", words)
+    norm = files.normalizer_config({"observation.state": ("STATE", [3])}, {"STATE": "QUANTILES"})
+    stats = files.stats({"observation.state": {"q01": torch.zeros(3), "q99": torch.full((3,), 2.0)}})
+    tok = {"max_length": 12, "task_key": "task", "padding_side": "right", "padding": "max_length",
+           "truncation": True, "tokenizer_name": "tokenizer"}  # fmt: skip
+    files.pipeline(
+        tmp_path,
+        "policy_preprocessor",
+        [
+            ("rename_observations_processor", {"rename_map": {}}, None),
+            ("to_batch_processor", {}, None),
+            (
+                "relative_actions_processor",
+                {"enabled": False, "exclude_joints": [], "action_names": None},
+                None,
+            ),
+            ("normalizer_processor", norm, stats),
+            ("pi05_prepare_state_tokenizer_processor_step", {}, None),
+            ("tokenizer_processor", tok, None),
+            ("device_processor", {"device": "cuda", "float_dtype": None}, None),
+        ],
+        artifacts={5: {"tokenizer_name": "tokenizer"}},
+    )
+    state = np.array([0.0, 1.0, 2.0], np.float32)  # -> [-1, 0, 1] -> bins 0, 128, 255
+    out = read_pipeline(tmp_path, "policy_preprocessor")({"observation.state": state, "task": "open_door"})
+    assert out["task"] == ["Task: open door, State: 0 128 255;\nAction: "]
+    ids = {w: i + 4 for i, w in enumerate(words)}
+    expected = [ids[w] for w in ["Task:", "open", "door,", "State:", "0", "128", "255;", "Action:"]]
+    assert out["observation.language.tokens"].tolist() == [expected + [0] * 4]
+    assert out["observation.language.attention_mask"].tolist() == [[True] * 8 + [False] * 4]

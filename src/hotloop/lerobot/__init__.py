@@ -6,8 +6,8 @@ inputs, and `policy_postprocessor.json` (unnormalise -> device) turns the model'
 units. The statistics live beside them in `policy_*_step_<i>_<name>.safetensors`. `processors.py` reads
 both pipelines and applies them with LeRobot's torch operations in LeRobot's order (commit 7427f318), so
 any LeRobot checkpoint (ACT, Diffusion, SmolVLA, pi0, pi0.5) can be served in robot units in and robot
-units out. `features.py` holds the feature / normalisation vocabulary, `tokenizer.py` the saved
-Hugging Face fast tokenizer that the tokenizer step calls. Anything hotloop cannot reproduce exactly (an
+units out. `steps.py` holds one small class per LeRobot step, `features.py` the feature / normalisation
+vocabulary and arithmetic, `tokenizer.py` the saved Hugging Face fast tokenizer the tokenizer step calls. Anything hotloop cannot reproduce exactly (an
 unknown step, mode, dtype or tokenizer layout; missing or mis-shaped statistics) is refused with a
 `CheckpointError` naming the file, the step and the field.
 """

@@ -310,6 +310,9 @@ def _pi05_prompt(e: _Entry) -> Step:
 _BUILDERS: dict[str, Callable[[_Entry], Step]] = {
     "rename_observations_processor": _rename,
     "to_batch_processor": _no_config(AddBatchDim),
+    "to_batch_processor_action": _no_config(lambda where: AddBatchDim(where, "action")),
+    "to_batch_processor_observation": _no_config(lambda where: AddBatchDim(where, "observation")),
+    "to_batch_processor_complementary_data": _no_config(lambda where: AddBatchDim(where, "complementary")),
     "device_processor": _device,
     "normalizer_processor": lambda e: _normalizer(e, inverse=False),
     "unnormalizer_processor": lambda e: _normalizer(e, inverse=True),
@@ -391,9 +394,11 @@ def read_pipeline(folder: Path, name: str) -> ProcessorPipeline:
         try:
             state = entry.string("state_file")
             if state is not None:
-                e = replace(e, state_file=_inside(e, state, "state_file"))
-                if registry not in _STATEFUL and not e.state_file.is_file():  # type: ignore[union-attr]
-                    raise CheckpointError(f"{e.state_file} is missing; {path.name} names it as a state_file")
+                state_path = _inside(e, state, "state_file")
+                # LeRobot loads a named state file for any step (a no-op for stateless ones): it must exist.
+                if registry not in _STATEFUL and not state_path.is_file():
+                    raise CheckpointError(f"{state_path} is missing; {path.name} names it as a state_file")
+                e = replace(e, state_file=state_path)
             steps.append(_BUILDERS[registry](e))
         except CheckpointError as exc:
             raise CheckpointError(f"{exc} (step {i}: {registry})") from None

@@ -130,15 +130,24 @@ class RenameObservations(Step):
 
 @dataclass
 class AddBatchDim(Step):
-    """batch_processor: a 1-D action / state, a 3-D image gain a leading batch axis; a str task a list."""
+    """batch_processor: a 1-D action / state, a 3-D image gain a leading batch axis; a str task a list.
+
+    `part` "all" is to_batch_processor; "action" / "observation" / "complementary" are its registered
+    sub-steps, which (being LeRobot's Action/Observation step kinds) require their part to be there.
+    """
+
+    part: str = "all"
 
     def __call__(self, t: Transition) -> Transition:
-        action = t.action
-        if action is not None and action.dim() == 1:
+        action, obs, comp = t.action, t.observation, t.complementary
+        if self.part == "action" and action is None:
+            raise ConfigError(f"{self.where}: needs an action tensor")
+        if self.part == "observation":
+            self._observation(t)
+        if action is not None and self.part in ("all", "action") and action.dim() == 1:
             action = action.unsqueeze(0)
-        obs = None
-        if t.observation is not None:
-            obs = dict(t.observation)
+        if obs is not None and self.part in ("all", "observation"):
+            obs = dict(obs)
             for key, value in obs.items():
                 if not isinstance(value, torch.Tensor):
                     continue
@@ -146,16 +155,17 @@ class AddBatchDim(Step):
                     (key == IMAGE or key.startswith(IMAGE + "s.")) and value.dim() == 3
                 ):
                     obs[key] = value.unsqueeze(0)
-        comp = dict(t.complementary)
-        if isinstance(comp.get("task"), str):
-            comp["task"] = [comp["task"]]
-        for key in ("index", "task_index"):
-            if isinstance(comp.get(key), torch.Tensor) and comp[key].dim() == 0:
-                comp[key] = comp[key].unsqueeze(0)
-        for key, inner in (("messages", dict), ("message_streams", str), ("target_message_indices", int)):
-            value = comp.get(key)
-            if isinstance(value, list) and (not value or isinstance(value[0], inner)):
-                comp[key] = [value]
+        if self.part in ("all", "complementary"):
+            comp = dict(comp)
+            if isinstance(comp.get("task"), str):
+                comp["task"] = [comp["task"]]
+            for key in ("index", "task_index"):
+                if isinstance(comp.get(key), torch.Tensor) and comp[key].dim() == 0:
+                    comp[key] = comp[key].unsqueeze(0)
+            for key, inner in (("messages", dict), ("message_streams", str), ("target_message_indices", int)):
+                value = comp.get(key)
+                if isinstance(value, list) and (not value or isinstance(value[0], inner)):
+                    comp[key] = [value]
         return replace(t, action=action, observation=obs, complementary=comp)
 
 

@@ -6,6 +6,9 @@ saved fast tokenizer that call is, underneath, the `tokenizers` library: transfo
 `tokenizer.json` as it is, takes its settings from `tokenizer_config.json` (pad token, truncation side,
 explicit `add_bos_token` / `add_eos_token`, `split_special_tokens`), sets the backend's truncation and
 padding for the call (`set_truncation_and_padding`) and runs `encode_batch(texts, add_special_tokens=True)`.
+For a model-specific `tokenizer_class` (e.g. GemmaTokenizer) transformers 5 rebuilds normaliser and
+pre-tokeniser from the class and takes vocabulary, merges and post-processor from tokenizer.json; a file
+that transformers 5 saved holds what that class built, so tokenizer.json as saved is what LeRobot runs.
 This module does exactly that with `tokenizers` alone (transformers is not a dependency), and refuses the
 layouts where transformers would do more than that: a missing / unreadable file, a named special token
 the vocabulary lacks, or a `pad_to_multiple_of` (whose handling differs between transformers versions).
