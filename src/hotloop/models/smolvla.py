@@ -116,7 +116,7 @@ class SmolVLAModel(nn.Module):
         """
         b, nv = images.shape[:2]
         tokens = self.image_features(images.flatten(0, 1))
-        scale = torch.tensor(tokens.shape[-1] ** 0.5, dtype=tokens.dtype, device=tokens.device)
+        scale = torch.tensor(self.cfg.vlm.text.width**0.5, dtype=tokens.dtype, device=tokens.device)
         return (tokens * scale).reshape(b, nv * tokens.shape[1], -1)
 
     # ---- sub-engine 2: prefix ------------------------------------------------------------------------------
@@ -139,8 +139,7 @@ class SmolVLAModel(nn.Module):
 
         def special(ids: tuple[int, ...]) -> None:
             if ids:  # raw embeddings: LeRobot does not scale the image special tokens
-                idx = torch.tensor(ids, dtype=torch.long, device=device)
-                embs.append(embed(idx)[None].expand(b, -1, -1))
+                embs.append(embed.weight[list(ids)][None].expand(b, -1, -1))
                 pads.append(torch.ones(b, len(ids), dtype=torch.bool, device=device))
 
         for view in range(image_masks.shape[1]):
@@ -149,7 +148,7 @@ class SmolVLAModel(nn.Module):
             pads.append(image_masks[:, view : view + 1].expand(b, t))
             special(cfg.image_end_ids)
         lang = embed(lang_tokens)
-        embs.append(lang * math.sqrt(lang.shape[-1]))
+        embs.append(lang * math.sqrt(self.cfg.vlm.text.width))
         pads.append(lang_masks.bool())
         state_emb = self.state_proj(state.to(self.state_proj.weight.dtype))
         embs.append(state_emb[:, None, :].to(embed.weight.dtype))

@@ -153,10 +153,16 @@ def load_tokenizer(folder: Path) -> SmolVLATokenizer:
         ) from None
     tc = tdir / "tokenizer_config.json"
     tcfg = read_json_object(tc) if tc.is_file() else {}
+    extra = tcfg.get("extra_special_tokens")
+    extra = extra if isinstance(extra, dict) else {}  # transformers 5 may keep named specials there
+
+    def named(key: str) -> str | None:
+        return _token_name(tcfg.get(key)) or _token_name(extra.get(key))
+
     names = {
-        "pad": _token_name(tcfg.get("pad_token")),
-        "fake": _token_name(tcfg.get("fake_image_token")) or FAKE_IMAGE_TOKEN,
-        "global": _token_name(tcfg.get("global_image_token")) or GLOBAL_IMAGE_TOKEN,
+        "pad": named("pad_token"),
+        "fake": named("fake_image_token") or FAKE_IMAGE_TOKEN,
+        "global": named("global_image_token") or GLOBAL_IMAGE_TOKEN,
         "truncation_side": tcfg.get("truncation_side")
         if tcfg.get("truncation_side") in ("left", "right")
         else "right",
