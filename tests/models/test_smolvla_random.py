@@ -422,6 +422,18 @@ def test_prefix_length_pads_without_changing_actions(tmp_path: Path) -> None:
     torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_resized_grid_other_than_the_position_table(tmp_path: Path) -> None:
+    """Vision config 48 px / patch 8 (a 6x6 table) fed 32 px images (4x4 patches): ids are bucketed."""
+    from hotloop.models.smolvlm import vision_position_ids
+
+    cfg, _ = _deterministic(write_checkpoint(tmp_path / "ck", vision={"image": 48}))
+    assert cfg.vlm.vision.positions_per_side == 6 and cfg.image_tokens_per_view == 4
+    # fractional coords 0, .25, .5, .75 against edges 1/6 .. 5/6 (right=True): buckets 0, 1, 3, 4
+    rows = [0, 1, 3, 4]
+    assert vision_position_ids(4, 4, 6).tolist() == [r * 6 + c for r in rows for c in rows]
+    assert vision_position_ids(6, 6, 6).tolist() == list(range(36))
+
+
 def test_resize_with_pad_top_left() -> None:
     img = torch.rand(1, 3, 24, 40)
     out = resize_with_pad(img, 32, 32)
@@ -526,6 +538,8 @@ def test_wrong_image_count(tmp_path: Path) -> None:
         ("n_action_steps", 7, "'n_action_steps' is 7; LeRobot requires n_action_steps <= chunk_size 6"),
         ("resize_imgs_with_padding", [32, 40], "'resize_imgs_with_padding' .*patch grid must be square"),
         ("type", "pi0", "'type' is 'pi0'"),
+        ("add_image_special_tokens", "yes", "'add_image_special_tokens' must be true or false"),
+        ("max_action_dim", 3, "'model.action_in_proj.weight' has shape \\(48, 7\\); expected \\(48, 3\\)"),
     ],
 )
 def test_config_refusals(tmp_path: Path, field: str, value: Any, match: str) -> None:

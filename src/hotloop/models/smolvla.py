@@ -293,7 +293,7 @@ def prepare_images(
             raise ConfigError(
                 f"camera {missing[0]!r} is missing from the batch; the policy takes {list(cfg.camera_keys)}"
             )
-        named = [(k, images[k], images.get(f"{k}_padding_mask")) for k in cfg.camera_keys]
+        named = [(k, torch.as_tensor(images[k]), images.get(f"{k}_padding_mask")) for k in cfg.camera_keys]
     else:
         if len(images) != len(cfg.camera_keys):
             raise ConfigError(
@@ -304,8 +304,13 @@ def prepare_images(
     out, masks = [], []
     height, width = cfg.image_size
     for key, img, mask in named:
+        channels = cfg.vlm.vision.num_channels
         if not isinstance(img, Tensor) or img.ndim not in (4, 5) or not img.is_floating_point():
-            raise ConfigError(f"camera {key!r} must be a float tensor (B, 3, H, W) in [0, 1]")
+            raise ConfigError(f"camera {key!r} must be a float tensor (B, {channels}, H, W) in [0, 1]")
+        if img.shape[-3] != channels:
+            raise ConfigError(
+                f"camera {key!r} has {img.shape[-3]} channels; the patch embedding takes {channels}"
+            )
         img = img[:, -1] if img.ndim == 5 else img
         if cfg.resize_with_pad:
             img = resize_with_pad(img, height, width, pad_value=0.0)
@@ -313,7 +318,8 @@ def prepare_images(
             raise ConfigError(f"camera {key!r} is {tuple(img.shape[2:])}; the model takes {(height, width)}")
         out.append(img * 2.0 - 1.0)
         b = img.shape[0]
-        masks.append(mask.bool() if mask is not None else torch.ones(b, dtype=torch.bool, device=img.device))
+        ones = torch.ones(b, dtype=torch.bool, device=img.device)
+        masks.append(torch.as_tensor(mask).bool() if mask is not None else ones)
     for _ in range(cfg.empty_cameras):
         out.append(torch.ones_like(out[-1]) * -1)
         masks.append(torch.zeros_like(masks[-1]))

@@ -38,8 +38,7 @@ from hotloop.models.smolvlm import (
 
 VLM_OVERRIDE_FILE = "vlm_config.json"
 LM_HEAD_KEY = "vlm_with_expert.vlm.lm_head.weight"  # stored by LeRobot, never used for actions
-TEXT_PREFIX = "vlm_with_expert.vlm.model.text_model."
-_TEXT = TEXT_PREFIX
+_TEXT = "vlm_with_expert.vlm.model.text_model."
 _VISION = "vlm_with_expert.vlm.model.vision_model."
 _CONNECTOR = "vlm_with_expert.vlm.model.connector.modality_projection.proj.weight"
 
@@ -59,10 +58,9 @@ KNOWN_VLMS: dict[str, dict[str, Any]] = {
     }
 }
 
-# LeRobot's SmolVLAConfig defaults at 7427f318, for fields a config.json leaves out (draccus fills them so).
-
 
 def boolean(f: Fields, key: str, default: bool) -> bool:
+    """A JSON boolean field (Fields has no boolean reader); absent -> default."""
     if key not in f:
         return default
     value = f.data[key]
@@ -72,6 +70,7 @@ def boolean(f: Fields, key: str, default: bool) -> bool:
 
 
 def refuse(f: Fields, key: str, value: Any, why: str) -> CheckpointError:
+    """The error for a field whose value hotloop cannot run: names the file, the field and the value."""
     return CheckpointError(f"{f.file}: field {f.name(key)!r} is {value!r}; {why}")
 
 
@@ -126,6 +125,7 @@ class Shapes:
 
 
 def vlm_overrides(folder: Path) -> tuple[Fields | None, str]:
+    """(the VLM config dict as Fields, where it came from): vlm_config.json, else tiny_arch.json's kwargs."""
     path = folder / VLM_OVERRIDE_FILE
     if path.is_file():
         return Fields(read_json_object(path), path), str(path)
@@ -149,6 +149,11 @@ def _check_stated(f: Fields | None, key: str, found: int, what: str) -> None:
 def read_vlm_config(
     sh: Shapes, ov: Fields | None, ov_name: str, name: str, depth: int, assumed: list[str]
 ) -> tuple[SmolVLMConfig, dict[str, Any] | None, str]:
+    """(VLM config, the KNOWN_VLMS entry used or None, where the non-tensor values came from).
+
+    `ov` is the override dict (`vlm_overrides`), `name` config.json's vlm_model_name, `depth` the text layers
+    in the checkpoint; every default taken is appended to `assumed`.
+    """
     vocab, width = sh(_TEXT + "embed_tokens.weight")
     q_out, k_out = (
         sh(_TEXT + "layers.0.self_attn.q_proj.weight")[0],
