@@ -9,15 +9,12 @@ sinusoids are ACT's 2-D image-token embedding and the VAE encoder's fixed 1-D ta
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from hotloop.models.act import ACTConfig
 
 
 class Attention(nn.Module):
@@ -51,7 +48,7 @@ def _activation(name: str) -> Any:
 class EncoderLayer(nn.Module):
     """ACTEncoderLayer: self-attention (positions on q, k) then the feed-forward, post- or pre-norm."""
 
-    def __init__(self, cfg: ACTConfig) -> None:
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
         d, eps = cfg.dim_model, cfg.layer_norm_eps
         self.self_attn = Attention(d, cfg.n_heads)
@@ -79,7 +76,7 @@ class EncoderLayer(nn.Module):
 class Encoder(nn.Module):
     """ACTEncoder: the layers, then a LayerNorm only with pre_norm (LeRobot's Identity otherwise)."""
 
-    def __init__(self, cfg: ACTConfig, layers: int) -> None:
+    def __init__(self, cfg: Any, layers: int) -> None:
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(layers))
         self.norm: nn.Module = (
@@ -97,7 +94,7 @@ class Encoder(nn.Module):
 class DecoderLayer(nn.Module):
     """ACTDecoderLayer: self-attention, cross-attention to the encoder, feed-forward (norm1..norm3)."""
 
-    def __init__(self, cfg: ACTConfig) -> None:
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
         d, eps = cfg.dim_model, cfg.layer_norm_eps
         self.self_attn = Attention(d, cfg.n_heads)
@@ -132,7 +129,7 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
     """ACTDecoder: every layer runs, then the final LayerNorm (present with pre- and post-norm)."""
 
-    def __init__(self, cfg: ACTConfig) -> None:
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         self.norm = nn.LayerNorm(cfg.dim_model, eps=cfg.layer_norm_eps)
