@@ -26,9 +26,9 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                 targets = [a.name for a in node.names]
             for target in targets:
                 # A package's own submodules, or a module importing its parent package, are not edges.
-                if target in modules and target != name and not name.startswith(target + "."):
-                    if not target.startswith(name + "."):
-                        graph[name].add(target)
+                inside = name.startswith(target + ".") or target.startswith(name + ".")
+                if target in modules and target != name and not inside:
+                    graph[name].add(target)
     return graph
 
 
