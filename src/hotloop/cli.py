@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -221,7 +222,7 @@ def demo(
     ] = None,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
-    from hotloop.demo import DemoConfig, run_demo
+    from hotloop.demo.report import DemoConfig, run_demo
 
     config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()))
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
@@ -232,49 +233,20 @@ def demo(
         raise typer.Exit(1)
 
 
-def _add_sim_commands() -> None:
-    from hotloop.sim.commands import add_commands
-
-    add_commands(app)
-
-
-_add_sim_commands()
-
-
-def _add_serve_commands() -> None:
-    from hotloop.serve.commands import add_commands
-
-    add_commands(app)
-
-
-_add_serve_commands()
-
-
-def _add_compile_commands() -> None:
-    from hotloop.compile.commands import add_commands
-
-    add_commands(app)
-
-
-_add_compile_commands()
-
-
-def _add_compress_commands() -> None:
-    from hotloop.compress.commands import add_commands
-
-    add_commands(app)
-
-
-_add_compress_commands()
-
-
-def _add_recipe_commands() -> None:
-    from hotloop.compress.recipe_commands import add_commands
-
-    add_commands(app)
-
-
-_add_recipe_commands()
+# Each package registers its own commands (`add_commands(app)`), in this order in `--help`; none imports
+# back into this module.
+COMMAND_MODULES = (
+    "hotloop.datasets.commands",  # record
+    "hotloop.closedloop.commands",  # eval
+    "hotloop.train.commands",  # train-demo
+    "hotloop.serve.commands",  # serve
+    "hotloop.compile.commands",  # compile
+    "hotloop.runtime.commands",  # profile
+    "hotloop.compress.commands",  # sensitivity
+    "hotloop.compress.recipe_commands",  # compress
+)
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module).add_commands(app)
 
 
 def _usage_line(exc: Exception) -> str:

@@ -2,7 +2,7 @@
 
 A `PolicySpec` says which camera views a policy reads (names and pixel sizes), how long a state vector
 it takes, how many action dimensions it returns and what they mean. A `TaskSpec` says the same of an
-environment: the views it renders, its state, its action. `hotloop.sim.adapter` maps one onto the
+environment: the views it renders, its state, its action. `hotloop.closedloop.adapter` maps one onto the
 other (view selection, resize, state and action padding/cropping) or names the mismatch it cannot
 adapt. Both are plain frozen data with `to_dict` / `from_dict`, so a compiled artifact can store the
 spec of the policy it was built from and be evaluated through the same adapter.
@@ -150,7 +150,7 @@ class TaskSpec:
     chunk-jump and jerk figures are in; None when the actions are not positions (then those figures are
     in the env's own action units, or not reported).
     `optional_images`: views the task can also render but does not unless a policy asks for one by name
-    (the gantry's wrist camera); `hotloop.sim.adapter.request_views` turns them on.
+    (the gantry's wrist camera); `hotloop.closedloop.adapter.request_views` turns them on.
     """
 
     name: str

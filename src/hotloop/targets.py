@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.measure.stages import StageTimer
+from hotloop.measure.case import BenchCase
 from hotloop.registry import Registry
 
 # Upper limits on the size options: far above any real robot policy, low enough that a typo (an extra
@@ -67,8 +67,6 @@ class TargetOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {self.seed!r})")
         if self.memory_cap_mb is not None:
-            from hotloop.runtime.memory import check_cap
-
             check_cap(self.memory_cap_mb)
 
     def reject_unsupported(self, target: str, supported: set[str]) -> None:
@@ -100,6 +98,17 @@ class TargetOptions:
                 )
 
 
+CAP_FLAG = "--memory-cap-mb"
+
+
+def check_cap(cap_mb: float | None) -> None:
+    """An engine's resident-memory cap in MiB: None, or a number > 0 (named by its flag otherwise)."""
+    if cap_mb is None:
+        return
+    if isinstance(cap_mb, bool) or not isinstance(cap_mb, (int, float)) or not cap_mb > 0:
+        raise ConfigError(f"{CAP_FLAG} must be a number of MiB > 0 (got {cap_mb!r})")
+
+
 def check_device(device: str) -> None:
     """`--device` names a device this machine has (cpu, or cuda when a GPU is visible)."""
     if device == "cpu":
@@ -128,16 +137,6 @@ def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
             f"{what} needs about {need_bytes / gib:.1f} GiB, more than the {free / gib:.1f} GiB free on "
             f"{device}; lower --batch, --horizon or --views"
         )
-
-
-@dataclass
-class BenchCase:
-    """One timed inference: `run(timer)` does the work and marks stages on `timer`."""
-
-    name: str
-    run: Callable[[StageTimer], Any]
-    info: dict[str, Any] = field(default_factory=dict)  # sizes, parameter count, dtype...
-    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -200,9 +199,9 @@ def _resolve(path: str) -> Callable[..., Any]:
 _PI = "hotloop.families.pi.targets"
 _PI_SOURCE = "hotloop.families.pi.source"
 _PI_DATA = "hotloop.families.pi.data"
-_DEMO_SOURCE = "hotloop.sim.demo_source:demo_source"
-_DEMO_DATA = "hotloop.sim.demo_data:demo_data"
-_DEMO_TASK_OBSERVATIONS = "hotloop.sim.demo_data:task_observations"
+_DEMO_SOURCE = "hotloop.demos.source:demo_source"
+_DEMO_DATA = "hotloop.demos.data:demo_data"
+_DEMO_TASK_OBSERVATIONS = "hotloop.demos.data:task_observations"
 _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
     (
         "toy:mlp",
@@ -276,24 +275,24 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
         "demo:conveyor",
         TargetEntry(
             "the shipped pi0.5-nano policy trained on conveyor-pick",
-            "hotloop.sim.demo_policy:build_bench",
-            "hotloop.sim.demo_policy:build_policy",
+            "hotloop.demos.conveyor:build_bench",
+            "hotloop.demos.conveyor:build_policy",
             source=_DEMO_SOURCE,
             data=_DEMO_DATA,
             task_observations=_DEMO_TASK_OBSERVATIONS,
-            wrap="hotloop.sim.demo_policy:wrap_engine_policy",
+            wrap="hotloop.demos.conveyor:wrap_engine_policy",
         ),
     ),
     (
         "demo:conveyor-vision",
         TargetEntry(
             "the shipped pi0.5-mini policy for conveyor-pick that sees the box only through the camera",
-            "hotloop.sim.vision_demo:build_bench",
-            "hotloop.sim.vision_demo:build_policy",
+            "hotloop.demos.conveyor_vision:build_bench",
+            "hotloop.demos.conveyor_vision:build_policy",
             source=_DEMO_SOURCE,
             data=_DEMO_DATA,
             task_observations=_DEMO_TASK_OBSERVATIONS,
-            wrap="hotloop.sim.vision_demo:wrap_engine_policy",
+            wrap="hotloop.demos.conveyor_vision:wrap_engine_policy",
         ),
     ),
 )
@@ -322,3 +321,16 @@ def default_targets() -> Registry[TargetEntry]:
     for name, entry in _BUILTIN:
         registry.register(name, entry)
     return registry
+
+
+__all__ = [
+    "BenchCase",
+    "TargetEntry",
+    "TargetOptions",
+    "check_cap",
+    "check_device",
+    "check_fits_memory",
+    "default_targets",
+    "find_target",
+    "flag",
+]

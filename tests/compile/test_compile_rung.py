@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.compile.demo_rung import CompileRungPlan, rung_plan
+from hotloop.demo.compile_rung import CompileRungPlan, rung_plan
 
 
 def test_default_plan_stays_small_and_full_plan_is_pi05_small() -> None:
@@ -18,8 +18,8 @@ def test_default_plan_stays_small_and_full_plan_is_pi05_small() -> None:
 
 @pytest.mark.slow
 def test_compile_rung_writes_its_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hotloop.compile.demo_rung as demo_rung
-    from hotloop.demo import DemoConfig, run_demo
+    import hotloop.demo.compile_rung as demo_rung
+    from hotloop.demo.report import DemoConfig, run_demo
 
     tiny = CompileRungPlan("pi05:tiny", ("eager",), ("fp32",), ("plain",), (4,), 3, 1, 2, 2)
     monkeypatch.setattr(demo_rung, "rung_plan", lambda full: tiny)

@@ -20,7 +20,7 @@ def _single_intra_op_thread() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three short scripted conveyor-pick episodes (~40 frames, 64 px) in the LeRobot v3 layout."""
-    from hotloop.sim.recorder import record
+    from hotloop.datasets.recorder import record
 
     out = tmp_path_factory.mktemp("episodes") / "conveyor"
     record("conveyor-pick", 3, out, image_size=64, seed=5)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from hotloop.compress.adapters import load_target
-from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.sources import load_target
 from hotloop.errors import ConfigError
 
 
@@ -93,7 +93,7 @@ def test_data_for_another_model_is_refused(recorded: Path) -> None:
     # demo:conveyor reads 10-dim states and 4-dim actions from a "top" camera: reshape the features.
     ds = open_dataset(recorded)
     ds.features["action"]["shape"] = [40]
-    from hotloop.compress.adapters import check_fits
+    from hotloop.families.frames import check_fits
 
     _, adapter = load_target("pi05:tiny", ds)
     with pytest.raises(ConfigError, match="--data .* 40-dim actions.*another model"):

@@ -21,7 +21,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def vision_demo():  # type: ignore[no-untyped-def]
-    from hotloop.sim.demo_policy import build_demo
+    from hotloop.demos.conveyor import build_demo
 
     return build_demo(TARGET, TargetOptions())
 
@@ -49,7 +49,7 @@ def recorded_two_views(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_build_demo_gives_each_name_its_own_policy(vision_demo) -> None:  # type: ignore[no-untyped-def]
-    from hotloop.sim.demo_policy import build_demo
+    from hotloop.demos.conveyor import build_demo
 
     state = build_demo("demo:conveyor", TargetOptions())
     assert vision_demo.views == ("top", "wrist") and vision_demo.pi.config.views == 2
@@ -61,7 +61,7 @@ def test_build_demo_gives_each_name_its_own_policy(vision_demo) -> None:  # type
 def test_recipe_start_observations_are_the_vision_policys_own(vision_demo) -> None:  # type: ignore[no-untyped-def]
     from hotloop.compile.validate import Tolerance
     from hotloop.compress.recipe import RecipeConfig, RecipeStep, load_inputs
-    from hotloop.sim.vision_demo import make_demo_task
+    from hotloop.demos.conveyor_vision import make_demo_task
 
     config = RecipeConfig(
         TARGET, (RecipeStep("steps", "4"),), Tolerance(cos=0.99), Path("unused"), calibration_frames=2
@@ -82,8 +82,8 @@ def test_recipe_start_observations_are_the_vision_policys_own(vision_demo) -> No
 
 
 def test_calibration_from_a_two_view_recording(recorded_two_views: Path) -> None:
-    from hotloop.compress.adapters import load_target
-    from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
+    from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+    from hotloop.compile.sources import load_target
 
     dataset = open_dataset(recorded_two_views)
     assert sorted(dataset.image_keys) == ["top", "wrist"]
@@ -97,8 +97,9 @@ def test_calibration_from_a_two_view_recording(recorded_two_views: Path) -> None
 
 
 def test_a_top_only_recording_is_refused_for_the_vision_policy(recorded: Path) -> None:
-    from hotloop.compress.adapters import check_fits, load_target
-    from hotloop.compress.calibration import open_dataset
+    from hotloop.compile.calibration import open_dataset
+    from hotloop.compile.sources import load_target
+    from hotloop.families.frames import check_fits
 
     dataset = open_dataset(recorded)
     _, adapter = load_target(TARGET, dataset)

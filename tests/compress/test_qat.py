@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hotloop.compress.adapters import load_target
-from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.sources import load_target
 from hotloop.errors import CheckpointError
 from hotloop.families.pi.compression.qat import QatConfig, qat_losses, run_qat
 from hotloop.families.pi.sampling import flow_matching_loss

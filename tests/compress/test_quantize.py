@@ -11,10 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 from hotloop.compile.backends import get_backend
+from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
 from hotloop.compile.calibration_inputs import capture_inputs
+from hotloop.compile.sources import load_target
 from hotloop.compile.validate import compare_actions
-from hotloop.compress.adapters import load_target
-from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 from hotloop.families.pi.engines import PiEngineShape, PiPipeline, build_pi_subengines, constants_of
 
 # Final-action cosine against fp32 on a held calibration frame, all stages quantized. Measured on

@@ -11,7 +11,7 @@ from hotloop.families import get_family
 
 
 def test_rollouts_record_each_inference_of_the_episode() -> None:
-    from hotloop.sim.demo_policy import load_demo_policy
+    from hotloop.demos.conveyor import load_demo_policy
     from hotloop.sim.tasks import make_task
 
     demo = load_demo_policy()

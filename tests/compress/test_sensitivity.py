@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.sources import load_target
 from hotloop.compile.validate import Tolerance
-from hotloop.compress.adapters import load_target
-from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
 from hotloop.compress.sensitivity import SensitivityConfig, measure_sensitivity, mixed_precision
 
 FRAGILE = "denoise_step/blocks.1.mlp_down"

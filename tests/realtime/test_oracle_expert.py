@@ -8,10 +8,10 @@ import mujoco
 import numpy as np
 import pytest
 
+from hotloop.closedloop.evaluator import run_episode
+from hotloop.closedloop.latency import parse_latency
 from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY, PREV_ACTIONS_KEY
 from hotloop.realtime.strategies import StrategyConfig, default_strategies, make_strategy
-from hotloop.sim.evaluator import run_episode
-from hotloop.sim.latency import parse_latency
 from hotloop.sim.tasks import make_expert, make_task
 
 TASK = "conveyor-pick"

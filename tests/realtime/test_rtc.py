@@ -36,7 +36,7 @@ def test_guidance_weight_is_clipped():
 
 @pytest.fixture(scope="module")
 def demo():
-    from hotloop.sim.demo_policy import load_demo_policy
+    from hotloop.demos.conveyor import load_demo_policy
     from hotloop.sim.tasks import make_task
 
     policy = load_demo_policy()

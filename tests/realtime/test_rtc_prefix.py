@@ -146,7 +146,7 @@ def test_prefix_sampling_returns_the_prefix_exactly_and_samples_the_rest(nano):
 def test_demo_policy_continues_the_given_prefix_in_robot_space():
     """`demo:conveyor` in prefix mode: the d actions being executed come back as the chunk's first d
     (absolute targets, through the relative-action and normalisation round trip)."""
-    from hotloop.sim.demo_policy import load_demo_policy
+    from hotloop.demos.conveyor import load_demo_policy
     from hotloop.sim.tasks import make_task
 
     policy = load_demo_policy()
@@ -216,10 +216,13 @@ def test_guidance_weight_with_rtc_prefix_only_is_refused(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     out = tmp_path / "never.json"
     base = ["eval", "demo:conveyor", "--task", "reach", "--episodes", "1", "--json", str(out)]
     r = CliRunner().invoke(app, [*base, "--strategy", "rtc-prefix", "--guidance-weight", "5"])
@@ -231,10 +234,13 @@ def test_train_demo_prefix_options_are_checked_before_anything_is_written(tmp_pa
     import typer
     from typer.testing import CliRunner
 
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     out = tmp_path / "run"
     for extra, needle in (
         (["--action-prefix-prob", "1.5"], "--action-prefix-prob must be in [0, 1]"),
@@ -256,7 +262,7 @@ def test_train_demo_prefix_options_are_checked_before_anything_is_written(tmp_pa
 
 
 def test_training_with_prefixes_is_seeded_and_leaves_the_plain_recipe_alone():
-    from hotloop.sim.train_demo import TrainDemoConfig, _draw_prefix_len
+    from hotloop.train.conveyor import TrainDemoConfig, _draw_prefix_len
 
     cfg = TrainDemoConfig(batch=4000, action_prefix_prob=0.5, max_action_prefix=8)
     d = _draw_prefix_len(cfg, torch.Generator().manual_seed(0))
@@ -318,7 +324,7 @@ def test_soft_prefix_integrates_each_token_from_its_own_time_and_enforces_the_ma
 
 
 def test_demo_policy_in_soft_prefix_mode_holds_the_delay_and_leans_toward_the_executing_chunk():
-    from hotloop.sim.demo_policy import load_demo_policy
+    from hotloop.demos.conveyor import load_demo_policy
     from hotloop.sim.tasks import make_task
 
     policy = load_demo_policy()

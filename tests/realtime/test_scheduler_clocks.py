@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from rt_fakes import FakeRobot, ScriptedPolicy
 
+from hotloop.closedloop.evaluator import run_episode
+from hotloop.closedloop.latency import parse_latency
 from hotloop.realtime.clock import FakeClock
 from hotloop.realtime.runner import SimulatedEngine, WallClockRunner
 from hotloop.realtime.scheduler import Segment
 from hotloop.realtime.strategies import StrategyConfig, make_strategy
-from hotloop.sim.evaluator import run_episode
-from hotloop.sim.latency import parse_latency
 from hotloop.sim.tasks import make_task
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from hotloop.demos.conveyor import load_demo_policy
 from hotloop.serve.policies import observation_spec_of
 from hotloop.serve.spec import check_observation
-from hotloop.sim.demo_policy import load_demo_policy
 from hotloop.sim.tasks import make_task
 
 

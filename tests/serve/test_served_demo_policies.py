@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # loads the shipped models and renders frames
 
 
 def _env_observation(policy: Any, seed: int = 3) -> dict[str, Any]:
-    from hotloop.sim.vision_demo import make_demo_task
+    from hotloop.demos.conveyor_vision import make_demo_task
 
     env = make_demo_task(policy.meta)
     try:
@@ -31,7 +31,7 @@ def _env_observation(policy: Any, seed: int = 3) -> dict[str, Any]:
 
 def _served(target: str) -> tuple[Any, Any]:
     served = load_served_policy(target, TargetOptions())
-    from hotloop.sim.demo_policy import build_demo
+    from hotloop.demos.conveyor import build_demo
 
     return served, build_demo(target, TargetOptions())  # a second, local copy to compare with
 

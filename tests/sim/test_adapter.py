@@ -1,11 +1,11 @@
-"""The adapter between what a policy consumes and what a task provides (hotloop.sim.adapter)."""
+"""The adapter between what a policy consumes and what a task provides (hotloop.closedloop.adapter)."""
 
 import numpy as np
 import pytest
 
+from hotloop.closedloop.adapter import AdaptedPolicy, adapt, plan, resize_with_pad
 from hotloop.errors import ConfigError
 from hotloop.policy_spec import ImageSpec, PolicySpec, TaskSpec
-from hotloop.sim.adapter import AdaptedPolicy, adapt, plan, resize_with_pad
 
 GANTRY = TaskSpec(
     name="reach",

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from hotloop.errors import ConfigError
-from hotloop.sim.box_detector import ColourBoxDetector, PinholeCamera
+from hotloop.perception.box_detector import ColourBoxDetector, PinholeCamera
 from hotloop.sim.tasks import make_task
 from hotloop.sim.tasks.conveyor import BOX_HALF
 from hotloop.sim.tasks.gantry import BELT_TOP

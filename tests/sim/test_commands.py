@@ -3,12 +3,15 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from hotloop.sim.commands import add_commands
+from hotloop.closedloop.commands import add_commands as add_eval
+from hotloop.datasets.commands import add_commands as add_record
+from hotloop.train.commands import add_commands as add_train
 
 
 def _app():
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     return app
 
 
@@ -40,7 +43,7 @@ def test_latency_file_without_bench_schema_exits_2(tmp_path):
 
 def test_eval_json_with_a_fake_policy(tmp_path, monkeypatch):
     # The command path end to end, in-process, with a fast fake policy standing in for the target.
-    from hotloop.sim import eval_run
+    from hotloop.closedloop import eval_run
 
     real = eval_run.EvalRequest
 
@@ -101,7 +104,7 @@ def test_eval_json_with_a_fake_policy(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
-    from hotloop.sim import eval_run
+    from hotloop.closedloop import eval_run
 
     real = eval_run.EvalRequest
     monkeypatch.setattr(
@@ -119,7 +122,7 @@ def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):
 
 
 def _with_fake_policy(monkeypatch, factory):
-    from hotloop.sim import eval_run
+    from hotloop.closedloop import eval_run
 
     real = eval_run.EvalRequest
     monkeypatch.setattr(eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": factory}))
@@ -293,7 +296,7 @@ def test_ctrl_c_during_record_writes_the_finished_episodes(tmp_path):
     from pathlib import Path
 
     import hotloop
-    from hotloop.sim.dataset import Dataset
+    from hotloop.datasets.lerobot_v3 import Dataset
 
     out = tmp_path / "ds"
     src = str(Path(hotloop.__file__).parents[1])

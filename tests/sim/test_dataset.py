@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
+from hotloop.datasets.lerobot_v3 import Dataset
+from hotloop.datasets.recorder import record
 from hotloop.errors import ConfigError
-from hotloop.sim.dataset import Dataset
-from hotloop.sim.recorder import record
 
 
 def test_record_and_read_back(tmp_path):

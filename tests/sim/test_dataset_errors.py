@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hotloop.datasets.lerobot_v3 import DATA_PATH, Dataset, DatasetWriter
 from hotloop.errors import DatasetError, HotloopError
-from hotloop.sim.dataset import DATA_PATH, Dataset, DatasetWriter
 
 DATA = DATA_PATH.format(chunk_index=0, file_index=0)
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from hotloop.closedloop.evaluator import run_episode, summarize
+from hotloop.closedloop.latency import parse_latency
+from hotloop.demos.conveyor import ASSET_DIR, load_demo_policy, model_state, to_absolute, to_relative
 from hotloop.realtime.strategies import StrategyConfig, make_strategy
-from hotloop.sim.demo_policy import ASSET_DIR, load_demo_policy, model_state, to_absolute, to_relative
-from hotloop.sim.evaluator import run_episode, summarize
-from hotloop.sim.latency import parse_latency
 from hotloop.sim.tasks import make_task
 from hotloop.targets import TargetOptions, default_targets
 
@@ -62,8 +62,8 @@ def test_closed_loop_smoke():
 def test_rtc_guidance_reaches_the_demo_policy_through_the_evaluators_adapter():
     """`hotloop eval` wraps every policy in the adapter; the RTC inputs must cross it both ways, or
     `--strategy rtc` stops with "this policy ignored them" (it did after the adapter landed)."""
+    from hotloop.closedloop.adapter import adapt
     from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, PREV_ACTIONS_KEY
-    from hotloop.sim.adapter import adapt
 
     env = make_task("conveyor-pick")
     policy = adapt(load_demo_policy(), env.task_spec)

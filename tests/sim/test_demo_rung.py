@@ -1,11 +1,11 @@
 """The closed-loop rung's report: a success table and a smoothness table per strategy, two plots, and
 RTC's jump relative to async. Evaluation itself is tested elsewhere; here run_eval is a stand-in."""
 
-from hotloop.sim import demo_rung
+from hotloop.demo import closed_loop_rung as demo_rung
 
 
 def test_rung_reports_success_jump_and_jerk_per_strategy(tmp_path, monkeypatch):
-    from hotloop.sim import eval_run
+    from hotloop.closedloop import eval_run
 
     jumps = {"sync": 0.02, "async": 0.06, "rtc": 0.03, "rtc-soft": 0.006}
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner, run_episodes
 from hotloop.errors import ConfigError
-from hotloop.sim.workers import EpisodeJob, EpisodeRunner, run_episodes
 
 
 @pytest.mark.slow

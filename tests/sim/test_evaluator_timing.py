@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from fakes import CountingPolicy
 
+from hotloop.closedloop.evaluator import run_episode, summarize
+from hotloop.closedloop.latency import parse_latency
 from hotloop.errors import ConfigError, UnknownNameError
 from hotloop.realtime.strategies import StrategyConfig, make_strategy
-from hotloop.sim.evaluator import run_episode, summarize
-from hotloop.sim.latency import parse_latency
 from hotloop.sim.tasks import make_task
 
 

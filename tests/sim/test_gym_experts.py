@@ -7,9 +7,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hotloop.sim.commands import add_commands
-from hotloop.sim.dataset import Dataset
+from hotloop.closedloop.commands import add_commands as add_eval
+from hotloop.datasets.commands import add_commands as add_record
+from hotloop.datasets.lerobot_v3 import Dataset
 from hotloop.sim.tasks import make_expert, make_task
+from hotloop.train.commands import add_commands as add_train
 
 pytest.importorskip("gymnasium_robotics", reason="the sims extra is not installed")
 pytest.importorskip("gym_pusht", reason="the sims extra is not installed")
@@ -17,7 +19,8 @@ pytest.importorskip("gym_pusht", reason="the sims extra is not installed")
 
 def _app():
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     return app
 
 

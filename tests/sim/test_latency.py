@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hotloop.closedloop.latency import LatencyModel, load_bench_latency, parse_latency
 from hotloop.errors import ConfigError
-from hotloop.sim.latency import LatencyModel, load_bench_latency, parse_latency
 
 # JSON documents of any shape, with the values a broken or hostile file holds: NaN, huge, negative,
 # booleans, strings, nulls, nesting.

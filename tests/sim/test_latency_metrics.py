@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
+from hotloop.closedloop.latency import parse_latency
+from hotloop.closedloop.metrics import rms_jerk, wilson_interval
 from hotloop.errors import ConfigError
-from hotloop.sim.latency import parse_latency
-from hotloop.sim.metrics import rms_jerk, wilson_interval
 
 
 def test_fixed_and_measured():

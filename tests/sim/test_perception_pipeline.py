@@ -5,9 +5,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from hotloop.closedloop.latency import parse_latency
 from hotloop.errors import ConfigError
-from hotloop.sim.latency import parse_latency
-from hotloop.sim.perception_pipeline import attach_pipeline, parse_pipeline
+from hotloop.perception.pipeline import attach_pipeline, parse_pipeline
 from hotloop.sim.tasks import make_expert, make_task
 
 
@@ -112,15 +112,18 @@ def test_held_box_is_taken_from_the_gripper():
 
 @pytest.mark.slow
 def test_eval_with_the_detector_chain_reports_budgets(tmp_path, monkeypatch):
-    from hotloop.sim import eval_run
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop import eval_run
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     real = eval_run.EvalRequest
     monkeypatch.setattr(
         eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": "fakes:oracle"})
     )
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
     args = ["eval", "demo:conveyor", "--episodes", "2", "--workers", "0", "--quiet", "--latency", "fixed:0"]
     args += ["--pipeline", "detector:perception=20", "--json", str(out), "--plot", str(plot)]
@@ -186,7 +189,7 @@ def test_camera_rate_perception_runs_on_every_frame_and_its_latency_is_the_estim
 
 
 def test_camera_rate_in_the_closed_loop_perceives_every_control_tick():
-    from hotloop.sim.workers import EpisodeJob, EpisodeRunner
+    from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
 
     def job(pipeline):
         return EpisodeJob(
@@ -213,15 +216,18 @@ def test_camera_rate_in_the_closed_loop_perceives_every_control_tick():
 
 
 def test_eval_at_camera_rate_reports_the_frames(tmp_path, monkeypatch):
-    from hotloop.sim import eval_run
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop import eval_run
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     real = eval_run.EvalRequest
     monkeypatch.setattr(
         eval_run, "EvalRequest", lambda **kw: real(**{**kw, "policy_factory": "fakes:oracle"})
     )
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     out = tmp_path / "r.json"
     args = ["eval", "demo:conveyor", "--episodes", "1", "--seed", "1", "--workers", "0", "--quiet"]
     args += [
@@ -244,7 +250,7 @@ def test_waiting_for_the_box_with_the_shipped_policy_behind_the_task_adapter():
     """Before the box is seen the chain holds still with a chunk of the policy's own length; the shipped
     policy reaches the chain through the task adapter, which has no `horizon` of its own (this crashed
     every episode whose box was out of view at the first decision)."""
-    from hotloop.sim.workers import EpisodeJob, build_policy
+    from hotloop.closedloop.workers import EpisodeJob, build_policy
 
     env = make_task("conveyor-pick")
     job = EpisodeJob("demo:conveyor", "conveyor-pick", None, "async", "fixed:0")

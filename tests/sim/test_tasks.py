@@ -91,7 +91,7 @@ def test_reset_options_place_the_gripper_and_the_box():
 
 
 def test_expert_recovers_from_recovery_starts():
-    from hotloop.sim.recorder import recovery_start
+    from hotloop.datasets.recorder import recovery_start
 
     env = make_task("conveyor-pick")
     expert = make_expert("conveyor-pick", env)

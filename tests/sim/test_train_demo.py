@@ -2,9 +2,9 @@
 
 import pytest
 
-from hotloop.sim.demo_policy import load_demo_policy
+from hotloop.demos.conveyor import load_demo_policy
 from hotloop.sim.tasks import make_task
-from hotloop.sim.train_demo import TrainDemoConfig, train_demo
+from hotloop.train.conveyor import TrainDemoConfig, train_demo
 
 
 @pytest.mark.slow
@@ -24,9 +24,9 @@ def test_training_is_seeded_and_repeatable(tmp_path):
 def test_ordinal_bin_embeddings_start_neighbouring_bins_close():
     import torch
 
+    from hotloop.families.pi.training import ordinal_bin_embeddings
     from hotloop.models.configs import get_pi_config
     from hotloop.models.pi0 import PiModel, init_weights
-    from hotloop.sim.train_demo import ordinal_bin_embeddings
 
     cfg = get_pi_config("pi05:nano")
     model = PiModel(cfg)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from hotloop.sim.train_vision_demo import TrainVisionDemoConfig, repeat_cache, train_vision_demo
-from hotloop.sim.vision_demo import ASSET_DIR, load_vision_policy, make_demo_task, proprio_state
+from hotloop.demos.conveyor_vision import ASSET_DIR, load_vision_policy, make_demo_task, proprio_state
+from hotloop.families.pi.training import repeat_cache
 from hotloop.targets import TargetOptions, default_targets
+from hotloop.train.conveyor_vision import TrainVisionDemoConfig, train_vision_demo
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +134,13 @@ def test_bad_views_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, args,
     import typer
     from typer.testing import CliRunner
 
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["train-demo", "-o", str(out), *args])
     assert r.exit_code == 2
@@ -149,10 +153,13 @@ def test_unknown_variant_exits_2():
     import typer
     from typer.testing import CliRunner
 
-    from hotloop.sim.commands import add_commands
+    from hotloop.closedloop.commands import add_commands as add_eval
+    from hotloop.datasets.commands import add_commands as add_record
+    from hotloop.train.commands import add_commands as add_train
 
     app = typer.Typer()
-    add_commands(app)
+    for add in (add_record, add_eval, add_train):
+        add(app)
     r = CliRunner().invoke(app, ["train-demo", "--variant", "lidar"])
     assert r.exit_code == 2 and "--variant" in r.output and "vision" in r.output
 
@@ -175,7 +182,7 @@ def test_training_is_seeded_and_repeatable(tmp_path):
 
 def test_compile_source_uses_the_vision_adapter():
     from hotloop.compile.sources import compilable_entry
-    from hotloop.sim.demo_source import demo_source
+    from hotloop.demos.source import demo_source
 
     compilable_entry("demo:conveyor-vision")
     source = demo_source("demo:conveyor-vision", TargetOptions())

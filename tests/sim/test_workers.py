@@ -1,4 +1,4 @@
-from hotloop.sim.workers import EpisodeJob, run_episodes
+from hotloop.closedloop.workers import EpisodeJob, run_episodes
 
 
 def test_a_crashing_worker_is_an_error_episode_and_the_run_continues():

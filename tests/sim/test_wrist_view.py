@@ -4,9 +4,9 @@ import mujoco
 import numpy as np
 import pytest
 
+from hotloop.closedloop.adapter import adapt, request_views
 from hotloop.errors import ConfigError
 from hotloop.policy_spec import ImageSpec, PolicySpec
-from hotloop.sim.adapter import adapt, request_views
 from hotloop.sim.tasks import make_task
 from hotloop.sim.tasks.gantry import GantryConfig
 
@@ -128,8 +128,8 @@ def test_a_policy_naming_the_wrist_view_turns_it_on_and_others_leave_the_task_al
 
 
 def test_recorded_views_reach_the_dataset(tmp_path):
-    from hotloop.sim.dataset import Dataset
-    from hotloop.sim.recorder import record
+    from hotloop.datasets.lerobot_v3 import Dataset
+    from hotloop.datasets.recorder import record
 
     record("conveyor-pick", 1, tmp_path / "d", seed=5, views=("top", "wrist"))
     ep = Dataset(tmp_path / "d").episode(0)

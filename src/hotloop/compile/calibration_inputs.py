@@ -25,7 +25,7 @@ def capture_inputs(
     """{sub-engine name: [input tuple, ...]} from running `engines` (batch 1) on calibration frames.
 
     `source`: the `hotloop.families.protocol.PolicySource` (family, config, shape); `calib`: a
-    `compress.calibration.CalibrationSet` (`len`, `batch(index)`)."""
+    `compile.calibration.CalibrationSet` (`len`, `batch(index)`)."""
     family, cfg, shape = source.family, source.cfg, source.shape
     n = min(observations, len(calib))
     idx = torch.linspace(0, len(calib) - 1, n).round().long().tolist()

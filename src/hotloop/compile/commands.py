@@ -1,4 +1,4 @@
-"""`hotloop compile` and `hotloop profile`, registered on the app by `add_commands` (one hook in cli.py)."""
+"""`hotloop compile`, registered on the app by `add_commands` (one hook in cli.py)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def compile_cmd(
     from hotloop.compile.sources import compilable_entry, is_onnx_target, onnx_path
     from hotloop.compile.validate import parse_tolerance
     from hotloop.families.buckets import parse_buckets
-    from hotloop.io import atomic_write_json
+    from hotloop.io import atomic_write_json, check_output_file
 
     # Every bad value fails here, before any model is built or file written.
     config = PlanConfig(
@@ -107,7 +107,7 @@ def compile_cmd(
         )
     check_output_dir(out, "-o")
     if json_path is not None:
-        _check_writable(json_path)
+        check_output_file(json_path, "--json")
     if threads is not None:
         import torch
 
@@ -135,7 +135,7 @@ def compile_cmd(
         compilable_entry(target)
         source = policy_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
         if calibration is not None or mixed_plan is not None:
-            from hotloop.compress.commands import compression_plan_config
+            from hotloop.compile.calibration import compression_plan_config
 
             config = compression_plan_config(
                 config, target, source, calibration, calibration_frames, mixed_plan, seed, log
@@ -165,16 +165,6 @@ def _check_modes(modes: tuple[str, ...]) -> None:
     for m in modes:
         if m not in MODES:
             raise ConfigError(f"--inductor-modes: unknown mode {m!r}; use {', '.join(MODES)}")
-
-
-def _check_writable(path: Path) -> None:
-    import os
-
-    from hotloop.errors import ConfigError
-
-    parent = path.resolve().parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise ConfigError(f"--json {path}: folder {parent} does not exist or is not writable")
 
 
 def print_result(result: dict[str, Any]) -> None:
@@ -243,30 +233,5 @@ def print_result(result: dict[str, Any]) -> None:
         )
 
 
-def profile_cmd(
-    target: Annotated[str, typer.Argument(help="an artifact folder, or a pi target (profiled eager fp32)")],
-    top: Annotated[int, typer.Option(help="rows per sub-engine")] = 10,
-    iters: Annotated[int, typer.Option("--iters", help="profiled runs per sub-engine")] = 5,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="write the per-operator table here")
-    ] = None,
-) -> None:
-    """Per-operator time per sub-engine (torch profiler, ONNX Runtime profiling, OpenVINO counters)."""
-    from hotloop.errors import ConfigError
-    from hotloop.io import atomic_write_json
-    from hotloop.runtime.profiler import print_profile, profile_target
-
-    if top < 1 or iters < 1:
-        raise ConfigError("--top and --iters must be >= 1")
-    if json_path is not None:
-        _check_writable(json_path)
-    report = profile_target(target, iters, top)
-    print_profile(report)
-    if json_path is not None:
-        atomic_write_json(json_path, report)
-        typer.echo(f"wrote {json_path}")
-
-
 def add_commands(app: typer.Typer) -> None:
     app.command("compile")(user_errors(compile_cmd))
-    app.command("profile")(user_errors(profile_cmd))

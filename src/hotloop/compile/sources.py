@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
+from hotloop.families.frames import TargetAdapter
 from hotloop.families.protocol import PolicySource
 
 
@@ -44,3 +45,16 @@ def onnx_path(target: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"ONNX file {target} does not exist")
     return path
+
+
+def load_target(
+    target: str, dataset: Any, seed: int = 0, num_steps: int | None = None, model: Any = None
+) -> tuple[Any, TargetAdapter]:
+    """(fp32 model, adapter) of a policy target reading `dataset`; `model`: one already built for it."""
+    from hotloop.errors import ConfigError
+    from hotloop.targets import TargetOptions
+
+    entry = compilable_entry(target)
+    if entry.data is None:
+        raise ConfigError(f"target {target!r} cannot read recorded frames (no dataset adapter yet)")
+    return entry.build_data(target, dataset, TargetOptions(num_steps=num_steps, seed=seed), model)  # type: ignore[no-any-return]

@@ -2,60 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from hotloop.cli_errors import user_errors
-
-
-def compression_plan_config(
-    config: Any,
-    target: str,
-    source: Any,
-    calibration: Path | None,
-    frames: int,
-    mixed_plan: Path | None,
-    seed: int,
-    log: Callable[[str], None],
-) -> Any:
-    """`config` with calibration observations (from --calibration) and fp32 layers (from --mixed-plan)."""
-    from hotloop.compress.adapters import load_target
-    from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
-
-    fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
-    calib = None
-    if calibration is not None:
-        spec = CalibrationSpec(count=frames, seed=seed)
-        dataset = open_dataset(calibration, "--calibration")
-        _, adapter = load_target(target, dataset, seed, model=source.model)
-        calib = load_calibration(calibration, adapter, spec, "--calibration")
-        log(
-            f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "
-            f"(sha256 {calib.sha256[:12]})"
-        )
-    return replace(config, calibration=calib, fp32_layers=fp32_layers)
-
-
-def read_mixed_plan(path: Path) -> dict[str, list[str]]:
-    import json
-
-    from hotloop.errors import ConfigError
-
-    try:
-        data = json.loads(Path(path).read_text())
-        layers = data["mixed_precision"]["fp32_layers"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(
-            f"--mixed-plan {path} is not a `hotloop sensitivity --json` result with a mixed-precision plan; "
-            "run `hotloop sensitivity TARGET --data DIR --tolerance cos:0.99 --json FILE` first"
-        ) from None
-    if not isinstance(layers, dict) or not all(isinstance(v, list) for v in layers.values()):
-        raise ConfigError(f"--mixed-plan {path}: fp32_layers must map sub-engines to layer lists")
-    return {str(k): [str(n) for n in v] for k, v in layers.items()}
 
 
 def sensitivity_cmd(
@@ -82,16 +34,16 @@ def sensitivity_cmd(
     plan that meets --tolerance by returning layers to fp32 (least measured gain per unit error first)."""
     import torch
 
+    from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+    from hotloop.compile.sources import load_target
     from hotloop.compile.validate import parse_tolerance
-    from hotloop.compress.adapters import load_target
-    from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
     from hotloop.compress.sensitivity import (
         SensitivityConfig,
         measure_sensitivity,
         mixed_precision,
         plot_sensitivity,
     )
-    from hotloop.io import atomic_write_json
+    from hotloop.io import atomic_write_json, check_output_file
 
     config = SensitivityConfig(
         mode=mode, granularity=granularity, samples=samples, seed=seed, threads=threads
@@ -100,7 +52,7 @@ def sensitivity_cmd(
     spec = CalibrationSpec(count=calibration_frames, seed=seed)
     for flag, path in (("--json", json_path), ("--plot", plot)):
         if path is not None:
-            _check_writable(path, flag)
+            check_output_file(path, flag)
     dataset = open_dataset(data)
     model, adapter = load_target(target, dataset, seed=seed, num_steps=steps)
     torch.set_num_threads(threads)
@@ -116,16 +68,6 @@ def sensitivity_cmd(
     if plot is not None:
         plot_sensitivity(result, plot)
         typer.echo(f"wrote {plot}")
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    import os
-
-    from hotloop.errors import ConfigError
-
-    parent = Path(path).resolve().parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise ConfigError(f"{flag} {path}: folder {parent} does not exist or is not writable")
 
 
 def _print(result: Any, top: int) -> None:

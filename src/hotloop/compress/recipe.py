@@ -214,8 +214,8 @@ class Inputs:
 def load_inputs(config: RecipeConfig, source: Any) -> Inputs:
     family = source.family
     if config.data is not None:
-        from hotloop.compress.adapters import load_target
-        from hotloop.compress.calibration import CalibrationSpec, load_calibration, open_dataset
+        from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+        from hotloop.compile.sources import load_target
 
         _, adapter = load_target(
             config.target, open_dataset(config.data), config.seed, source.shape.num_steps, source.model
@@ -345,7 +345,7 @@ def step_distill_observations(
         return inputs.obs, {"source": "recipe observations", "observations": family.batch_size(inputs.obs)}
     if inputs.rollouts is None:
         from hotloop.compress.rollouts import rollout_observations
-        from hotloop.sim.demo_policy import build_demo
+        from hotloop.demos.conveyor import build_demo
         from hotloop.targets import TargetOptions
 
         demo = build_demo(config.target, TargetOptions(seed=config.seed))
@@ -464,7 +464,7 @@ def judge(
         "latency_ms": {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99, "max": lat.max, "mean": lat.mean},
     }
     if config.episodes and _has_task(config.target):
-        from hotloop.sim.eval_run import EvalRequest, run_eval
+        from hotloop.closedloop.eval_run import EvalRequest, run_eval
 
         run = run_eval(
             EvalRequest(

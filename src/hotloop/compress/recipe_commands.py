@@ -76,20 +76,19 @@ def compress_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
     """Compress TARGET step by step (judged after each step); write the last passing artifact."""
+    from hotloop.closedloop.latency import parse_latency
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import check_backend_names
-    from hotloop.compile.commands import _check_writable
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
     from hotloop.families.buckets import parse_buckets
-    from hotloop.io import atomic_write_json
-    from hotloop.sim.latency import parse_latency
+    from hotloop.io import atomic_write_json, check_output_file
 
     steps = parse_recipe(recipe)
     parse_latency(eval_latency)
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     check_backend_names(list(names))
-    from hotloop.compress.commands import read_mixed_plan
+    from hotloop.compile.calibration import read_mixed_plan
 
     fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
     config = RecipeConfig(
@@ -117,11 +116,10 @@ def compress_cmd(
         progress=not quiet,
     )
     check_output_dir(out, "-o")
-    for path in (json_path, plot):
-        if path is not None:
-            _check_writable(path)
+    for path, flag in ((json_path, "--json"), (plot, "--plot")):
+        check_output_file(path, flag)
     if data is not None:
-        from hotloop.compress.calibration import open_dataset
+        from hotloop.compile.calibration import open_dataset
 
         open_dataset(data)  # empty / unreadable: refused before any model is built
     if threads is not None:

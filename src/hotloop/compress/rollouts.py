@@ -56,10 +56,10 @@ class _Recording:
 def rollout_observations(demo: Any, task: str, episodes: int, seed: int, family: Any) -> RolloutSet:
     """Run `episodes` closed-loop episodes of the demo policy `demo` (its own `num_steps`) from seeds
     `ROLLOUT_SEED_BASE + seed + i` and return the observations it answered (batched by `family`)."""
+    from hotloop.closedloop.evaluator import run_episode
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.demos.conveyor_vision import make_demo_task
     from hotloop.realtime.strategies import StrategyConfig, make_strategy
-    from hotloop.sim.evaluator import run_episode
-    from hotloop.sim.latency import parse_latency
-    from hotloop.sim.vision_demo import make_demo_task
 
     if episodes < 1:
         raise ConfigError(f"--distill-episodes must be >= 1 to roll the teacher out (got {episodes})")

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hotloop.compile.calibration import CalibrationSet
 from hotloop.compile.validate import Tolerance, compare_actions
-from hotloop.compress.calibration import CalibrationSet
 from hotloop.errors import ConfigError
 from hotloop.nn.fake_quant import check_mode, fake_quantized, linear_layers
 

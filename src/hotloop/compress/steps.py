@@ -78,7 +78,7 @@ def closed_loop_sweep(
     progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Success at each step count through `hotloop eval`'s machinery (seeds 0..episodes-1 at every point)."""
-    from hotloop.sim.eval_run import EvalRequest, run_eval
+    from hotloop.closedloop.eval_run import EvalRequest, run_eval
 
     check_steps(ladder)
     out = []

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
+from hotloop.measure.case import BenchCase
 from hotloop.measure.fingerprint import machine_fingerprint
 from hotloop.measure.stages import StageTimer
 from hotloop.measure.stats import LatencyStats
-from hotloop.targets import BenchCase
 
 TOTAL_STAGE = "total"
 MAX_THREADS = 1024  # torch starts them all at once; more is a typo, not a setting

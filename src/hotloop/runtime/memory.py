@@ -27,10 +27,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hotloop.errors import ConfigError, MemoryCapError
+from hotloop.errors import MemoryCapError
+from hotloop.targets import CAP_FLAG, check_cap
 
 MIB = 2**20
-CAP_FLAG = "--memory-cap-mb"
 
 
 def resident_bytes() -> int:
@@ -42,13 +42,6 @@ def resident_bytes() -> int:
         import psutil
 
         return int(psutil.Process().memory_info().rss)
-
-
-def check_cap(cap_mb: float | None) -> None:
-    if cap_mb is None:
-        return
-    if isinstance(cap_mb, bool) or not isinstance(cap_mb, (int, float)) or not cap_mb > 0:
-        raise ConfigError(f"{CAP_FLAG} must be a number of MiB > 0 (got {cap_mb!r})")
 
 
 class MemoryAccount:

@@ -95,8 +95,8 @@ def serve(
 
 def _fallback_engine(text: str) -> str:
     """`--fallback engine:TARGET` -> TARGET; the robot-side fallbacks are refused with the reason."""
+    from hotloop.closedloop.sweep import check_fallback_target
     from hotloop.realtime.watchdog import parse_fallback
-    from hotloop.sim.commands import check_fallback_target
 
     kind, engine = parse_fallback(text)
     if engine is None:

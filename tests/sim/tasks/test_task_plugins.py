@@ -7,9 +7,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from hotloop.closedloop.workers import EpisodeJob, run_episodes
 from hotloop.errors import UnknownNameError
 from hotloop.sim.tasks import check_task, make_task, plugin_tasks
-from hotloop.sim.workers import EpisodeJob, run_episodes
 
 PLUGIN = '''
 import gymnasium as gym

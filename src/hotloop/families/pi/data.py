@@ -1,5 +1,5 @@
 """How pi reads recorded frames (dataset frame -> `PiObservation`, action chunk -> flow-matching targets)
-and how its observations batch: the pi half of `hotloop.compress.adapters`.
+and how its observations batch: the pi half of `hotloop.families.frames`.
 
 - a random-weight pi target (pi05:tiny, pi05:small...) takes the dataset's cameras resized to its view
   size, its state normalised by the dataset's own mean/std and zero-padded, one prompt id per task;

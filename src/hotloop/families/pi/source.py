@@ -31,7 +31,7 @@ def _source(target: str, options: Any) -> PolicySource:
         "norm_stats": None,
         "seed": options.seed,
         "zero_noise": False,
-        # What the policy consumes, read by the task adapter (hotloop.sim.adapter) when it is evaluated.
+        # What the policy consumes, read by the task adapter (hotloop.closedloop.adapter) when it is evaluated.
         "spec": pi_policy_spec(
             cfg, NormStats(mode="identity"), action_dim, cfg.chunk_size, prompt_tokens, prompt=False
         ).to_dict(),

@@ -158,3 +158,17 @@ def make_expert(name: str, env: Any) -> Any:
             raise ConfigError(f"task {name!r} has no scripted expert (its env has no make_expert())")
         return expert()
     return _resolve(default_tasks().get(name).expert)(env)
+
+
+def check_difficulty(task: str, difficulty: str | None) -> None:
+    """`--difficulty` checked against the task's levels now, not in a worker after start-up."""
+    from hotloop.errors import ConfigError
+
+    registry = default_tasks()
+    if difficulty is None or task not in registry:  # other tasks check their own options when made
+        return
+    levels = registry.get(task).difficulties
+    if not levels:
+        raise ConfigError(f"task {task!r} has no difficulty levels; drop --difficulty")
+    if difficulty not in levels:
+        raise ConfigError(f"--difficulty {difficulty!r} is not a level of {task}; use {', '.join(levels)}")

@@ -191,7 +191,7 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
 
     def set_views(self, views: tuple[str, ...] | list[str]) -> None:
         """Render these views from the next observation on (a policy asked for them; see
-        `hotloop.sim.adapter.request_views`)."""
+        `hotloop.closedloop.adapter.request_views`)."""
         self.views = check_views(views)
         self.observation_space = self._observation_space()
 

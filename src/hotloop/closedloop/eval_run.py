@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hotloop.closedloop.workers import EpisodeJob, run_episodes
 from hotloop.errors import ConfigError
-from hotloop.sim.workers import EpisodeJob, run_episodes
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,12 @@ def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
+    from hotloop.closedloop.evaluator import summarize
+    from hotloop.closedloop.latency import parse_latency
     from hotloop.measure.fingerprint import machine_fingerprint
     from hotloop.progress import Progress
     from hotloop.realtime.strategies import make_strategy
     from hotloop.realtime.watchdog import parse_fallback
-    from hotloop.sim.evaluator import summarize
-    from hotloop.sim.latency import parse_latency
 
     latency = parse_latency(request.latency)
     fallback, fallback_target = parse_fallback(request.fallback)
@@ -146,7 +146,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         strategy_info = {"name": request.strategy}
     extra: dict[str, Any] = {}
     if request.pipeline:
-        from hotloop.sim.perception_pipeline import parse_pipeline, summarize_pipeline
+        from hotloop.perception.pipeline import parse_pipeline, summarize_pipeline
 
         extra["pipeline"] = summarize_pipeline(records, parse_pipeline(request.pipeline))
     return {

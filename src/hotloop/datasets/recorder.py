@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hotloop.datasets.lerobot_v3 import DatasetWriter
 from hotloop.errors import ConfigError
-from hotloop.sim.dataset import DatasetWriter
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
 from hotloop.targets import MAX_SEED

@@ -13,9 +13,9 @@ from hotloop.families.frames import TargetAdapter
 def demo_adapter(target: str, demo: Any) -> TargetAdapter:
     """A demo policy (`demo:conveyor`, `demo:conveyor-vision`): its own state transform, the camera views
     it reads, relative actions and shipped norm stats."""
+    from hotloop.demos.conveyor import to_relative
     from hotloop.families.pi.data import padded_chunk, pi_limits
     from hotloop.families.pi.family import PiFamily
-    from hotloop.sim.demo_policy import to_relative
 
     pi = demo.pi
     cfg = pi.config
@@ -33,7 +33,7 @@ def demo_adapter(target: str, demo: Any) -> TargetAdapter:
 def demo_data(name: str, dataset: Any, options: Any, model: Any = None) -> tuple[Any, TargetAdapter]:
     """(fp32 model, adapter) of a shipped demo policy (its trained weights; `model` is ignored: the
     demo's own is the one its adapter normalises for). `name`: the part after "demo:"."""
-    from hotloop.sim.demo_policy import build_demo
+    from hotloop.demos.conveyor import build_demo
 
     target = _qualified(name)
     demo = build_demo(target, options)
@@ -43,8 +43,8 @@ def demo_data(name: str, dataset: Any, options: Any, model: Any = None) -> tuple
 def task_observations(name: str, options: Any, task: str, count: int) -> list[Any]:
     """One start observation per seed (options.seed + i) of `task`, as the demo's model sees it: the belt
     speed and box position vary between them. `name`: the part after "demo:"."""
-    from hotloop.sim.demo_policy import build_demo
-    from hotloop.sim.vision_demo import make_demo_task
+    from hotloop.demos.conveyor import build_demo
+    from hotloop.demos.conveyor_vision import make_demo_task
 
     target = _qualified(name)
     demo = build_demo(target, options)

@@ -89,7 +89,7 @@ def rung_vla(config: DemoConfig) -> Rung:
 
 
 def rung_closed_loop(config: DemoConfig) -> Rung:
-    from hotloop.sim.demo_rung import run_rung
+    from hotloop.demo.closed_loop_rung import run_rung
 
     out = run_rung(config.out_dir, config.full, progress=config.progress)
     return Rung(
@@ -101,14 +101,14 @@ def rung_closed_loop(config: DemoConfig) -> Rung:
 
 
 def rung_compile(config: DemoConfig) -> Rung:
-    from hotloop.compile.demo_rung import run_rung
+    from hotloop.demo.compile_rung import run_rung
 
     out = run_rung(config.out_dir, config.full, progress=config.progress)
     return Rung(title=out["title"], summary=out["summary"], html=out["html"])
 
 
 def rung_compression(config: DemoConfig) -> Rung:
-    from hotloop.compress.demo_rung import run_compression_rung
+    from hotloop.demo.compression_rung import run_compression_rung
 
     out = run_compression_rung(config.out_dir, config.full, progress=config.progress)
     return Rung(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hotloop.compress.adapters import TargetAdapter, check_fits
 from hotloop.errors import ConfigError
+from hotloop.families.frames import TargetAdapter, check_fits
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class CalibrationSet:
 
 def open_dataset(data: str | Path, flag: str = "--data") -> Any:
     """The dataset at `data`, or a ConfigError naming `flag` (missing, empty, unreadable, no episodes)."""
-    from hotloop.sim.dataset import Dataset
+    from hotloop.datasets.lerobot_v3 import Dataset
 
     root = Path(data)
     if not root.exists():
@@ -208,3 +209,48 @@ def _hash(
         if t is not None:
             h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def compression_plan_config(
+    config: Any,
+    target: str,
+    source: Any,
+    calibration: Path | None,
+    frames: int,
+    mixed_plan: Path | None,
+    seed: int,
+    log: Callable[[str], None],
+) -> Any:
+    """`config` with calibration observations (from --calibration) and fp32 layers (from --mixed-plan)."""
+    from hotloop.compile.sources import load_target
+
+    fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
+    calib = None
+    if calibration is not None:
+        spec = CalibrationSpec(count=frames, seed=seed)
+        dataset = open_dataset(calibration, "--calibration")
+        _, adapter = load_target(target, dataset, seed, model=source.model)
+        calib = load_calibration(calibration, adapter, spec, "--calibration")
+        log(
+            f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "
+            f"(sha256 {calib.sha256[:12]})"
+        )
+    return replace(config, calibration=calib, fp32_layers=fp32_layers)
+
+
+def read_mixed_plan(path: Path) -> dict[str, list[str]]:
+    import json
+
+    from hotloop.errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).read_text())
+        layers = data["mixed_precision"]["fp32_layers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--mixed-plan {path} is not a `hotloop sensitivity --json` result with a mixed-precision plan; "
+            "run `hotloop sensitivity TARGET --data DIR --tolerance cos:0.99 --json FILE` first"
+        ) from None
+    if not isinstance(layers, dict) or not all(isinstance(v, list) for v in layers.values()):
+        raise ConfigError(f"--mixed-plan {path}: fp32_layers must map sub-engines to layer lists")
+    return {str(k): [str(n) for n in v] for k, v in layers.items()}

@@ -368,7 +368,7 @@ class _Frame:
 class PipelineLatency:
     """The closed loop's delay for one cycle: the decision layer's latency model plus the injected layers.
 
-    Same interface as `hotloop.sim.latency.LatencyModel` (sample_ms, describe, spec)."""
+    Same interface as `hotloop.closedloop.latency.LatencyModel` (sample_ms, describe, spec)."""
 
     base: Any  # LatencyModel of the decision layer
     policy: PipelinePolicy
@@ -394,7 +394,7 @@ class PipelineLatency:
 
 def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[PipelinePolicy, PipelineLatency]:
     """Wrap `policy` for `env` (conveyor-pick) per `spec`; returns the wrapper and the composed latency."""
-    from hotloop.sim.box_detector import ColourBoxDetector, PinholeCamera
+    from hotloop.perception.box_detector import ColourBoxDetector, PinholeCamera
     from hotloop.sim.tasks.conveyor import BOX_HALF
     from hotloop.sim.tasks.gantry import BELT_TOP
 

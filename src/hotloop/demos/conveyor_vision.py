@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hotloop.sim.demo_policy import PROMPT_TOKENS, DemoConveyorPolicy
+from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_vision"
 PROPRIO_DIM = 4  # ee xyz, grip opening: the first four numbers of every gantry task's state
@@ -87,7 +87,7 @@ def load_vision_policy(
     threads: int | None = None,
 ) -> VisionConveyorPolicy:
     """Load the vision demo policy from `folder` (default: the shipped assets) as float32; no network."""
-    from hotloop.sim.demo_policy import load_demo_pi
+    from hotloop.demos.conveyor import load_demo_pi
 
     folder = Path(folder) if folder is not None else ASSET_DIR
     with _quiet_checkpoint_notes():

@@ -13,9 +13,9 @@ from hotloop.families.protocol import PolicySource
 
 def demo_source(name: str, options: Any) -> PolicySource:
     """`name`: the part after "demo:" (the target table passes it so)."""
+    from hotloop.demos.conveyor_vision import make_demo_task
     from hotloop.families import get_family
     from hotloop.families.pi.config_io import norm_stats_to_dict
-    from hotloop.sim.vision_demo import make_demo_task
     from hotloop.targets import default_targets
 
     target = name if name.startswith("demo:") else f"demo:{name}"

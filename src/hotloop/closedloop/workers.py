@@ -60,7 +60,7 @@ class EpisodeJob:
         extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
         return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
 
-    pipeline: str | None = None  # conveyor-pick's layered perception chain (sim/perception_pipeline.py)
+    pipeline: str | None = None  # conveyor-pick's layered perception chain (perception/pipeline.py)
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
 
@@ -69,9 +69,9 @@ class EpisodeRunner:
     """Built once per worker; `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
+        from hotloop.closedloop.evaluator import run_episode
+        from hotloop.closedloop.latency import parse_latency
         from hotloop.realtime.strategies import default_strategies, make_strategy
-        from hotloop.sim.evaluator import run_episode
-        from hotloop.sim.latency import parse_latency
         from hotloop.sim.tasks import make_task
 
         strategies = default_strategies()
@@ -97,7 +97,7 @@ class EpisodeRunner:
             "length_unit": self.env.task_spec.length_unit,
         }
         if job.pipeline:
-            from hotloop.sim.perception_pipeline import attach_pipeline
+            from hotloop.perception.pipeline import attach_pipeline
 
             self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
         # The `engine` fallback's smaller policy, adapted to the task like the main one. It reads the task's
@@ -120,7 +120,7 @@ class EpisodeRunner:
         self.strategy_for = strategy_for
 
     def run(self, seed: int) -> dict[str, Any]:
-        from hotloop.sim.evaluator import failed_record
+        from hotloop.closedloop.evaluator import failed_record
 
         try:
             record = self._run(
@@ -147,8 +147,8 @@ class EpisodeRunner:
 
 
 def build_policy(job: EpisodeJob, env: Any) -> Any:
-    """The job's policy, seen through the adapter for `env`'s task spec (hotloop.sim.adapter)."""
-    from hotloop.sim.adapter import adapt, request_views
+    """The job's policy, seen through the adapter for `env`'s task spec (hotloop.closedloop.adapter)."""
+    from hotloop.closedloop.adapter import adapt, request_views
     from hotloop.targets import TargetOptions, find_target
 
     if job.policy_factory:
@@ -200,7 +200,7 @@ def _describe(e: BaseException) -> str:
 
 
 def _crash_record(seed: int, error: str) -> dict[str, Any]:
-    from hotloop.sim.evaluator import failed_record
+    from hotloop.closedloop.evaluator import failed_record
 
     return failed_record(seed, error)
 

@@ -88,7 +88,7 @@ def _bench(art: Path, reference: str, plan: CompileRungPlan, progress: bool) -> 
 
 
 def _episodes(target: str, n: int, progress: bool) -> dict[str, Any]:
-    from hotloop.sim.eval_run import EvalRequest, run_eval
+    from hotloop.closedloop.eval_run import EvalRequest, run_eval
 
     r = run_eval(
         EvalRequest(target=target, strategy="sync", latency="fixed:0", episodes=n), progress=progress

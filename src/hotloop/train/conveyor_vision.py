@@ -22,7 +22,6 @@ same weights. The shipped weights are stored as float16 (half the bytes; loaded 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,11 +88,11 @@ class _Arrays:
 def _build_arrays(
     dataset: Any, cfg_model: Any, horizon: int, views: tuple[str, ...]
 ) -> tuple[_Arrays, Any, int]:
+    from hotloop.demos.conveyor import PROMPT_TOKENS, to_relative
+    from hotloop.demos.conveyor_vision import proprio_state
     from hotloop.families.pi.policy import NormStats, Stats
     from hotloop.models.pi0 import state_prompt_tokens
-    from hotloop.sim.demo_policy import PROMPT_TOKENS, to_relative
-    from hotloop.sim.train_demo import _quantiles
-    from hotloop.sim.vision_demo import proprio_state
+    from hotloop.train.conveyor import quantiles
 
     images, states, chunks, boxes = [], [], [], []
     used = 0
@@ -120,9 +119,9 @@ def _build_arrays(
     rel = np.concatenate(chunks)
     box = np.concatenate(boxes)
     action_dim = rel.shape[-1]
-    s_lo, s_hi = _quantiles(state)
-    a_lo, a_hi = _quantiles(rel.reshape(-1, action_dim))
-    b_lo, b_hi = _quantiles(box)
+    s_lo, s_hi = quantiles(state)
+    a_lo, a_hi = quantiles(rel.reshape(-1, action_dim))
+    b_lo, b_hi = quantiles(box)
     norm = NormStats(state=Stats(q01=s_lo, q99=s_hi), actions=Stats(q01=a_lo, q99=a_hi), mode="quantiles")
     nstate = np.clip(norm.normalize(state, "state"), -1.0, 1.0)
     tokens, masks = zip(
@@ -133,27 +132,6 @@ def _build_arrays(
     nbox = ((box - b_lo) / (b_hi - b_lo) * 2.0 - 1.0).astype(np.float32)
     arrays = _Arrays(np.concatenate(images), np.stack(tokens), np.stack(masks), nact, nbox, action_dim)
     return arrays, norm, used
-
-
-def repeat_cache(cache: Any, times: int) -> Any:
-    """A PrefixCache whose batch is each sample repeated `times` times (sample-major), autograd intact."""
-    from hotloop.models.pi0 import PrefixCache
-
-    return PrefixCache(
-        k=cache.k.repeat_interleave(times, dim=1),
-        v=cache.v.repeat_interleave(times, dim=1),
-        pad_mask=cache.pad_mask.repeat_interleave(times, dim=0),
-        num_valid=cache.num_valid.repeat_interleave(times, dim=0),
-        suffix_mask=cache.suffix_mask.repeat_interleave(times, dim=0),
-        suffix_positions=cache.suffix_positions.repeat_interleave(times, dim=0),
-    )
-
-
-def _lr_at(step: int, cfg: TrainVisionDemoConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
 def _store_weights(folder: Path, dtype_name: str) -> None:
@@ -175,16 +153,16 @@ def train_vision_demo(
     dataset_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
+    """Train demo:conveyor-vision's pi0.5-mini on `dataset_dir` (or on episodes recorded into `out_dir`)."""
     import torch
     import torch.nn.functional as F
 
     from hotloop.families.pi.checkpoint import save_lerobot_checkpoint
     from hotloop.families.pi.sampling import sample_time
+    from hotloop.families.pi.training import new_model, repeat_cache
     from hotloop.models.configs import get_pi_config
-    from hotloop.models.pi0 import PiModel, init_weights
-    from hotloop.sim.dataset import Dataset
-    from hotloop.sim.recorder import record
-    from hotloop.sim.train_demo import ordinal_bin_embeddings, plot_loss
+    from hotloop.train.conveyor import plot_loss
+    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -192,26 +170,25 @@ def train_vision_demo(
     torch.set_num_threads(cfg.threads)
     torch.use_deterministic_algorithms(True)
     t_start = time.perf_counter()
-
-    data_path = Path(dataset_dir) if dataset_dir is not None else out / "dataset"
-    recorded: dict[str, Any] | None = None
-    if not (data_path / "meta" / "info.json").exists():
-        recorded = record(
-            cfg.task,
-            cfg.episodes,
-            data_path,
-            difficulty=cfg.difficulty,
-            seed=cfg.record_seed,
-            action_noise=cfg.action_noise,
-            recovery_starts=cfg.recovery_starts,
-            views=cfg.views,
-        )
-    dataset = Dataset(data_path)
+    dataset, recorded = prepare_dataset(
+        dataset_dir,
+        out,
+        {
+            "task": cfg.task,
+            "episodes": cfg.episodes,
+            "difficulty": cfg.difficulty,
+            "seed": cfg.record_seed,
+            "action_noise": cfg.action_noise,
+            "recovery_starts": cfg.recovery_starts,
+            "views": cfg.views,
+        },
+    )
     t_recorded = time.perf_counter()
 
     model_cfg = dataclasses.replace(get_pi_config(cfg.model), views=len(cfg.views))
     horizon = model_cfg.chunk_size
     arrays, norm, used = _build_arrays(dataset, model_cfg, horizon, cfg.views)
+    check_finite({"actions": arrays.actions, "box": arrays.box}, f"the dataset {dataset.root}")
     if arrays.images.shape[2] != model_cfg.vision.image_size:
         raise ConfigError(
             f"the dataset's images are {arrays.images.shape[2]} px; {cfg.model} takes "
@@ -220,10 +197,7 @@ def train_vision_demo(
     n = arrays.images.shape[0]
 
     gen = torch.Generator().manual_seed(cfg.seed)
-    model = PiModel(model_cfg)
-    init_weights(model, gen)
-    if cfg.ordinal_state_embeddings:
-        ordinal_bin_embeddings(model, 256, gen)
+    model = new_model(model_cfg, gen, cfg.ordinal_state_embeddings)
     # The box probe: every view's patch features (B, V*T, W) flattened -> normalised box xyz. Training only.
     nv = len(cfg.views)
     probe = torch.nn.Linear(nv * model_cfg.vision.tokens_per_view * model_cfg.vision.width, 3)
@@ -232,7 +206,6 @@ def train_vision_demo(
         probe.bias.zero_()
     model.train()
     params = [*model.parameters(), *probe.parameters()]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     images = torch.from_numpy(arrays.images)
     tokens = torch.from_numpy(arrays.tokens)
     token_masks = torch.from_numpy(arrays.token_masks)
@@ -243,14 +216,7 @@ def train_vision_demo(
     ones = torch.ones(cfg.batch, nv, dtype=torch.bool)
     k = cfg.noise_draws
 
-    losses: list[float] = []
-    aux_losses: list[float] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.steps, desc="train-demo vision", unit="step", dynamic_ncols=True)
-    for step in range(cfg.steps):
+    def step_loss(step: int) -> dict[str, Any]:
         idx = torch.randint(0, n, (cfg.batch,), generator=gen)
         img = images[idx].permute(0, 1, 4, 2, 3).flatten(0, 1).float().div_(127.5).sub_(1.0)
         feats = model.vision_tower(img).reshape(cfg.batch, -1, model_cfg.vision.width)  # (B, V*T, W)
@@ -264,21 +230,11 @@ def train_vision_demo(
         per = F.mse_loss(v_t, noise - target, reduction="none")
         flow = (per * action_mask).sum() / (action_mask.sum() * per.shape[0] * per.shape[1])
         aux = F.mse_loss(probe(feats.flatten(1)), boxes[idx])
-        loss = flow + cfg.aux_weight * aux
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        losses.append(flow.item())
-        aux_losses.append(aux.item())
-        if bar is not None:
-            bar.update(1)
-            if step % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", box=f"{np.mean(aux_losses[-20:]):.4f}")
-    if bar is not None:
-        bar.close()
+        return {"loss": flow + cfg.aux_weight * aux, "flow": flow, "box": aux}
+
+    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
+    history = run_training(params, step_loss, schedule, "train-demo vision", progress)
+    losses, aux_losses = history["flow"], history["box"]
     t_trained = time.perf_counter()
 
     model.eval()
@@ -293,7 +249,7 @@ def train_vision_demo(
         "parameters": sum(p.numel() for p in model.parameters()),
         "horizon": horizon,
         "action_dim": arrays.action_dim,
-        "state_transform": "ee xyz, grip opening only (hotloop.sim.vision_demo.proprio_state); "
+        "state_transform": "ee xyz, grip opening only (hotloop.demos.conveyor_vision.proprio_state); "
         "the box is seen only in the camera image",
         "action_transform": "xyz relative to the ee at observation time, absolute grip",
         "prompt_tokens": [1, 2, 3],
@@ -358,8 +314,8 @@ def ship_vision_assets(run_dir: str | Path) -> Path:
     """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor-vision` loads)."""
     import shutil
 
-    from hotloop.sim.train_demo import SHIPPED_FILES
-    from hotloop.sim.vision_demo import ASSET_DIR
+    from hotloop.demos.conveyor_vision import ASSET_DIR
+    from hotloop.train.conveyor import SHIPPED_FILES
 
     src = Path(run_dir)
     missing = [f for f in SHIPPED_FILES if not (src / f).is_file()]

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from hotloop.closedloop.latency import LatencyModel
+from hotloop.closedloop.metrics import mean_std, rms_jerk, wilson_interval
 from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
 from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
 from hotloop.realtime.strategies import Strategy
-from hotloop.sim.latency import LatencyModel
-from hotloop.sim.metrics import mean_std, rms_jerk, wilson_interval
 
 SAMPLE_TICKS = 5  # the end effector is sampled every 5 ticks (10 ms) for the jerk metric
 
@@ -86,7 +86,7 @@ def run_episode(
     `inference_ticks`: one (obs_tick, ready_tick) per inference, and `actions_by_tick` (one commanded
     action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold).
     `on_frame`: called with a rendered observation every `frame_ticks` ticks from tick 0 (a camera-rate
-    perception layer, see sim/perception_pipeline.py)."""
+    perception layer, see perception/pipeline.py)."""
     env.reset(seed=seed)
     policy.reset()
     if fallback_policy is not None:

@@ -8,7 +8,6 @@ demo.json (the adapter's settings and the training summary) and loss.png.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,16 +76,16 @@ class _Arrays:
     action_dim: int
 
 
-def _quantiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo = np.quantile(x, 0.01, axis=0).astype(np.float32)
     hi = np.quantile(x, 0.99, axis=0).astype(np.float32)
     return lo, np.maximum(hi, lo + 1e-3)  # a constant column must not divide by zero
 
 
 def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, Any, int]:
+    from hotloop.demos.conveyor import PROMPT_TOKENS, model_state, to_relative
     from hotloop.families.pi.policy import NormStats, Stats
     from hotloop.models.pi0 import state_prompt_tokens
-    from hotloop.sim.demo_policy import PROMPT_TOKENS, model_state, to_relative
 
     images, states, chunks = [], [], []
     used = 0
@@ -106,8 +105,8 @@ def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, 
     state = np.concatenate(states)
     rel = np.concatenate(chunks)
     action_dim = rel.shape[-1]
-    s_lo, s_hi = _quantiles(state)
-    a_lo, a_hi = _quantiles(rel.reshape(-1, action_dim))
+    s_lo, s_hi = quantiles(state)
+    a_lo, a_hi = quantiles(rel.reshape(-1, action_dim))
     norm = NormStats(state=Stats(q01=s_lo, q99=s_hi), actions=Stats(q01=a_lo, q99=a_hi), mode="quantiles")
     nstate = np.clip(norm.normalize(state, "state"), -1.0, 1.0)
     tokens, masks = zip(
@@ -119,33 +118,6 @@ def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, 
     return arrays, norm, used
 
 
-def ordinal_bin_embeddings(model: Any, num_bins: int, generator: Any) -> None:
-    """Start the state-bin token rows on a smooth curve: bin b and b+1 begin with nearly the same
-    embedding, so what the model learns about one bin carries over to its neighbours.
-
-    pi0.5 carries the state as 256 bin tokens, each with its own embedding row. Published pi0.5 gets
-    ordinal structure from a pretrained tokenizer (the bins are written as digits); trained from scratch
-    on a few thousand frames, independent random rows leave most bins barely trained and the policy
-    imprecise. Only the initial values change; the rows are trained like every other weight.
-    """
-    import torch
-
-    weight = model.embed_tokens.weight
-    width = weight.shape[1]
-    base = weight.shape[0] - num_bins
-    values = (torch.arange(num_bins, dtype=torch.float64) + 0.5) / num_bins * 2.0 - 1.0  # bin centres
-    freqs = torch.arange(1, 17, dtype=torch.float64) * (math.pi / 2)
-    feats = torch.cat(
-        [values[:, None], torch.sin(values[:, None] * freqs), torch.cos(values[:, None] * freqs)], 1
-    )
-    proj = torch.randn(feats.shape[1], width, generator=generator, dtype=torch.float64)
-    rows = feats @ proj
-    with torch.no_grad():
-        target_norm = weight[:base].norm(dim=1).mean()
-        rows = rows / rows.norm(dim=1, keepdim=True) * target_norm
-        weight[base:] = rows.to(weight.dtype)
-
-
 def _draw_prefix_len(cfg: TrainDemoConfig, gen: Any) -> Any:
     """Per example of a batch: 0 (plain) or, with probability action_prefix_prob, d ~ U{1..max}."""
     import torch
@@ -153,13 +125,6 @@ def _draw_prefix_len(cfg: TrainDemoConfig, gen: Any) -> Any:
     conditioned = torch.rand(cfg.batch, generator=gen) < cfg.action_prefix_prob
     d = torch.randint(1, cfg.max_action_prefix + 1, (cfg.batch,), generator=gen)
     return torch.where(conditioned, d, torch.zeros_like(d))
-
-
-def _lr_at(step: int, cfg: TrainDemoConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
 def plot_loss(losses: list[float], path: Path, title: str = "demo:conveyor training") -> None:
@@ -188,15 +153,14 @@ def plot_loss(losses: list[float], path: Path, title: str = "demo:conveyor train
 def train_demo(
     cfg: TrainDemoConfig, out_dir: str | Path, dataset_dir: str | Path | None = None, progress: bool = True
 ) -> dict[str, Any]:
-
+    """Train demo:conveyor's pi0.5-nano on `dataset_dir` (or on episodes recorded into `out_dir`)."""
     import torch
 
     from hotloop.families.pi.checkpoint import save_lerobot_checkpoint
-    from hotloop.families.pi.sampling import PiObservation, flow_matching_loss
+    from hotloop.families.pi.sampling import flow_matching_loss
+    from hotloop.families.pi.training import new_model, observation
     from hotloop.models.configs import get_pi_config
-    from hotloop.models.pi0 import PiModel, init_weights
-    from hotloop.sim.dataset import Dataset
-    from hotloop.sim.recorder import record
+    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,34 +168,29 @@ def train_demo(
     torch.set_num_threads(cfg.threads)
     torch.use_deterministic_algorithms(True)
     t_start = time.perf_counter()
-
-    data_path = Path(dataset_dir) if dataset_dir is not None else out / "dataset"
-    recorded: dict[str, Any] | None = None
-    if not (data_path / "meta" / "info.json").exists():
-        recorded = record(
-            cfg.task,
-            cfg.episodes,
-            data_path,
-            difficulty=cfg.difficulty,
-            seed=cfg.record_seed,
-            action_noise=cfg.action_noise,
-            recovery_starts=cfg.recovery_starts,
-        )
-    dataset = Dataset(data_path)
+    dataset, recorded = prepare_dataset(
+        dataset_dir,
+        out,
+        {
+            "task": cfg.task,
+            "episodes": cfg.episodes,
+            "difficulty": cfg.difficulty,
+            "seed": cfg.record_seed,
+            "action_noise": cfg.action_noise,
+            "recovery_starts": cfg.recovery_starts,
+        },
+    )
     t_recorded = time.perf_counter()
 
     model_cfg = get_pi_config(cfg.model)
     horizon = model_cfg.chunk_size
     arrays, norm, used = _build_arrays(dataset, model_cfg, horizon)
+    check_finite({"actions": arrays.actions}, f"the dataset {dataset.root}")
     n = arrays.images.shape[0]
 
     gen = torch.Generator().manual_seed(cfg.seed)
-    model = PiModel(model_cfg)
-    init_weights(model, gen)
-    if cfg.ordinal_state_embeddings:
-        ordinal_bin_embeddings(model, 256, gen)
+    model = new_model(model_cfg, gen, cfg.ordinal_state_embeddings)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     images = torch.from_numpy(arrays.images)  # uint8, converted per batch (keeps memory small)
     tokens = torch.from_numpy(arrays.tokens)
     token_masks = torch.from_numpy(arrays.token_masks)
@@ -240,18 +199,10 @@ def train_demo(
     action_mask[: arrays.action_dim] = 1.0
     ones = torch.ones(cfg.batch, 1, dtype=torch.bool)
 
-    losses: list[float] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.steps, desc="train-demo", unit="step", dynamic_ncols=True)
-    for step in range(cfg.steps):
+    def step_loss(step: int) -> dict[str, Any]:
         idx = torch.randint(0, n, (cfg.batch,), generator=gen)
         img = images[idx].permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)[:, None]
-        obs = PiObservation(
-            images=img, image_masks=ones, lang_tokens=tokens[idx], lang_masks=token_masks[idx]
-        )
+        obs = observation(img, ones, tokens[idx], token_masks[idx])
         if cfg.action_prefix_prob > 0:
             prefix_len = _draw_prefix_len(cfg, gen)
             per = flow_matching_loss(
@@ -261,20 +212,10 @@ def train_demo(
         else:
             per = flow_matching_loss(model, obs, actions[idx], generator=gen, reduce=False)
             loss_tokens = per.shape[0] * per.shape[1]
-        loss = (per * action_mask).sum() / (action_mask.sum() * loss_tokens)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        losses.append(loss.item())
-        if bar is not None:
-            bar.update(1)
-            if step % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-    if bar is not None:
-        bar.close()
+        return {"loss": (per * action_mask).sum() / (action_mask.sum() * loss_tokens)}
+
+    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
+    losses = run_training(list(model.parameters()), step_loss, schedule, "train-demo", progress)["loss"]
     t_trained = time.perf_counter()
 
     model.eval()
@@ -287,7 +228,7 @@ def train_demo(
         "model": cfg.model,
         "horizon": horizon,
         "action_dim": arrays.action_dim,
-        "state_transform": "ee, grip, box - ee, box velocity (hotloop.sim.demo_policy.model_state)",
+        "state_transform": "ee, grip, box - ee, box velocity (hotloop.demos.conveyor.model_state)",
         "action_transform": "xyz relative to the ee at observation time, absolute grip",
         "prompt_tokens": [1, 2, 3],
         # Sampling from x = 0 (the flow's mode) instead of a random draw: measured 18/20 against 5/20
@@ -306,7 +247,7 @@ def train_demo(
             "threads": cfg.threads,
         },
     }
-    atomic_write_json(out / "demo.json", summary)  # a NaN loss is written as null: the file stays JSON
+    atomic_write_json(out / "demo.json", summary)
     atomic_write_json(out / "loss.json", [round(x, 5) for x in losses])
     return summary
 
@@ -318,7 +259,7 @@ def ship_assets(run_dir: str | Path) -> Path:
     """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor` loads)."""
     import shutil
 
-    from hotloop.sim.demo_policy import ASSET_DIR
+    from hotloop.demos.conveyor import ASSET_DIR
 
     src = Path(run_dir)
     missing = [f for f in SHIPPED_FILES if not (src / f).is_file()]

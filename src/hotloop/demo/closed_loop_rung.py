@@ -29,8 +29,8 @@ def rung_plan(full: bool) -> tuple[list[float], int, int]:
 
 
 def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2) -> dict[str, Any]:
+    from hotloop.closedloop.eval_run import EvalRequest, plot_sweep, run_eval
     from hotloop.io import atomic_write_json
-    from hotloop.sim.eval_run import EvalRequest, plot_sweep, run_eval
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,142 @@
+"""`hotloop eval`: closed loop on the simulated world (registered on the app by `add_commands`).
+
+Module-level imports stay light (typer only); MuJoCo and torch load inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hotloop.cli_errors import user_errors
+
+
+def eval_cmd(
+    target: Annotated[
+        str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
+    ],
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ] = "conveyor-pick",
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    strategy: Annotated[
+        list[str],
+        typer.Option(
+            help="sync, chunk, async, rtc, rtc-prefix or rtc-soft; repeat or comma-separate for several"
+        ),
+    ] = ["sync"],  # noqa: B006
+    latency: Annotated[
+        str | None,
+        typer.Option(help="measured (the default), fixed:MS, or a bench JSON (replay:PATH)"),
+    ] = None,
+    sweep_latency: Annotated[
+        str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
+    ] = None,
+    episodes: Annotated[int, typer.Option(help="episodes per (strategy, latency) point")] = 50,
+    seed: Annotated[int, typer.Option(help="episode i uses seed + i")] = 0,
+    workers: Annotated[int, typer.Option(help="worker processes (0 = in this process)")] = 2,
+    execute_steps: Annotated[int | None, typer.Option(help="chunk: actions executed per inference")] = None,
+    trigger_remaining: Annotated[
+        int | None,
+        typer.Option(
+            help="async and rtc modes: start the next inference when this many actions remain "
+            "(default: half the chunk; rtc-soft: chunk - 2, a new plan every max(delay, 2) periods)"
+        ),
+    ] = None,
+    sweep_trigger: Annotated[
+        str | None,
+        typer.Option(
+            help="--trigger-remaining values to sweep, e.g. 8,10,12,14 (async and rtc modes; the other "
+            "strategies run once)"
+        ),
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    blend: Annotated[
+        str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
+    ] = "latest",
+    fallback: Annotated[
+        str,
+        typer.Option(
+            help="on a missed deadline or failed inference: hold, continue, stop, or engine:TARGET "
+            "(a smaller policy, e.g. engine:expert:scripted)"
+        ),
+    ] = "hold",
+    deadline_ms: Annotated[
+        float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")
+    ] = None,
+    guidance_weight: Annotated[
+        float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write results (with per-episode records)")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="PNG of success rate against latency per strategy")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+        ),
+    ] = None,
+    memory_cap_mb: Annotated[
+        float | None,
+        typer.Option(help="an artifact engine's resident-memory cap in MiB, checked every inference"),
+    ] = None,
+) -> None:
+    """Closed-loop evaluation: simulated time advances while the policy thinks.
+
+    The table goes to stdout, progress and errors to stderr. Exit code 0 when every episode ran (whatever
+    its outcome), 1 when any episode crashed (counted apart from failures), 2 for bad input, 130 when
+    interrupted (the finished episodes are written first).
+    """
+    from hotloop.closedloop.sweep import EvalSweep, run_sweep
+
+    run_sweep(
+        EvalSweep(
+            target=target,
+            task=task,
+            task_kwargs=task_kwargs,
+            difficulty=difficulty,
+            strategy=tuple(strategy),
+            latency=latency,
+            sweep_latency=sweep_latency,
+            episodes=episodes,
+            seed=seed,
+            workers=workers,
+            execute_steps=execute_steps,
+            trigger_remaining=trigger_remaining,
+            sweep_trigger=sweep_trigger,
+            num_steps=steps,
+            blend=blend,
+            fallback=fallback,
+            deadline_ms=deadline_ms,
+            guidance_weight=guidance_weight,
+            json_path=json_path,
+            plot=plot,
+            quiet=quiet,
+            pipeline=pipeline,
+            memory_cap_mb=memory_cap_mb,
+        )
+    )
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("eval")(user_errors(eval_cmd))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _app = typer.Typer()
+    add_commands(_app)
+    _app(sys.argv[1:])

@@ -1,0 +1,334 @@
+"""One `hotloop eval` run as data: the target, its task, the strategies x triggers x latencies to sweep and
+where the results go (`EvalSweep`), checked and expanded into `EvalRequest`s before any episode, then run
+point by point (`run_sweep`), the JSON rewritten after every point so Ctrl-C keeps what finished."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hotloop.sim.tasks import check_difficulty
+
+
+def _parse_sweep(text: str) -> list[float]:
+    import math
+
+    from hotloop.errors import ConfigError
+
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--sweep-latency {text!r}: write milliseconds separated by commas, e.g. 0,50,100,200"
+        ) from None
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise ConfigError(f"--sweep-latency {text!r}: need one or more finite, non-negative milliseconds")
+    return values
+
+
+def _parse_triggers(text: str) -> list[int]:
+    from hotloop.errors import ConfigError
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--sweep-trigger {text!r}: write whole numbers of actions separated by commas, e.g. 8,10,12,14"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError(f"--sweep-trigger {text!r}: need one or more non-negative numbers of actions")
+    return list(dict.fromkeys(values))  # each once, in the order given
+
+
+def _option_users(names: list[str], field: str, value: Any, other: Any, horizon: int) -> list[str]:
+    """The strategies among `names` that read StrategyConfig `field`: two values of it give two
+    different strategies, or the strategy checks it (refuses one of them)."""
+    import dataclasses
+
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.strategies import StrategyConfig, make_strategy
+
+    users = []
+    for name in names:
+        base = StrategyConfig(horizon)
+        given = make_strategy(name, dataclasses.replace(base, **{field: value})).describe()
+        try:
+            changed = given != make_strategy(name, dataclasses.replace(base, **{field: other})).describe()
+        except ConfigError:
+            changed = True  # it checks this option: it reads it
+        if changed:
+            users.append(name)
+    return users
+
+
+def trigger_readers(names: list[str]) -> set[str]:
+    """The strategies among `names` that `--trigger-remaining` acts on (async and the rtc modes)."""
+    return set(_option_users(names, "trigger_remaining", 1, 2, horizon=16))
+
+
+def _check_strategy_options(
+    names: list[str],
+    execute_steps: int | None,
+    trigger_remaining: int | None,
+    guidance_weight: float | None = None,
+    trigger_flag: str = "--trigger-remaining",
+) -> None:
+    """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
+    when two values of it give two different strategies (their descriptions differ), or when it checks
+    the value (refuses one of them); a value every chosen strategy refuses fails here, before any
+    episode. `trigger_flag`: the flag the trigger came from (`--sweep-trigger` gives one per point)."""
+    from hotloop.errors import ConfigError
+
+    options = (  # flag, StrategyConfig field, the value given, a second value to compare with
+        (
+            "--execute-steps",
+            "execute_steps",
+            execute_steps,
+            None if execute_steps is None else execute_steps + 1,
+        ),
+        (
+            trigger_flag,
+            "trigger_remaining",
+            trigger_remaining,
+            None if trigger_remaining is None else trigger_remaining + 1,
+        ),
+        (
+            "--guidance-weight",
+            "max_guidance_weight",
+            guidance_weight,
+            None if guidance_weight is None else 2 * guidance_weight + 1,
+        ),
+    )
+    horizon = 2 + max(int(v) for v in (execute_steps, trigger_remaining, 0) if v is not None)
+    for flag, field, value, other in options:
+        if value is None:
+            continue
+        users = _option_users(names, field, value, other, horizon)
+        if not users:
+            readers = {
+                "--execute-steps": "chunk",
+                trigger_flag: "async, rtc, rtc-prefix or rtc-soft",
+            }.get(flag, "rtc")
+            raise ConfigError(
+                f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
+                f"drop it or add that strategy"
+            )
+
+
+def _check_realtime_options(
+    blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
+) -> None:
+    from hotloop.realtime.blending import BlendConfig
+    from hotloop.realtime.strategies import StrategyConfig
+    from hotloop.realtime.watchdog import WatchdogConfig, parse_fallback
+
+    BlendConfig(blend)
+    kind, engine = parse_fallback(fallback)
+    WatchdogConfig(kind, deadline_ms)
+    if engine is not None:
+        check_fallback_target(engine)
+    if guidance_weight is not None:
+        StrategyConfig(1, max_guidance_weight=guidance_weight)
+
+
+def check_fallback_target(engine: str, flag: str = "--fallback") -> None:
+    """The smaller engine of `--fallback engine:TARGET` must be a known target (checked before any work)."""
+    from hotloop.errors import ConfigError, UnknownNameError
+    from hotloop.targets import find_target
+
+    try:
+        find_target(engine)
+    except UnknownNameError as e:
+        raise ConfigError(f"{flag} engine:{engine}: {e}") from None
+
+
+@dataclass(frozen=True)
+class EvalSweep:
+    """Every `hotloop eval` option, as given (`strategy` holds the repeated / comma-separated values)."""
+
+    target: str
+    task: str = "conveyor-pick"
+    task_kwargs: str | None = None
+    difficulty: str | None = None
+    strategy: tuple[str, ...] = ("sync",)
+    latency: str | None = None
+    sweep_latency: str | None = None
+    episodes: int = 50
+    seed: int = 0
+    workers: int = 2
+    execute_steps: int | None = None
+    trigger_remaining: int | None = None
+    sweep_trigger: str | None = None
+    num_steps: int | None = None
+    blend: str = "latest"
+    fallback: str = "hold"
+    deadline_ms: float | None = None
+    guidance_weight: float | None = None
+    json_path: Path | None = None
+    plot: Path | None = None
+    quiet: bool = False
+    pipeline: str | None = None
+    memory_cap_mb: float | None = None
+
+    @property
+    def single(self) -> bool:
+        """One point, not a sweep: the JSON holds that run itself instead of {"runs": [...]}."""
+        return len(self.requests()) == 1 and not self.sweep_latency and not self.sweep_trigger
+
+    def requests(self) -> list[Any]:
+        """The points to run (strategy x trigger x latency), every option checked first: a bad value
+        is a ConfigError naming its flag before any episode runs."""
+        from hotloop.closedloop.eval_run import EvalRequest
+        from hotloop.closedloop.latency import parse_latency
+        from hotloop.errors import ConfigError
+        from hotloop.realtime.strategies import default_strategies
+        from hotloop.sim.tasks import check_task
+        from hotloop.sim.tasks.gym_task import parse_task_kwargs
+        from hotloop.targets import ARTIFACT_ENTRY, find_target
+
+        names = [s.strip() for item in self.strategy for s in item.split(",") if s.strip()]
+        if not names:
+            raise ConfigError(
+                f"--strategy {','.join(self.strategy)!r} names no strategy; use sync, chunk or async"
+            )
+        registry = default_strategies()
+        for name in names:
+            registry.get(name)
+        check_task(self.task)
+        parse_task_kwargs(self.task_kwargs)
+        if find_target(self.target) is not ARTIFACT_ENTRY and self.memory_cap_mb is not None:
+            raise ConfigError(
+                f"--memory-cap-mb caps a compiled artifact's engine; {self.target!r} is not one: drop the flag"
+            )
+        if self.sweep_latency is not None and self.latency is not None:
+            raise ConfigError(
+                f"--latency {self.latency} and --sweep-latency {self.sweep_latency} both given; the sweep sets the "
+                "latency of each point: drop one"
+            )
+        latencies = (
+            [f"fixed:{ms:g}" for ms in _parse_sweep(self.sweep_latency)]
+            if self.sweep_latency
+            else [self.latency or "measured"]
+        )
+        for spec in latencies:
+            parse_latency(spec)  # bad specs and files fail before any episode runs
+        _check_realtime_options(self.blend, self.fallback, self.deadline_ms, self.guidance_weight)
+        if self.pipeline is not None:
+            from hotloop.perception.pipeline import parse_pipeline
+
+            parse_pipeline(self.pipeline)
+        if self.sweep_trigger is not None and self.trigger_remaining is not None:
+            raise ConfigError(
+                f"--trigger-remaining {self.trigger_remaining} and --sweep-trigger {self.sweep_trigger} both given; the "
+                "sweep sets the trigger of each point: drop one"
+            )
+        triggers: list[int | None] = [self.trigger_remaining]
+        if self.sweep_trigger is not None:
+            triggers = list(_parse_triggers(self.sweep_trigger))
+        for k in triggers:
+            flag = "--sweep-trigger" if self.sweep_trigger is not None else "--trigger-remaining"
+            _check_strategy_options(names, self.execute_steps, k, self.guidance_weight, trigger_flag=flag)
+        check_difficulty(self.task, self.difficulty)
+        readers = trigger_readers(names)
+        requests = [
+            EvalRequest(
+                target=self.target,
+                task=self.task,
+                task_kwargs=self.task_kwargs,
+                difficulty=self.difficulty,
+                strategy=name,
+                latency=spec,
+                episodes=self.episodes,
+                seed=self.seed,
+                workers=self.workers,
+                execute_steps=self.execute_steps,
+                trigger_remaining=k if name in readers else None,
+                num_steps=self.num_steps,
+                blend=self.blend,
+                fallback=self.fallback,
+                deadline_ms=self.deadline_ms,
+                guidance_weight=self.guidance_weight,
+                pipeline=self.pipeline,
+                memory_cap_mb=self.memory_cap_mb,
+            )
+            for name in names
+            for k in (triggers if name in readers else [None])
+            for spec in latencies
+        ]  # built first: their checks run before any episode
+        return requests
+
+
+def run_sweep(sweep: EvalSweep) -> None:
+    """Run every point of `sweep`; exit codes as `hotloop eval` documents them."""
+    from hotloop.closedloop.eval_run import plot_sweep, print_table, run_eval, run_label
+    from hotloop.interrupts import first_interrupt_only
+    from hotloop.io import atomic_write_json, check_output_file
+
+    requests = sweep.requests()
+    check_output_file(sweep.json_path, "--json")
+    check_output_file(sweep.plot, "--plot")
+    runs: list[dict[str, Any]] = []
+    interrupted = False
+
+    single = len(requests) == 1 and not sweep.sweep_latency and not sweep.sweep_trigger  # the file's shape
+
+    write_failed: list[str] = []
+
+    def write() -> None:
+        if sweep.json_path is None or not runs:
+            return
+        try:
+            atomic_write_json(sweep.json_path, runs[0] if single else {"runs": runs})
+        except OSError as e:  # checked writable at the start, lost since: keep evaluating, show the table
+            if not write_failed:
+                typer.echo(
+                    f"error: cannot write --json {sweep.json_path} ({e.strerror or e}); the evaluation goes on "
+                    "and the table shows its results",
+                    err=True,
+                )
+            write_failed.append(str(e))
+
+    # The first Ctrl-C stops the point in progress; later presses cannot cut short the save below.
+    with first_interrupt_only():
+        for request in requests:
+            result = run_eval(request, progress=not sweep.quiet)
+            runs.append(result)
+            write()  # after every point: Ctrl-C later keeps what finished
+            if result["interrupted"]:
+                interrupted = True
+                break
+        print_table(runs)
+        if sweep.plot is not None and runs:
+            plot_sweep(runs, sweep.plot)
+            typer.echo(f"wrote {sweep.plot}")
+        if sweep.pipeline is not None and runs:
+            from hotloop.perception.pipeline import report_budgets
+
+            for path in report_budgets(runs, sweep.plot):
+                typer.echo(f"wrote {path}")
+        if sweep.json_path is not None and runs and not write_failed:
+            typer.echo(f"wrote {sweep.json_path}")
+    if interrupted:
+        typer.echo("interrupted: wrote the episodes that finished", err=True)
+        raise typer.Exit(130)
+    if write_failed:
+        raise typer.Exit(1)
+    crashed = [(r, s) for r in runs for s in r["error_seeds"]]
+    if crashed:
+        first_run, first_seed = crashed[0]
+        reason = next(e["error"] for e in first_run["per_episode"] if e["seed"] == first_seed)
+        reason = reason.strip().splitlines()[-1] if reason.strip() else "no message"
+        if len(runs) == 1:
+            where = "seeds " + ", ".join(str(s) for _, s in crashed[:10])
+        else:  # name the point too: the same seed runs once per point
+            where = ", ".join(f"{run_label(r)} {r['latency']['spec']} seed {s}" for r, s in crashed[:10])
+        where += ", ..." if len(crashed) > 10 else ""
+        typer.echo(
+            f"error: {len(crashed)} episode(s) crashed ({where}); they are errors, not policy "
+            f"failures, and left out of the success rate. First: {reason}",
+            err=True,
+        )
+        raise typer.Exit(1)

@@ -1,0 +1,115 @@
+"""`hotloop record`, registered on the app by `add_commands`. Module-level imports stay light (typer
+only); MuJoCo and torch load inside the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hotloop.cli_errors import user_errors
+from hotloop.sim.tasks import check_difficulty
+
+
+def record_cmd(
+    task: Annotated[
+        str,
+        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
+    ],
+    task_kwargs: Annotated[
+        str | None,
+        typer.Option(
+            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
+        ),
+    ] = None,
+    episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
+    ] = Path("data/episodes"),
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")] = 0,
+    action_noise: Annotated[
+        float, typer.Option(help="std (m) of noise on the executed xyz target; labels stay clean (DART)")
+    ] = 0.0,
+    recovery_starts: Annotated[
+        float, typer.Option(help="fraction of episodes started in a recovery state (box past the gripper)")
+    ] = 0.0,
+    views: Annotated[
+        str | None,
+        typer.Option(
+            help="camera views of a built-in task, comma-separated, e.g. top,wrist (what "
+            "demo:conveyor-vision reads; default: the task's own, top)"
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
+    from hotloop.datasets.recorder import check_record_options, record
+    from hotloop.errors import ConfigError
+    from hotloop.interrupts import stop_at_next_boundary
+    from hotloop.io import check_output_dir
+    from hotloop.progress import Progress
+    from hotloop.sim.tasks import check_task
+    from hotloop.sim.tasks.gym_task import parse_task_kwargs
+
+    check_task(task)
+    parse_task_kwargs(task_kwargs)
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
+    check_difficulty(task, difficulty)
+    view_keys = _record_views(task, views)
+    check_output_dir(out, "-o", must_be_empty=True)
+    wins = 0
+
+    def tick(i: int, ok: bool) -> None:
+        nonlocal wins
+        wins += int(ok)
+        bar.update(1, f"expert success {wins}/{i + 1}")
+
+    # Ctrl-C stops after the episode in progress and writes the finished ones (a dataset is written whole
+    # at the end: an exception there would lose every episode).
+    with (
+        stop_at_next_boundary("episode") as stop,
+        Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar,
+    ):
+        result = record(
+            task,
+            episodes,
+            out,
+            difficulty=difficulty,
+            seed=seed,
+            action_noise=action_noise,
+            recovery_starts=recovery_starts,
+            progress=tick,
+            stop=stop,
+            task_kwargs=task_kwargs,
+            views=view_keys,
+        )
+    typer.echo(
+        f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
+        f"expert success {result['successes']}/{result['episodes']}"
+    )
+    if result["stopped"]:
+        typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
+        raise typer.Exit(130)
+
+
+def _record_views(task: str, views: str | None) -> tuple[str, ...] | None:
+    """`--views top,wrist` -> checked view names; only built-in (gantry) tasks render named views."""
+    if views is None:
+        return None
+    from hotloop.errors import ConfigError
+    from hotloop.sim.tasks import default_tasks
+    from hotloop.sim.tasks.gantry import check_views
+
+    if task not in default_tasks():
+        raise ConfigError(
+            f"--views is for the built-in tasks ({', '.join(default_tasks())}); {task} renders its own"
+        )
+    return check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("record")(user_errors(record_cmd))

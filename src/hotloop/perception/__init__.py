@@ -1,0 +1,1 @@
+"""The perception layer: detectors and the layered perception -> estimation -> decision chain."""

@@ -1,0 +1,1 @@
+"""Training of the shipped demo policies, one loop shared by every demo policy (`loop`)."""

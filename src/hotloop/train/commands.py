@@ -1,0 +1,100 @@
+"""`hotloop train-demo`, registered on the app by `add_commands`. Module-level imports stay light (typer
+only); MuJoCo and torch load inside the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hotloop.cli_errors import user_errors
+
+
+def train_demo_cmd(
+    out: Annotated[Path, typer.Option("-o", "--out", help="output folder")] = Path("runs/train-demo"),
+    steps: Annotated[int | None, typer.Option(help="optimizer steps")] = None,
+    episodes: Annotated[int | None, typer.Option(help="expert episodes to record")] = None,
+    dataset: Annotated[
+        Path | None, typer.Option(help="use this recorded dataset instead of recording")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="training seed")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch threads (1 keeps runs repeatable everywhere)")
+    ] = None,
+    ship: Annotated[bool, typer.Option("--ship", help="copy the result into the package assets")] = False,
+    variant: Annotated[
+        str,
+        typer.Option(help="state: demo:conveyor (box pose in the state); vision: demo:conveyor-vision"),
+    ] = "state",
+    action_prefix_prob: Annotated[
+        float | None,
+        typer.Option(help="state variant: fraction of examples trained to continue a given action prefix"),
+    ] = None,
+    max_action_prefix: Annotated[
+        int | None, typer.Option(help="state variant: the longest given prefix (actions)")
+    ] = None,
+    views: Annotated[
+        str | None,
+        typer.Option(help="vision variant: camera views to train on, comma-separated (default top,wrist)"),
+    ] = None,
+) -> None:
+    """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
+    import dataclasses
+
+    from hotloop.errors import ConfigError
+    from hotloop.io import check_output_dir
+
+    if variant not in ("state", "vision"):
+        raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
+    if views is not None and variant != "vision":
+        raise ConfigError("--views is for --variant vision (demo:conveyor reads the top view only)")
+    view_keys = None
+    if views is not None:
+        from hotloop.sim.tasks.gantry import check_views
+
+        view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
+    check_output_dir(out, "-o")
+    if variant == "vision":
+        if action_prefix_prob is not None or max_action_prefix is not None:
+            raise ConfigError("--action-prefix-prob / --max-action-prefix are for --variant state; drop them")
+        from hotloop.train.conveyor_vision import run_from_cli
+
+        run_from_cli(
+            out,
+            steps=steps,
+            episodes=episodes,
+            dataset=dataset,
+            seed=seed,
+            threads=threads,
+            ship=ship,
+            views=view_keys,
+        )
+        return
+    from hotloop.train.conveyor import TrainDemoConfig, ship_assets, train_demo
+
+    cfg = TrainDemoConfig(seed=seed)
+    updates: dict[str, Any] = {}
+    if steps is not None:
+        updates["steps"] = steps
+    if episodes is not None:
+        updates["episodes"] = episodes
+    if threads is not None:
+        updates["threads"] = threads
+    if action_prefix_prob is not None:
+        updates["action_prefix_prob"] = action_prefix_prob
+    if max_action_prefix is not None:
+        updates["max_action_prefix"] = max_action_prefix
+    cfg = dataclasses.replace(cfg, **updates)
+    summary = train_demo(cfg, out, dataset_dir=dataset)
+    tr = summary["training"]
+    typer.echo(
+        f"trained in {tr['train_s']:.0f} s (recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; "
+        f"wrote {out} (loss curve {out / 'loss.png'})"
+    )
+    if ship:
+        typer.echo(f"shipped to {ship_assets(out)}")
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("train-demo")(user_errors(train_demo_cmd))

@@ -1,0 +1,130 @@
+"""The one training loop every shipped demo policy is trained with, and the data it trains on.
+
+- `prepare_dataset`: the recorded dataset to train on; recorded into the run's own folder when none is
+  given. A `--dataset` path must already be a dataset (`meta/info.json`): nothing is ever recorded or
+  written into an input path.
+- `check_finite`: non-finite values in the training arrays are named (array, row, column) before any work.
+- `run_training`: AdamW with linear warm-up and a cosine decay (`Schedule`), gradient clipping, a
+  progress bar, and every named term of the step loss kept per step. A non-finite loss stops training
+  with `TrainingDiverged` (the command exits 1 and writes no model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError, HotloopError
+
+
+class TrainingDiverged(HotloopError):
+    """The loss became NaN or infinite: the run stops and writes no model."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: int
+    lr: float
+    min_lr: float
+    warmup: int
+    weight_decay: float
+    grad_clip: float
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def prepare_dataset(
+    dataset_dir: str | Path | None, out: Path, record_options: Mapping[str, Any]
+) -> tuple[Any, dict[str, Any] | None]:
+    """(the dataset, the recording summary or None): `dataset_dir` as given, which must be a recorded
+    dataset, or episodes recorded into `out/dataset` (`record_options`: `hotloop.datasets.recorder.record`'s
+    arguments) unless a previous run recorded them there already."""
+    from hotloop.datasets.lerobot_v3 import Dataset
+
+    if dataset_dir is not None:
+        path = Path(dataset_dir)
+        if not (path / "meta" / "info.json").is_file():
+            raise ConfigError(
+                f"--dataset {path} is not a recorded dataset (no meta/info.json there); record one with "
+                "`hotloop record --task conveyor-pick -o DIR`, or drop --dataset to record into the run folder"
+            )
+        return Dataset(path), None
+    path = out / "dataset"
+    recorded = None
+    if not (path / "meta" / "info.json").is_file():
+        from hotloop.datasets.recorder import record
+
+        recorded = record(out=path, **record_options)
+    return Dataset(path), recorded
+
+
+def check_finite(arrays: Mapping[str, np.ndarray], where: str) -> None:
+    """Refuse arrays holding NaN or Inf, naming the first bad value by array, row and column."""
+    for name, values in arrays.items():
+        if values.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(values)
+        if bad.any():
+            flat = bad.reshape(bad.shape[0], -1) if bad.ndim > 1 else bad[:, None]
+            row = int(np.argmax(flat.any(axis=1)))
+            col = int(np.argmax(flat[row]))
+            raise ConfigError(
+                f"{where}: {name} holds a non-finite value ({values.reshape(len(values), -1)[row, col]}) at "
+                f"row {row}, column {col}; fix or drop that episode before training"
+            )
+
+
+def run_training(
+    params: list[Any],
+    step_loss: Callable[[int], Mapping[str, Any]],
+    schedule: Schedule,
+    desc: str,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Optimise `params` for `schedule.steps` steps; `step_loss(step)` draws its batch and returns its
+    terms as tensors, "loss" the one minimised. Returns each term's history (the terms other than "loss"
+    when there are any, else "loss")."""
+    import torch
+
+    opt = torch.optim.AdamW(params, lr=schedule.lr, weight_decay=schedule.weight_decay)
+    history: dict[str, list[float]] = {}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=schedule.steps, desc=desc, unit="step", dynamic_ncols=True)
+    try:
+        for step in range(schedule.steps):
+            terms = step_loss(step)
+            loss = terms["loss"]
+            if not bool(torch.isfinite(loss.detach())):
+                raise TrainingDiverged(
+                    f"{desc}: the loss is {float(loss.detach())} at step {step}; training stopped and no "
+                    "model was written (lower the learning rate, or check the data)"
+                )
+            for group in opt.param_groups:
+                group["lr"] = schedule.lr_at(step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, schedule.grad_clip)
+            opt.step()
+            logged = {k: v for k, v in terms.items() if k != "loss"} or {"loss": loss}
+            for name, value in logged.items():
+                history.setdefault(name, []).append(value.item())
+            if bar is not None:
+                bar.update(1)
+                if step % 20 == 0:
+                    bar.set_postfix({k: f"{np.mean(v[-20:]):.4f}" for k, v in history.items()})
+    finally:
+        if bar is not None:
+            bar.close()
+    return history
