@@ -244,6 +244,7 @@ COMMAND_MODULES = (
     "hotloop.runtime.commands",  # profile
     "hotloop.compress.commands",  # sensitivity
     "hotloop.compress.recipe_commands",  # compress
+    "hotloop.verify.commands",  # verify
 )
 for _module in COMMAND_MODULES:
     importlib.import_module(_module).add_commands(app)

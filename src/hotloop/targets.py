@@ -307,11 +307,32 @@ ARTIFACT_ENTRY = TargetEntry(
 
 
 def find_target(name: str) -> TargetEntry:
-    """A registered target, or a folder holding a compiled artifact (its manifest.json)."""
+    """A registered target, a folder holding a compiled artifact (its manifest.json), or a LeRobot
+    checkpoint folder (config.json + model.safetensors; its `type` picks the family)."""
     from pathlib import Path
 
-    if (Path(name) / "manifest.json").is_file():
+    path = Path(name)
+    if (path / "manifest.json").is_file():
         return ARTIFACT_ENTRY
+    from hotloop.families import checkpoint_targets, checkpoint_type, is_checkpoint_dir
+
+    if is_checkpoint_dir(path):
+        module = checkpoint_targets(path)
+        return TargetEntry(
+            f"a LeRobot {checkpoint_type(path)} checkpoint",
+            f"{module}:build_bench",
+            f"{module}:build_policy",
+            full_name=True,
+            source=f"{module}:build_source",
+            data=f"{module}:build_data",
+        )
+    if path.is_dir():
+        missing = [f for f in ("config.json", "model.safetensors") if not (path / f).is_file()]
+        raise ConfigError(
+            f"{name} is a folder but neither a compiled artifact (no manifest.json) nor a LeRobot "
+            f"checkpoint (no {' and no '.join(missing)}); give an artifact from `hotloop compile`, a "
+            "checkpoint folder (.../pretrained_model) or a target name (see `hotloop targets`)"
+        )
     return default_targets().get(name)
 
 

@@ -340,6 +340,16 @@ class PolicyFamily(ABC):
     def with_prompt_slots(self, shape: Any, slots: int) -> Any:
         raise ConfigError(f"family {self.name} has no prompt buckets")
 
+    # ---- reference runs (`hotloop verify`, docs/verify.md) -------------------------------------------
+    def reference_inputs(self, cfg: Any, inputs: Mapping[str, Any], reference: Any) -> tuple[Any, Tensor]:
+        """(observation, noise) in this family's model space from a reference run's `inputs.npz` arrays
+        and its noise files (`reference`: a `hotloop.families.reference.ReferenceRun`)."""
+        raise ConfigError(f"family {self.name} cannot read a reference run yet")
+
+    def reference_actions(self, cfg: Any, actions: Tensor) -> Tensor:
+        """A pipeline's actions as the reference's `actions.npy` holds them (by default the same)."""
+        return actions
+
     def stage_of(self, sub_engine: str) -> StageSpec:
         """The stage a sub-engine implements (bucket names such as `prefix@32` map to their base)."""
         base = sub_engine.partition("@")[0]

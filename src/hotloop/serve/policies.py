@@ -17,10 +17,10 @@ from hotloop.serve.spec import ArraySpec, spec_of, zero_observation
 
 def load_served_policy(target_or_artifact: str, options: Any) -> ServedPolicy:
     """`options` is a `hotloop.targets.TargetOptions`; the policy is built, warmed up and its spec taken."""
-    if Path(target_or_artifact).exists() and not (Path(target_or_artifact) / "manifest.json").is_file():
+    if Path(target_or_artifact).is_file():
         raise ConfigError(
-            f"{target_or_artifact!r} is a path but not a compiled artifact (no manifest.json): pass a "
-            "target name (see `hotloop targets`) or an artifact from `hotloop compile`"
+            f"{target_or_artifact!r} is a file: pass a target name (see `hotloop targets`), an artifact "
+            "folder from `hotloop compile`, or a LeRobot checkpoint folder"
         )
     from hotloop.targets import find_target
 

@@ -33,8 +33,9 @@ def pi_limits(cfg: PiConfig) -> DataLimits:
     return DataLimits(cfg.max_state_dim, cfg.max_action_dim, cfg.views, cfg.chunk_size, prompt_fits)
 
 
-def pi_target_adapter(target: str, model: Any, dataset: Any) -> TargetAdapter:
-    """A random-weight pi target reading `dataset`: mean/std from its stats, one task id per prompt."""
+def pi_target_adapter(target: str, model: Any, dataset: Any, norm_stats: Any = None) -> TargetAdapter:
+    """A pi target reading `dataset`, one task id per prompt: normalised by `norm_stats` (a checkpoint's
+    own), or for a random-weight target by the dataset's mean/std."""
     from hotloop.families.pi.family import PiFamily
     from hotloop.families.pi.policy import NormStats, PiPolicy, Stats
 
@@ -42,7 +43,7 @@ def pi_target_adapter(target: str, model: Any, dataset: Any) -> TargetAdapter:
     stats = dataset.stats
     state_stats = stats.get("observation.state", {})
     action_stats = stats.get("action", {})
-    norm = NormStats(
+    norm = norm_stats or NormStats(
         state=Stats(mean=_arr(state_stats, "mean"), std=_arr(state_stats, "std")),
         actions=Stats(mean=_arr(action_stats, "mean"), std=_arr(action_stats, "std")),
         mode="mean_std" if state_stats and action_stats else "identity",

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from hotloop.errors import ConfigError
 from hotloop.families.protocol import (
     Capabilities,
     LoopSpec,
@@ -166,6 +167,17 @@ class PiFamily(PolicyFamily):
         from hotloop.families.pi.compression.tools import PiCompression
 
         return PiCompression()
+
+    def reference_inputs(self, cfg: Any, inputs: Any, reference: Any) -> tuple[Any, Tensor]:
+        from hotloop.families.pi.reference_inputs import reference_observation
+
+        obs = reference_observation(cfg, dict(inputs), reference.where("inputs.npz"))
+        noise = reference.array("noise.npy")
+        if noise is None:
+            noise = inputs.get("noise")
+        if noise is None:
+            raise ConfigError(f"{reference.folder}: noise.npy is missing (the sampler's starting noise)")
+        return obs, torch.from_numpy(noise).float()
 
     # ---- prompt buckets ----------------------------------------------------------------------------
     def prompt_length(self, obs: Any) -> int:

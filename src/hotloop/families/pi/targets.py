@@ -160,7 +160,11 @@ def _bench(name: str, options: TargetOptions) -> BenchCase:
     check_fits_memory(
         estimate_bytes(cfg, options.batch, dtype), f"{name} at --batch {options.batch}", options.device
     )
-    model = build_model(cfg, dtype, options.device, options.seed)
+    return bench_model(name, cfg, build_model(cfg, dtype, options.device, options.seed), options)
+
+
+def bench_model(name: str, cfg: PiConfig, model: PiModel, options: TargetOptions) -> BenchCase:
+    """One timed inference of `model` (random weights or a loaded checkpoint) on a random observation."""
     obs = random_observation(cfg, options.batch, options.device, options.seed, options.prompt_tokens)
     noise = make_noise(
         model, options.batch, torch.Generator(device=options.device).manual_seed(options.seed + 2)

@@ -1,0 +1,181 @@
+"""A reference run (the format of docs/verify.md) and its comparison with what hotloop computes.
+
+A reference run is a folder of arrays a LeRobot policy produced for one batch (the parity fixtures are
+ones; `benchmarks/lerobot_reference_run.py` writes one for a user's own checkpoint):
+
+| file | holds |
+|---|---|
+| `raw_inputs.npz` | what a robot hands the preprocessor, under LeRobot's batch keys (`task` as text) |
+| `inputs.npz` | what the policy's `predict_action_chunk` receives (the preprocessor's output) |
+| `noise.npy` | the sampler's starting noise (flow matching, diffusion) |
+| `step_noise.npy` | DDPM's per-step variance noise (steps, batch, horizon, action) |
+| `actions.npy` | `predict_action_chunk`'s output (model space) |
+| `raw_actions.npy` | those actions through the postprocessor (robot units) |
+| `intermediates.npz` | per-stage tensors, named as the family's intermediates function names them |
+
+Every file is optional except the actions of at least one space; a family compares what is there. An
+array whose shape does not fit the checkpoint is refused naming the file and key (`ReferenceError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hotloop.errors import ConfigError
+
+FILES = (
+    "raw_inputs.npz",
+    "inputs.npz",
+    "noise.npy",
+    "step_noise.npy",
+    "actions.npy",
+    "raw_actions.npy",
+    "intermediates.npz",
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One output of hotloop against the reference's array of the same name."""
+
+    name: str
+    space: str  # "raw" (robot units), "model" (the policy's own space), "stage" (an intermediate)
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float  # max |got - want| / (max |want| + 1e-12)
+    cosine: float
+    tolerance: float  # max_abs allowed
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "space": self.space,
+            "shape": list(self.shape),
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+            "cosine": self.cosine,
+            "tolerance": self.tolerance,
+            "ok": self.ok,
+        }
+
+
+def compare(name: str, space: str, got: Any, want: Any, tolerance: float, where: str = "") -> Comparison:
+    """`got` (hotloop's) against `want` (the reference's), float64; a shape mismatch is a ConfigError
+    naming the array (the reference does not fit the checkpoint), not a large error."""
+    g = np.asarray(got.detach().cpu() if isinstance(got, Tensor) else got, dtype=np.float64)
+    w = np.asarray(want.detach().cpu() if isinstance(want, Tensor) else want, dtype=np.float64)
+    if g.shape != w.shape:
+        raise ConfigError(
+            f"{where or 'the reference'}: {name} has shape {w.shape}; this checkpoint gives {g.shape} "
+            "(a reference run made for another checkpoint or batch)"
+        )
+    diff = np.abs(g - w)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(w).max()) if w.size else 0.0
+    gn, wn = np.linalg.norm(g), np.linalg.norm(w)
+    cosine = float((g.ravel() @ w.ravel()) / (gn * wn)) if gn > 0 and wn > 0 else float(gn == wn)
+    return Comparison(name, space, tuple(w.shape), max_abs, max_abs / (scale + 1e-12), cosine, tolerance)
+
+
+class ReferenceRun:
+    """The arrays of a reference folder, read on first use; missing files are None."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise ConfigError(f"--reference {self.folder}: not a folder; give the folder of a reference run")
+        present = [f for f in FILES if (self.folder / f).is_file()]
+        if "actions.npy" not in present and "raw_actions.npy" not in present:
+            raise ConfigError(
+                f"--reference {self.folder}: holds neither actions.npy nor raw_actions.npy, so there is "
+                "nothing to compare with (docs/verify.md lists the files; benchmarks/lerobot_reference_run.py "
+                "writes them)"
+            )
+        self._cache: dict[str, Any] = {}
+
+    def has(self, file: str) -> bool:
+        return (self.folder / file).is_file()
+
+    def array(self, file: str) -> np.ndarray | None:
+        if file not in self._cache:
+            path = self.folder / file
+            self._cache[file] = _load_npy(path) if path.is_file() else None
+        return self._cache[file]  # type: ignore[no-any-return]
+
+    def arrays(self, file: str) -> dict[str, np.ndarray] | None:
+        if file not in self._cache:
+            path = self.folder / file
+            self._cache[file] = _load_npz(path) if path.is_file() else None
+        return self._cache[file]  # type: ignore[no-any-return]
+
+    def where(self, file: str) -> str:
+        return str(self.folder / file)
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{path}: not a readable .npy array ({exc}); rewrite it with numpy.save") from None
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError) as exc:
+        raise ConfigError(
+            f"{path}: not a readable .npz archive ({exc}); rewrite it with numpy.savez"
+        ) from None
+
+
+def as_batch(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """npz arrays as a LeRobot batch: numeric arrays as tensors, text arrays (e.g. `task`) as lists."""
+    out: dict[str, Any] = {}
+    for key, value in arrays.items():
+        out[key] = [str(v) for v in value.tolist()] if value.dtype.kind in "US" else torch.from_numpy(value)
+    return out
+
+
+def stage_comparisons(
+    got: Mapping[str, Tensor], want: Mapping[str, np.ndarray] | None, tolerance: float, where: str
+) -> list[Comparison]:
+    """Every intermediate both sides name (in the reference's order); names only one side has are
+    skipped (a family names what it can compute)."""
+    if want is None:
+        return []
+    return [compare(k, "stage", got[k], v, tolerance, where) for k, v in want.items() if k in got]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    checkpoint: str
+    reference: str
+    family: str
+    comparisons: tuple[Comparison, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "reference": self.reference,
+            "family": self.family,
+            "ok": self.ok,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,109 @@
+"""`hotloop verify CKPT [--reference DIR] [--artifact ART]`, registered on the app by `add_commands`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hotloop.cli_errors import user_errors
+
+EXIT_OUTSIDE = 1
+
+
+def verify_cmd(
+    checkpoint: Annotated[
+        Path, typer.Argument(help="a LeRobot checkpoint folder (config.json + model.safetensors)")
+    ],
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="the reference run's folder (docs/verify.md); default: the checkpoint folder itself"
+        ),
+    ] = None,
+    artifact: Annotated[
+        Path | None,
+        typer.Option(help="also check this compiled / compressed artifact, at the tolerance it states"),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option(help="max abs error allowed for the fp32 outputs and stages")
+    ] = 1e-5,
+    stage_tolerance: Annotated[
+        float | None, typer.Option(help="max abs error of the intermediates (default: 3 x --tolerance)")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the comparison table here")] = None,
+) -> None:
+    """Run a reference run through hotloop's implementation of CKPT: max abs / relative error and cosine per
+    output (raw and model space) and per stage; exit 0 within tolerance, 1 outside it."""
+    import importlib
+
+    from hotloop.errors import ConfigError
+    from hotloop.families import checkpoint_targets, is_checkpoint_dir
+    from hotloop.families.reference import ReferenceRun
+    from hotloop.io import atomic_write_json, check_output_file
+
+    if not is_checkpoint_dir(checkpoint):
+        missing = [f for f in ("config.json", "model.safetensors") if not (checkpoint / f).is_file()]
+        raise ConfigError(
+            f"CKPT {checkpoint}: not a LeRobot checkpoint folder (missing {', '.join(missing)}); give the "
+            "folder LeRobot's save_pretrained wrote (.../checkpoints/last/pretrained_model)"
+        )
+    if not tolerance > 0 or (stage_tolerance is not None and not stage_tolerance > 0):
+        raise ConfigError(
+            f"--tolerance and --stage-tolerance must be > 0 (got {tolerance}, {stage_tolerance})"
+        )
+    check_output_file(json_path, "--json")
+    run = ReferenceRun(reference if reference is not None else checkpoint)
+    module = importlib.import_module(checkpoint_targets(checkpoint))
+    report = module.verify(checkpoint, run, tolerance, stage_tolerance or 3 * tolerance)
+    result: dict[str, Any] = report.to_dict()
+    if artifact is not None:
+        from hotloop.verify.artifact import verify_artifact
+
+        result["artifact"] = verify_artifact(artifact, run)
+    _print(result)
+    if json_path is not None:
+        atomic_write_json(json_path, result)
+        typer.echo(f"wrote {json_path}")
+    failed = not report.ok or (artifact is not None and result["artifact"]["violation"] is not None)
+    if failed:
+        raise typer.Exit(EXIT_OUTSIDE)
+
+
+def _print(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"verify {result['checkpoint']} ({result['family']}) against {result['reference']}")
+    for col in ("output", "space", "shape", "max abs", "max rel", "cosine", "tolerance", ""):
+        table.add_column(col, overflow="fold")
+    for c in result["comparisons"]:
+        table.add_row(
+            c["name"],
+            c["space"],
+            "x".join(str(d) for d in c["shape"]),
+            f"{c['max_abs']:.3g}",
+            f"{c['max_rel']:.3g}",
+            f"{c['cosine']:.8f}",
+            f"{c['tolerance']:.1g}",
+            "ok" if c["ok"] else "OUTSIDE",
+        )
+    console = Console(width=max(Console().width, 130))
+    console.print(table)
+    for note in result.get("notes", []):
+        console.print(f"note: {note}")
+    verdict = "within tolerance" if result["ok"] else "OUTSIDE tolerance"
+    console.print(f"{len(result['comparisons'])} comparisons, {verdict}")
+    art = result.get("artifact")
+    if art is not None:
+        w = art["worst"]
+        console.print(
+            f"artifact {art['artifact']}: worst of {art['samples']} samples cos {w['cosine']:.6f}, max abs "
+            f"{w['max_abs']:.3g} against its tolerance {art['tolerance']}: "
+            + ("within" if art["violation"] is None else f"OUTSIDE ({art['violation']})")
+        )
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("verify")(user_errors(verify_cmd))
