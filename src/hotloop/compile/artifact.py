@@ -115,6 +115,7 @@ class ArtifactWriter:
         )
         manifest = {**manifest, "files": {f: sha256_file(self.tmp / f) for f in files}}
         (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_jsonable) + "\n")
+        apply_umask(self.tmp)
         old = None
         if self.dest.exists():
             old = self.dest.with_name(f".{self.dest.name}.old")
@@ -127,6 +128,17 @@ class ArtifactWriter:
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def apply_umask(root: Path) -> None:
+    """Give the artifact the permissions the umask asks for (folders 0777, files 0666 minus the umask):
+    its temporary folder and a weights snapshot moved in are private (0700 / 0600) when created."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for p in [root, *root.rglob("*")]:
+        if p.is_symlink():
+            continue
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def base_manifest(**fields: Any) -> dict[str, Any]:
@@ -158,22 +170,13 @@ def read_manifest(
         )
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path} is corrupt ({exc}); recompile the artifact") from None
-    if not isinstance(manifest, dict) or "schema_version" not in manifest:
-        raise CheckpointError(f"{path} is not a hotloop manifest (no schema_version)")
-    if manifest["schema_version"] != SCHEMA_VERSION:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckpointError(
-            f"{path}: manifest schema {manifest['schema_version']} is not the supported {SCHEMA_VERSION}; "
-            "recompile with this hotloop"
-        )
-    if manifest.get("hotloop_version") != hotloop.__version__:
-        raise CheckpointError(
-            f"{path}: compiled by hotloop {manifest.get('hotloop_version')}, this is {hotloop.__version__}; "
-            "recompile with `hotloop compile`"
-        )
+            f"{path} is corrupt ({type(exc).__name__}: {exc}); recompile the artifact"
+        ) from None
+    check_manifest(manifest, root, path)
     if verify_files:
-        for rel, digest in manifest.get("files", {}).items():
+        for rel, digest in manifest["files"].items():
             f = root / rel
             if not f.is_file():
                 raise CheckpointError(f"{f}: file listed in the manifest is missing; recompile the artifact")
@@ -184,6 +187,121 @@ def read_manifest(
     if check_machine:
         check_machine_fits(manifest, path)
     return manifest
+
+
+_HEX = set("0123456789abcdef")
+_ENTRY_LISTS = (
+    "input_names",
+    "input_dtypes",
+    "output_names",
+    "output_dtypes",
+    "files",
+    "requires_cpu_features",
+)
+
+
+def _fail(path: Path, field: str, want: str, value: Any) -> CheckpointError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return CheckpointError(
+        f"{path}: field {field!r} must be {want} (got {type(value).__name__} {shown}); recompile the artifact"
+    )
+
+
+def _inside(root: Path, rel: Any, path: Path, field: str) -> None:
+    """A manifest path must be relative, without `..`, and resolve to a file inside the artifact."""
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise _fail(path, field, "a relative path inside the artifact", rel)
+    resolved = (root / rel).resolve()
+    if root.resolve() not in resolved.parents:
+        raise CheckpointError(f"{path}: {field} {rel!r} points outside the artifact ({resolved}); recompile")
+
+
+def check_manifest(manifest: Any, root: Path, path: Path) -> None:
+    """Every field the loader reads has the type it needs, and every file it opens is listed (with a
+    sha256) inside the artifact: one CheckpointError naming the field, never a traceback later."""
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{path} is not a hotloop manifest (a JSON object); recompile the artifact")
+    if "schema_version" not in manifest:
+        raise CheckpointError(f"{path} is not a hotloop manifest (no schema_version)")
+    version = manifest["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _fail(path, "schema_version", f"the integer {SCHEMA_VERSION}", version)
+    if version != SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{path}: manifest schema {version} is not the supported {SCHEMA_VERSION}; recompile with this hotloop"
+        )
+    if manifest.get("hotloop_version") != hotloop.__version__:
+        raise CheckpointError(
+            f"{path}: compiled by hotloop {manifest.get('hotloop_version')}, this is {hotloop.__version__}; "
+            "recompile with `hotloop compile`"
+        )
+    for key in ("kind", "files", "sub_engines"):
+        if key not in manifest:
+            raise CheckpointError(f"{path}: field {key!r} is missing; recompile the artifact")
+    if not isinstance(manifest["kind"], str):
+        raise _fail(path, "kind", "a string", manifest["kind"])
+    files = manifest["files"]
+    if not isinstance(files, dict):
+        raise _fail(path, "files", "an object {path: sha256}", files)
+    for rel, digest in files.items():
+        _inside(root, rel, path, "files")
+        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
+            raise _fail(path, f"files.{rel}", "a sha256 hex digest", digest)
+    subs = manifest["sub_engines"]
+    if not isinstance(subs, list) or not subs:
+        raise _fail(path, "sub_engines", "a non-empty list", subs)
+    for i, entry in enumerate(subs):
+        where = f"sub_engines[{i}]"
+        if not isinstance(entry, dict):
+            raise _fail(path, where, "an object", entry)
+        for key in ("name", "backend", "precision"):
+            if not isinstance(entry.get(key), str):
+                raise _fail(path, f"{where}.{key}", "a string", entry.get(key))
+        for key in _ENTRY_LISTS:
+            value = entry.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise _fail(path, f"{where}.{key}", "a list of strings", value)
+        for key in ("input_shapes", "output_shapes"):
+            value = entry.get(key, [])
+            ok = isinstance(value, list) and all(
+                isinstance(s, list)
+                and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in s)
+                for s in value
+            )
+            if not ok:
+                raise _fail(path, f"{where}.{key}", "a list of shapes (lists of sizes >= 0)", value)
+        if len(entry.get("input_names", [])) != len(entry.get("input_shapes", [])) or len(
+            entry.get("input_names", [])
+        ) != len(entry.get("input_dtypes", [])):
+            raise CheckpointError(f"{path}: {where} has input names, shapes and dtypes of different lengths")
+        if not isinstance(entry.get("options", {}), dict):
+            raise _fail(path, f"{where}.options", "an object", entry.get("options"))
+        for rel in entry.get("files", []):
+            _inside(root, rel, path, f"{where}.files")
+            if rel not in files:
+                raise CheckpointError(
+                    f"{path}: {where} names file {rel!r}, which the manifest's files (with their sha256) do "
+                    "not list; recompile the artifact"
+                )
+    if manifest["kind"] != "onnx":
+        for key in ("weights", "config", "shape"):
+            if key not in manifest:
+                raise CheckpointError(f"{path}: field {key!r} is missing; recompile the artifact")
+        _inside(root, manifest["weights"], path, "weights")
+        if manifest["weights"] not in files:
+            raise CheckpointError(
+                f"{path}: weights {manifest['weights']!r} are not listed (with a sha256) in the manifest's files"
+            )
+        for key in ("config", "shape"):
+            if not isinstance(manifest[key], dict):
+                raise _fail(path, key, "an object", manifest[key])
+    machine = manifest.get("machine", {})
+    if not isinstance(machine, dict) or not isinstance(machine.get("class", {}), dict | None):
+        raise _fail(path, "machine", "an object with a class", machine)
+    threads = manifest.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise _fail(path, "threads", "null or an integer >= 1", threads)
 
 
 def check_machine_fits(manifest: dict[str, Any], where: Path | str = MANIFEST) -> None:

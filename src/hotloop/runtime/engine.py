@@ -132,11 +132,23 @@ class Engine:
         from hotloop.families.protocol import constants_of
 
         family, m = self.family, self.manifest
-        self.cfg = family.config_from_dict(m["config"])
-        self.shape = family.shape_from_dict(m["shape"])
+        try:
+            self.cfg = family.config_from_dict(m["config"])
+            self.shape = family.shape_from_dict(m["shape"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise CheckpointError(
+                f"{self.path / 'manifest.json'}: config / shape do not describe a {family.name} model "
+                f"({type(exc).__name__}: {exc}); recompile the artifact"
+            ) from None
         model = family.empty_model(self.cfg)
-        state = load_file(str(self.path / m["weights"]))
-        model.load_state_dict(state, assign=True)
+        try:
+            state = load_file(str(self.path / m["weights"]))
+            model.load_state_dict(state, assign=True)
+        except Exception as exc:  # noqa: BLE001 - safetensors and torch raise their own types
+            raise CheckpointError(
+                f"{self.path / m['weights']}: not the weights this manifest's config describes "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); recompile the artifact"
+            ) from None
         del state  # the model holds the tensors now; `release_weights` below must be able to free them
         self.model = model.float().eval()
         sets: dict[tuple[torch.dtype, str], Any] = {}
