@@ -76,7 +76,7 @@ def test_serve_toy_to_the_openpi_client(openpi_python):
             "--api-key-file /nonexistent/key: cannot read it",
         ),
         (["toy:mlpp"], "Did you mean"),
-        (["."], "is a path"),
+        (["."], "neither a compiled artifact"),
     ],
 )
 def test_bad_input_is_one_line(args, message):
