@@ -97,7 +97,7 @@ def bench(
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
 
-    from hotloop.io import check_output_file
+    from hotloop.io import check_output_file, check_plot_file
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
     from hotloop.targets import TargetOptions, check_device, find_target
@@ -131,7 +131,7 @@ def bench(
     check_device(device)
     _warn_oversubscription(threads)
     check_output_file(json_path, "--json")
-    check_output_file(plot, "--plot")
+    check_plot_file(plot, "--plot", {"--json": json_path})
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
         other = (  # the memory cap is TARGET's (an artifact), not the reference's

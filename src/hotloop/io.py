@@ -149,3 +149,22 @@ def check_output_dir(
     if not base.is_dir():
         raise ConfigError(f"{flag} {path}: {base} is a file, not a directory; pick another path")
     _probe_writable(base, flag, target)
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def check_plot_file(path: str | os.PathLike[str] | None, flag: str, others: dict[str, Any]) -> None:
+    """`check_output_file` for a plot: a suffix the plotting library writes, and not the same file as
+    another output of the command (`others`: flag -> path), which the plot would overwrite."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(
+            f"{flag} {path}: a plot is written as {', '.join(PLOT_SUFFIXES)}; e.g. {target.with_suffix('.png')}"
+        )
+    for other_flag, other in others.items():
+        if other is not None and Path(os.path.realpath(other)) == Path(os.path.realpath(target)):
+            raise ConfigError(f"{flag} {path} is the same file as {other_flag}; give the plot its own file")
+    check_output_file(path, flag)

@@ -121,7 +121,9 @@ def check_device(device: str) -> None:
         raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is visible here; use --device cpu")
 
 
-def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
+def check_fits_memory(
+    need_bytes: float, what: str, device: str, fix: str = "lower --batch, --horizon or --views"
+) -> None:
     """Refuse a run whose estimated memory exceeds what is free on `device` (instead of swapping or OOM)."""
     if device.startswith("cuda"):
         import torch
@@ -135,7 +137,7 @@ def check_fits_memory(need_bytes: float, what: str, device: str) -> None:
         gib = 1024.0**3
         raise ConfigError(
             f"{what} needs about {need_bytes / gib:.1f} GiB, more than the {free / gib:.1f} GiB free on "
-            f"{device}; lower --batch, --horizon or --views"
+            f"{device}; {fix}"
         )
 
 

@@ -210,7 +210,7 @@ class EvalSweep:
             )
         latencies = (
             [f"fixed:{ms:g}" for ms in _parse_sweep(self.sweep_latency)]
-            if self.sweep_latency
+            if self.sweep_latency is not None
             else [self.latency or "measured"]
         )
         for spec in latencies:
@@ -265,11 +265,11 @@ def run_sweep(sweep: EvalSweep) -> None:
     """Run every point of `sweep`; exit codes as `hotloop eval` documents them."""
     from hotloop.closedloop.eval_run import plot_sweep, print_table, run_eval, run_label
     from hotloop.interrupts import first_interrupt_only
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
     requests = sweep.requests()
     check_output_file(sweep.json_path, "--json")
-    check_output_file(sweep.plot, "--plot")
+    check_plot_file(sweep.plot, "--plot", {"--json": sweep.json_path})
     runs: list[dict[str, Any]] = []
     interrupted = False
 

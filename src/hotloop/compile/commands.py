@@ -114,10 +114,19 @@ def compile_cmd(
         torch.set_num_threads(threads)
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
     if is_onnx_target(target):
-        if buckets is not None:
-            from hotloop.errors import ConfigError
+        from hotloop.errors import ConfigError
 
-            raise ConfigError("--buckets is for pi targets (prompt lengths); an ONNX model has fixed inputs")
+        for flag, value in (
+            ("--buckets", buckets),
+            ("--calibration", calibration),
+            ("--mixed-plan", mixed_plan),
+            ("--steps", steps),
+            ("--views", views),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    f"{flag} is for policy targets; an ONNX model has fixed inputs and no such option: drop it"
+                )
         from hotloop.compile.onnx_plan import onnx_graph, plan_onnx, write_onnx_artifact
 
         graph = onnx_graph(onnx_path(target), list(input_spec or []), seed)

@@ -48,6 +48,28 @@ def parse_inputs(specs: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+# Resident bytes a candidate holds per byte of its inputs: the example inputs, each backend's input and
+# output buffers and its activations (a generous multiple: the check refuses only what cannot fit).
+INPUT_MEMORY_FACTOR = 16
+
+
+def check_inputs_fit(path: Path, shapes: dict[str, tuple[int, ...]], elems: dict[str, Any]) -> None:
+    """Refuse `--input` shapes whose buffers alone cannot fit in this machine's free memory (a typo's
+    extra zeros would otherwise grow until the kernel's OOM killer stops it, other processes at risk)."""
+    import math
+
+    from hotloop.targets import check_fits_memory
+
+    need = 0
+    for name, shape in shapes.items():
+        dtype = _DTYPES.get(elems.get(name), torch.float32)
+        need += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    shown = " ".join(f"{n}:{','.join(map(str, s))}" for n, s in shapes.items())
+    check_fits_memory(
+        need * INPUT_MEMORY_FACTOR, f"--input {shown} ({path.name})", "cpu", "check the --input sizes"
+    )
+
+
 def onnx_graph(path: Path, specs: list[str], seed: int = 0) -> OnnxGraph:
     """The file with every input fixed by --input; names and static dims must agree with the file."""
     inputs, outputs = onnx_io(path)
@@ -68,6 +90,7 @@ def onnx_graph(path: Path, specs: list[str], seed: int = 0) -> OnnxGraph:
             )
             + f" (the model takes {', '.join(f'{n}:{dims}' for n, dims, _ in inputs)})"
         )
+    check_inputs_fit(path, shapes, {n: e for n, _, e in inputs})
     gen = torch.Generator().manual_seed(seed)
     examples = []
     for name, dims, elem in inputs:

@@ -58,6 +58,8 @@ class PlanConfig:
             raise ConfigError(f"--budget-ms must be > 0 (got {self.budget_ms}); e.g. --budget-ms 100")
         if self.iterations < 1:
             raise ConfigError(f"--iters must be >= 1 (got {self.iterations})")
+        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
+            raise ConfigError(f"--threads must be >= 1 (got {self.threads}); e.g. --threads 2")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
         from hotloop.compile.backends import check_backend_names, check_precision_names

@@ -43,16 +43,15 @@ def sensitivity_cmd(
         mixed_precision,
         plot_sensitivity,
     )
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
     config = SensitivityConfig(
         mode=mode, granularity=granularity, samples=samples, seed=seed, threads=threads
     )
     tol = parse_tolerance(tolerance)
     spec = CalibrationSpec(count=calibration_frames, seed=seed)
-    for flag, path in (("--json", json_path), ("--plot", plot)):
-        if path is not None:
-            check_output_file(path, flag)
+    check_output_file(json_path, "--json")
+    check_plot_file(plot, "--plot", {"--json": json_path})
     dataset = open_dataset(data)
     model, adapter = load_target(target, dataset, seed=seed, num_steps=steps)
     torch.set_num_threads(threads)

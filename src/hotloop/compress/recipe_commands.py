@@ -82,7 +82,7 @@ def compress_cmd(
     from hotloop.compile.validate import parse_tolerance
     from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
     from hotloop.families.buckets import parse_buckets
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
     steps = parse_recipe(recipe)
     parse_latency(eval_latency)
@@ -116,8 +116,8 @@ def compress_cmd(
         progress=not quiet,
     )
     check_output_dir(out, "-o")
-    for path, flag in ((json_path, "--json"), (plot, "--plot")):
-        check_output_file(path, flag)
+    check_output_file(json_path, "--json")
+    check_plot_file(plot, "--plot", {"--json": json_path, "-o": out})
     if data is not None:
         from hotloop.compile.calibration import open_dataset
 

@@ -32,6 +32,21 @@ from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
 
 
+def check_load_options(path: str | Path, threads: int | None, pin: tuple[int, ...] | None) -> None:
+    """`Engine.load`'s own arguments, named: an empty path, threads < 1, CPUs this process cannot use."""
+    if not str(path):
+        raise ConfigError("Engine.load: the artifact path is empty; give the artifact's folder")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"threads must be an integer >= 1 (got {threads!r})")
+    if pin is not None:
+        usable = os.sched_getaffinity(0)
+        bad = [c for c in pin if not isinstance(c, int) or c not in usable]
+        if not pin or bad:
+            raise ConfigError(
+                f"pin {tuple(pin)!r}: CPU(s) {bad or 'none given'} are not usable here; usable: {sorted(usable)}"
+            )
+
+
 def release_weights(model: torch.nn.Module) -> None:
     """Replace a model's parameters and buffers by meta tensors (same shapes and dtypes, no storage):
     every module that shares them (the sub-engines' graphs) sees the change, and their memory is freed."""
@@ -80,6 +95,7 @@ class Engine:
         while running (`MemoryCapError` naming the artifact; what is counted: `hotloop.runtime.memory`).
         """
         check_cap(memory_cap_mb)
+        check_load_options(path, threads, pin)
         root = Path(path)
         try:
             manifest = read_manifest(root, verify_files=verify_files)
