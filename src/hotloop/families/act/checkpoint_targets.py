@@ -4,6 +4,7 @@ the checkpoint's own pre- and postprocessor (`hotloop.lerobot`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ PLAN_CHECKS = 2  # observations beyond the first that a whole plan's actions mus
 
 
 def _dtype(path: str, options: TargetOptions, supported: set[str]) -> torch.dtype:
+    if options.num_steps == 1:  # what the planner asks of a one-pass family's data (ACT has no steps)
+        options = dataclasses.replace(options, num_steps=None)
     options.reject_unsupported(path, supported)
     if options.dtype not in _DTYPES:
         raise ConfigError(

@@ -175,7 +175,7 @@ class ActPolicy:
                 f"({h}, {w}, {c}) (input_features {camera.feature!r})"
             )
         if arr.dtype == np.uint8:
-            x = torch.from_numpy(np.ascontiguousarray(arr)).to(torch.float32) / 255
+            x = torch.from_numpy(np.array(arr)).to(torch.float32) / 255  # a copy: wire arrays are read-only
         elif arr.dtype.kind == "f":
             lo, hi = float(arr.min()), float(arr.max())
             if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
@@ -183,7 +183,7 @@ class ActPolicy:
                     f"obs['images'][{camera.view!r}] floats must lie in [0, 1]; found [{lo:g}, {hi:g}] "
                     "(0-255 pixels? pass them as uint8)"
                 )
-            x = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+            x = torch.from_numpy(np.array(arr, dtype=np.float32))
         else:
             raise ConfigError(
                 f"obs['images'][{camera.view!r}] must be uint8 pixels or floats in [0, 1] (got {arr.dtype})"
