@@ -268,6 +268,26 @@ def test_eval_runs_an_episode_of_conveyor_pick(ckpt: Path, tmp_path: Path, strat
         assert run["strategy"]["execute_steps"] == 4
 
 
+def test_eval_ensembles_with_the_checkpoints_own_coefficient(tmp_path: Path) -> None:
+    """temporal_ensemble_coeff 0.05 in config.json: `--strategy ensemble` queries every period and
+    averages with it, as LeRobot's select_action does; `--ensemble-coeff` given on the command line wins."""
+    folder = write_checkpoint(tmp_path / "ckpt", act_config(temporal_ensemble_coeff=0.05, n_action_steps=1))
+    for extra, coeff in (([], 0.05), (["--ensemble-coeff", "0.2"], 0.2)):
+        js = tmp_path / f"e{coeff}.json"
+        res = runner.invoke(
+            app,
+            ["eval", str(folder), "--task", "conveyor-pick", "--episodes", "1", "--workers", "0",
+             "--strategy", "ensemble", "--latency", "fixed:30", "--json", str(js), "--quiet", *extra],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        run = json.loads(js.read_text())
+        assert run["strategy"]["name"] == "ensemble" and run["strategy"]["ensemble_coeff"] == coeff
+        (episode,) = run["per_episode"]
+        assert episode["error"] is None
+        periods = episode["sim_time_s"] * 10  # conveyor-pick runs at 10 Hz: one inference a period
+        assert periods - 1 <= episode["inferences"] <= periods + 1
+
+
 def test_served_act_answers_in_robot_units_like_the_local_policy(ckpt: Path) -> None:
     from hotloop.client import PolicyClient, ServerError
     from hotloop.families.act.policy import load_policy
