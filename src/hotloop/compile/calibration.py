@@ -205,7 +205,7 @@ def _hash(
     h.update(repr(chosen).encode())
     # Every tensor of the observation (a dataclass of tensors, or of tuples of them: one per camera), in
     # field order, then the targets.
-    tensors = []
+    tensors: list[Any] = []
     for f in dataclasses.fields(obs):
         value = getattr(obs, f.name)
         tensors.extend(value if isinstance(value, tuple | list) else [value])
