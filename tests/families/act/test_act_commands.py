@@ -203,6 +203,24 @@ def test_compress_quantizes_an_act_checkpoint(ckpt: Path, tmp_path: Path) -> Non
     assert json.loads((out / "manifest.json").read_text())["kind"] == "act"
 
 
+def test_compress_prunes_the_transformer_and_refuses_what_act_lacks(ckpt: Path, tmp_path: Path) -> None:
+    out, js = tmp_path / "p", tmp_path / "p.json"
+    res = runner.invoke(
+        app,
+        ["compress", str(ckpt), "--recipe", "prune:0.5", "-o", str(out), "--tolerance", "cos:0.5",
+         "--backends", "eager", "--bench-iters", "2", "--eval-observations", "2", "--calibration-frames", "4",
+         "--json", str(js), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["dim_feedforward"] == 12  # of 24
+    policy = find_target(str(out)).build_policy(str(out), TargetOptions())
+    assert policy.infer(raw_observation(policy.config, 1))["actions"].shape == (8, 4)
+    res = runner.invoke(app, ["compress", str(ckpt), "--recipe", "distill", "-o", str(tmp_path / "d")])
+    assert res.exit_code == 2 and "act policy, which has no distillation" in res.output
+    assert not (tmp_path / "d").exists()
+
+
 def test_recorded_frames_calibrate_the_quantized_plan(tmp_path: Path) -> None:
     """build_data: a recorded frame is the policy's own observation of it; targets are the recorded chunk
     normalised by the ACTION stats (last action repeated); compress reads them as calibration frames."""

@@ -252,3 +252,53 @@ def test_hotloops_writer_reproduces_the_fixtures_processor_files(fixtures_dir: P
     }
     got = load_policy(out).infer(obs)["actions"]
     assert np.abs(got - np.load(folder / "raw_actions.npy")[0]).max() <= 1e-5
+
+
+# ---- pruning -----------------------------------------------------------------------------------------
+
+
+def test_pruning_removes_the_neurons_that_contribute_nothing(ckpt: Path) -> None:
+    """Half of every layer's feed-forward neurons silenced (outgoing weights 0): prune:0.5 removes exactly
+    those, and the chunk is the same (up to the summation order of the smaller matmul)."""
+    from hotloop.families.act.compression import ActCompression
+
+    family = get_family("act")
+    cfg, model = load_act(ckpt)
+    dead = torch.arange(0, cfg.dim_feedforward, 2)
+    with torch.no_grad():
+        for layer in [*model.encoder.layers, *model.decoder.layers]:
+            layer.linear2.weight[:, dead] = 0.0
+    obs = family.random_observation(cfg, ActEngineShape(4), 0)
+    small, details = ActCompression().prune(model, obs, None, "0.5", 0)
+    assert small.cfg.dim_feedforward == cfg.dim_feedforward // 2 and details["dim_feedforward"] == [24, 12]
+    for layer in [*small.encoder.layers, *small.decoder.layers, *small.vae_encoder.layers]:
+        assert layer.linear1.weight.shape == (12, 16) and layer.linear2.weight.shape == (16, 12)
+    want = family.sample_actions(model, obs, torch.zeros(4, 0))
+    torch.testing.assert_close(family.sample_actions(small, obs, torch.zeros(4, 0)), want, rtol=0, atol=1e-5)
+    # The pruned model is an ACT of its own config: an artifact rebuilds it from the manifest.
+    rebuilt = family.empty_model(
+        family.config_from_dict(json.loads(json.dumps(family.config_to_dict(small.cfg))))
+    )
+    rebuilt.load_state_dict(small.state_dict(), assign=True)
+    torch.testing.assert_close(
+        family.sample_actions(rebuilt, obs, torch.zeros(4, 0)), want, rtol=0, atol=1e-5
+    )
+
+
+def test_prune_arguments_and_sparsity(ckpt: Path) -> None:
+    from hotloop.families.act.compression import ActCompression
+
+    family = get_family("act")
+    cfg, model = load_act(ckpt)
+    obs = family.random_observation(cfg, ActEngineShape(2), 0)
+    for bad, message in (
+        ("0.5:0.25", "no attention-head pruning"),
+        ("1.5", r"in \[0, 1\)"),
+        ("x", "a number"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            ActCompression().prune(model, obs, None, bad, 0)
+    sparse, details = ActCompression().sparse24(model)
+    w = sparse.encoder.layers[0].linear1.weight.view(24, -1, 4)
+    assert details["pattern"] == "2:4" and bool(((w == 0).sum(-1) >= 2).all())
+    assert torch.equal(sparse.trunk.conv1.weight, model.trunk.conv1.weight)  # the backbone is untouched

@@ -26,7 +26,8 @@ class ActFamily(PolicyFamily):
         StageSpec("backbone", ("backbone",)),
         StageSpec("transformer", ("transformer",)),
     )
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    # Pruning: the transformer's feed-forward neurons (`compression.py`); no loop, so no step reduction.
+    capabilities: ClassVar[Capabilities] = Capabilities(pruning=True)
 
     # ---- configs, shapes and models ----------------------------------------------------------------
     def config_to_dict(self, cfg: Any) -> dict[str, Any]:
@@ -157,6 +158,11 @@ class ActFamily(PolicyFamily):
         from hotloop.families.act.policy import engine_policy
 
         return engine_policy(engine, info)
+
+    def compression(self) -> Any:
+        from hotloop.families.act.compression import ActCompression
+
+        return ActCompression()
 
     def stage_work(self, cfg: Any, shape: Any, precisions: Mapping[str, str]) -> dict[str, Any]:
         from hotloop.families.act.roofline import act_stage_work
