@@ -42,15 +42,15 @@ def _fraction(arg: str) -> float:
     return fraction
 
 
-def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The encoder and decoder layers inference runs, by name."""
-    out = [(f"encoder.layers.{i}", layer) for i, layer in enumerate(model.encoder.layers)]  # type: ignore[union-attr, arg-type]
-    out += [(f"decoder.layers.{i}", layer) for i, layer in enumerate(model.decoder.layers)]  # type: ignore[union-attr, arg-type]
+def _layers(model: Any) -> list[tuple[str, Any]]:
+    """The encoder and decoder layers inference runs, by name (`model`: an ACTModel)."""
+    out = [(f"encoder.layers.{i}", layer) for i, layer in enumerate(model.encoder.layers)]
+    out += [(f"decoder.layers.{i}", layer) for i, layer in enumerate(model.decoder.layers)]
     return out
 
 
 @torch.no_grad()
-def neuron_importance(model: nn.Module, obs: Any, batch: int = 8) -> dict[str, Tensor]:
+def neuron_importance(model: Any, obs: Any, batch: int = 8) -> dict[str, Tensor]:
     """Per layer: mean |activation(linear1(x))| over every token of every observation, times the norm
     of the neuron's outgoing column of linear2."""
     sums: dict[str, Tensor] = {}
@@ -91,7 +91,7 @@ def _slice_ffn(layer: Any, keep: Tensor) -> None:
     layer.linear2.in_features = len(keep)
 
 
-def prune_ffn(model: nn.Module, obs: Any, fraction: float) -> tuple[nn.Module, dict[str, Any]]:
+def prune_ffn(model: Any, obs: Any, fraction: float) -> tuple[Any, dict[str, Any]]:
     """A copy of `model` with `fraction` of every layer's feed-forward neurons removed (module doc)."""
     cfg = model.cfg
     width = int(cfg.dim_feedforward)
@@ -102,7 +102,7 @@ def prune_ffn(model: nn.Module, obs: Any, fraction: float) -> tuple[nn.Module, d
         kept = scores[name].topk(keep).indices.sort().values  # the original order: same numerics
         _slice_ffn(layer, kept)
     if cfg.use_vae:
-        for layer in small.vae_encoder.layers:  # type: ignore[union-attr]
+        for layer in small.vae_encoder.layers:
             norm = layer.linear1.weight.norm(dim=1) * layer.linear2.weight.norm(dim=0)
             _slice_ffn(layer, norm.topk(keep).indices.sort().values)
     small.cfg = dataclasses.replace(cfg, dim_feedforward=keep)
