@@ -302,3 +302,20 @@ def test_prune_arguments_and_sparsity(ckpt: Path) -> None:
     w = sparse.encoder.layers[0].linear1.weight.view(24, -1, 4)
     assert details["pattern"] == "2:4" and bool(((w == 0).sum(-1) >= 2).all())
     assert torch.equal(sparse.trunk.conv1.weight, model.trunk.conv1.weight)  # the backbone is untouched
+
+
+def test_a_renaming_preprocessor_names_the_views_the_robot_sends(tmp_path: Path) -> None:
+    """LeRobot's rename step maps the robot's keys onto the config's features: the policy reads the
+    robot's view names (`observation.images.front` -> the view "front") and feeds the renamed features."""
+    folder = write_checkpoint(tmp_path / "ckpt")
+    pre = json.loads((folder / "policy_preprocessor.json").read_text())
+    pre["steps"][0]["config"]["rename_map"] = {"observation.images.front": "observation.images.top"}
+    (folder / "policy_preprocessor.json").write_text(json.dumps(pre, indent=2))
+    policy = load_policy(folder)
+    assert [i.key for i in policy.spec.images] == ["front", "wrist"]
+    raw = raw_observation(policy.config, 3)
+    renamed = {**raw, "images": {"front": raw["images"]["top"], "wrist": raw["images"]["wrist"]}}
+    plain = load_policy(write_checkpoint(tmp_path / "plain"))
+    np.testing.assert_array_equal(policy.infer(renamed)["actions"], plain.infer(raw)["actions"])
+    with pytest.raises(ConfigError, match="lacks view.*front"):
+        policy.infer(raw)
