@@ -120,6 +120,13 @@ class PolicyClient:
     def action_spec(self) -> dict[str, dict[str, Any]]:
         return dict(self.metadata.get("action_spec", {}))
 
+    @property
+    def strategy_defaults(self) -> dict[str, Any]:
+        """How the served policy is meant to be executed, e.g. {"ensemble_coeff": 0.01} (a hotloop
+        server's metadata; {} from others): `hotloop.realtime.strategies.policy_strategy(name, client)`
+        uses it, as the evaluator uses a local policy's."""
+        return dict(self.metadata.get("strategy_defaults", {}))
+
     def zero_observation(self) -> dict[str, Any]:
         """An observation of zeros holding the spec's required entries (warm-up, connectivity checks)."""
         flat = {

@@ -141,6 +141,11 @@ class AdaptedPolicy:
     def reset(self) -> None:
         self.policy.reset()
 
+    @property
+    def strategy_defaults(self) -> dict[str, Any]:
+        """The wrapped policy's declared execution (`hotloop.realtime.strategies.apply_defaults`)."""
+        return dict(getattr(self.policy, "strategy_defaults", None) or {})
+
     def observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         a = self.adaptation
         out: dict[str, Any] = {}

@@ -32,7 +32,8 @@ def eval_cmd(
     strategy: Annotated[
         list[str],
         typer.Option(
-            help="sync, chunk, async, rtc, rtc-prefix or rtc-soft; repeat or comma-separate for several"
+            help="sync, chunk, async, rtc, rtc-prefix, rtc-soft or ensemble (ACT's temporal ensembling); "
+            "repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
@@ -76,6 +77,13 @@ def eval_cmd(
     ] = None,
     guidance_weight: Annotated[
         float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
+    ] = None,
+    ensemble_coeff: Annotated[
+        float | None,
+        typer.Option(
+            help="ensemble: m in the weights exp(-m i), i = 0 the oldest prediction (default: the "
+            "policy's own, an ACT checkpoint's temporal_ensemble_coeff, else 0.01)"
+        ),
     ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write results (with per-episode records)")
@@ -123,6 +131,7 @@ def eval_cmd(
             fallback=fallback,
             deadline_ms=deadline_ms,
             guidance_weight=guidance_weight,
+            ensemble_coeff=ensemble_coeff,
             json_path=json_path,
             plot=plot,
             quiet=quiet,

@@ -47,6 +47,7 @@ class EvalRequest:
     guidance_weight: float | None = None
     pipeline: str | None = None
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
+    ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
@@ -120,6 +121,7 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         guidance_weight=request.guidance_weight,
         pipeline=request.pipeline,
         memory_cap_mb=request.memory_cap_mb,
+        ensemble_coeff=request.ensemble_coeff,
     )
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
@@ -138,9 +140,12 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         records, interrupted = run_episodes(job, seeds, request.workers, on_result)
     described = [r.pop("run") for r in records if "run" in r]  # the same from every episode that ran
     run_info = described[0] if described else {"adaptation": None, "length_unit": None}
-    # Describe the strategy with the horizon the policy showed (or a placeholder when nothing ran).
+    # The strategy as it ran (the policy's horizon and declared defaults), or with a placeholder horizon
+    # when no episode got a chunk.
     try:
-        strategy_info = make_strategy(request.strategy, job.strategy_config(16)).describe()
+        strategy_info = dict(run_info.get("strategy") or {})
+        if not strategy_info:
+            strategy_info = make_strategy(request.strategy, job.strategy_config(16)).describe()
         strategy_info.update(blend=request.blend, fallback=request.fallback, deadline_ms=request.deadline_ms)
     except Exception:  # noqa: BLE001 - description only
         strategy_info = {"name": request.strategy}

@@ -75,6 +75,7 @@ def _check_strategy_options(
     trigger_remaining: int | None,
     guidance_weight: float | None = None,
     trigger_flag: str = "--trigger-remaining",
+    ensemble_coeff: float | None = None,
 ) -> None:
     """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
     when two values of it give two different strategies (their descriptions differ), or when it checks
@@ -101,6 +102,12 @@ def _check_strategy_options(
             guidance_weight,
             None if guidance_weight is None else 2 * guidance_weight + 1,
         ),
+        (
+            "--ensemble-coeff",
+            "ensemble_coeff",
+            ensemble_coeff,
+            None if ensemble_coeff is None else ensemble_coeff + 1,
+        ),
     )
     horizon = 2 + max(int(v) for v in (execute_steps, trigger_remaining, 0) if v is not None)
     for flag, field, value, other in options:
@@ -111,6 +118,7 @@ def _check_strategy_options(
             readers = {
                 "--execute-steps": "chunk",
                 trigger_flag: "async, rtc, rtc-prefix or rtc-soft",
+                "--ensemble-coeff": "ensemble",
             }.get(flag, "rtc")
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
@@ -119,7 +127,12 @@ def _check_strategy_options(
 
 
 def _check_realtime_options(
-    blend: str, fallback: str, deadline_ms: float | None, guidance_weight: float | None
+    blend: str,
+    fallback: str,
+    deadline_ms: float | None,
+    guidance_weight: float | None,
+    names: list[str] | None = None,
+    ensemble_coeff: float | None = None,
 ) -> None:
     from hotloop.realtime.blending import BlendConfig
     from hotloop.realtime.strategies import StrategyConfig
@@ -132,6 +145,15 @@ def _check_realtime_options(
         check_fallback_target(engine)
     if guidance_weight is not None:
         StrategyConfig(1, max_guidance_weight=guidance_weight)
+    if ensemble_coeff is not None:
+        StrategyConfig(1, ensemble_coeff=ensemble_coeff)
+    if blend != "latest" and "ensemble" in (names or []):
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(
+            f"--blend {blend} with --strategy ensemble: the ensemble forms every executed action itself "
+            "(LeRobot's temporal ensembling); drop --blend, or use --blend ensemble with another strategy"
+        )
 
 
 def check_fallback_target(engine: str, flag: str = "--fallback") -> None:
@@ -167,6 +189,7 @@ class EvalSweep:
     fallback: str = "hold"
     deadline_ms: float | None = None
     guidance_weight: float | None = None
+    ensemble_coeff: float | None = None
     json_path: Path | None = None
     plot: Path | None = None
     quiet: bool = False
@@ -192,7 +215,7 @@ class EvalSweep:
         names = [s.strip() for item in self.strategy for s in item.split(",") if s.strip()]
         if not names:
             raise ConfigError(
-                f"--strategy {','.join(self.strategy)!r} names no strategy; use sync, chunk or async"
+                f"--strategy {','.join(self.strategy)!r} names no strategy; use sync, chunk, async or ensemble"
             )
         registry = default_strategies()
         for name in names:
@@ -215,7 +238,9 @@ class EvalSweep:
         )
         for spec in latencies:
             parse_latency(spec)  # bad specs and files fail before any episode runs
-        _check_realtime_options(self.blend, self.fallback, self.deadline_ms, self.guidance_weight)
+        _check_realtime_options(
+            self.blend, self.fallback, self.deadline_ms, self.guidance_weight, names, self.ensemble_coeff
+        )
         if self.pipeline is not None:
             from hotloop.perception.pipeline import parse_pipeline
 
@@ -230,7 +255,14 @@ class EvalSweep:
             triggers = list(_parse_triggers(self.sweep_trigger))
         for k in triggers:
             flag = "--sweep-trigger" if self.sweep_trigger is not None else "--trigger-remaining"
-            _check_strategy_options(names, self.execute_steps, k, self.guidance_weight, trigger_flag=flag)
+            _check_strategy_options(
+                names,
+                self.execute_steps,
+                k,
+                self.guidance_weight,
+                trigger_flag=flag,
+                ensemble_coeff=self.ensemble_coeff,
+            )
         check_difficulty(self.task, self.difficulty)
         readers = trigger_readers(names)
         requests = [
@@ -253,6 +285,7 @@ class EvalSweep:
                 guidance_weight=self.guidance_weight,
                 pipeline=self.pipeline,
                 memory_cap_mb=self.memory_cap_mb,
+                ensemble_coeff=self.ensemble_coeff,
             )
             for name in names
             for k in (triggers if name in readers else [None])

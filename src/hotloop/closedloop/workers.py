@@ -46,6 +46,7 @@ class EpisodeJob:
     fallback: str = "hold"
     deadline_ms: float | None = None
     guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
+    ensemble_coeff: float | None = None  # ensemble's coefficient (None: the policy's, else the default)
 
     def scheduler_config(self) -> Any:
         from hotloop.realtime.blending import BlendConfig
@@ -54,11 +55,16 @@ class EpisodeJob:
 
         return SchedulerConfig(BlendConfig(self.blend), WatchdogConfig(self.fallback, self.deadline_ms))
 
-    def strategy_config(self, horizon: int) -> Any:
-        from hotloop.realtime.strategies import StrategyConfig
+    def strategy_config(self, horizon: int, defaults: dict[str, Any] | None = None) -> Any:
+        """The strategy's options for a policy of `horizon`; `defaults` (the policy's
+        `strategy_defaults`) fill the ones not given (`hotloop.realtime.strategies.apply_defaults`)."""
+        from hotloop.realtime.strategies import StrategyConfig, apply_defaults
 
         extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
-        return StrategyConfig(horizon, self.execute_steps, self.trigger_remaining, **extra)
+        config = StrategyConfig(
+            horizon, self.execute_steps, self.trigger_remaining, ensemble_coeff=self.ensemble_coeff, **extra
+        )
+        return apply_defaults(self.strategy, config, defaults)
 
     pipeline: str | None = None  # conveyor-pick's layered perception chain (perception/pipeline.py)
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
@@ -92,7 +98,10 @@ class EpisodeRunner:
         # What the run reports beside its figures: how the policy was fitted to the task, and the unit of
         # the positions its jump and jerk figures are in.
         adaptation = getattr(self.policy, "adaptation", None)
-        self.describe = {
+        # How the policy is meant to be executed (an ACT checkpoint's n_action_steps and ensembling
+        # coefficient): the options the command line left unset.
+        self.strategy_defaults = dict(getattr(self.policy, "strategy_defaults", None) or {})
+        self.describe: dict[str, Any] = {
             "adaptation": adaptation.describe() if adaptation is not None else None,
             "length_unit": self.env.task_spec.length_unit,
         }
@@ -115,7 +124,9 @@ class EpisodeRunner:
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
-            return make_strategy(job.strategy, job.strategy_config(horizon))
+            strategy = make_strategy(job.strategy, job.strategy_config(horizon, self.strategy_defaults))
+            self.describe["strategy"] = strategy.describe()  # what ran, at the policy's own horizon
+            return strategy
 
         self.strategy_for = strategy_for
 

@@ -203,8 +203,12 @@ def _hash(
     h = hashlib.sha256()
     h.update(f"episodes={len(dataset)};frames={dataset.info.get('total_frames')};{spec}\n".encode())
     h.update(repr(chosen).encode())
-    # Every tensor of the observation (a dataclass of tensors), in field order, then the targets.
-    tensors = [getattr(obs, f.name) for f in dataclasses.fields(obs)]
+    # Every tensor of the observation (a dataclass of tensors, or of tuples of them: one per camera), in
+    # field order, then the targets.
+    tensors: list[Any] = []
+    for f in dataclasses.fields(obs):
+        value = getattr(obs, f.name)
+        tensors.extend(value if isinstance(value, tuple | list) else [value])
     for t in (*tensors, actions):
         if t is not None:
             h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())

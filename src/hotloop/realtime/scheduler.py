@@ -16,7 +16,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,15 @@ from hotloop.realtime.strategies import ActiveChunk, Strategy
 from hotloop.realtime.watchdog import DeadlineWatchdog, Event, WatchdogConfig
 
 FALLBACK_CHUNK = -2  # chunk id of a fallback engine's chunks in segments
+
+
+class Blender(Protocol):
+    """What forms an executed action from the chunks that plan its period (`ChunkBlender`, or the
+    strategy's own: `TimedEnsembler`)."""
+
+    def add(self, actions: np.ndarray, origin: int) -> None: ...
+
+    def action(self, actions: np.ndarray, index: int, start: int) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ class ChunkScheduler:
         self.strategy: Strategy | None = None
         self.active: ActiveChunk | None = None
         self.suspended: ActiveChunk | None = None  # the chunk a hold-while-inferring strategy left
-        self.blender = ChunkBlender(self.config.blend, period)
+        self.blender: Blender = ChunkBlender(self.config.blend, period)
         self.watchdog = DeadlineWatchdog(self.config.watchdog, period, tick_s)
         self.chunks = 0
         self.jumps: list[float] = []
@@ -219,6 +228,7 @@ class ChunkScheduler:
             return
         if self.strategy is None:
             self.strategy = self.make_strategy(len(actions))
+            self._strategy_blender()
         assert done.output is not None
         if self._guided and not done.output.get(GUIDED_KEY):
             raise ConfigError(
@@ -252,6 +262,19 @@ class ChunkScheduler:
             return
         self.watchdog.fresh_chunk(now)
         self._fallback_chunk = None
+
+    def _strategy_blender(self) -> None:
+        """A strategy that forms the executed actions itself (`ensemble`: `blender(period)`) replaces
+        the configured blending; asking for both is a configuration error, not a silent choice."""
+        make = getattr(self.strategy, "blender", None)
+        if make is None:
+            return
+        if self.config.blend.kind != "latest":
+            raise ConfigError(
+                f"--blend {self.config.blend.kind} with --strategy {getattr(self.strategy, 'name', '?')}: "
+                "that strategy forms every executed action itself; drop --blend"
+            )
+        self.blender = make(self.period)
 
     def _fault(self, now: int, error: str, ready_tick: int | None = None) -> None:
         self.watchdog.fault(now, error, ready_tick)

@@ -31,19 +31,33 @@ Built in:
   forward per step. It replans often by default (every max(d, 2) periods, d = the delay in periods):
   each chunk continues the last, so replanning often no longer switches plans, and on conveyor-pick at
   200 and 300 ms it then beats `async` with a tenth of its chunk jump (docs/realtime.md).
+- `ensemble`: ACT's temporal ensembling (Zhao et al. 2023; LeRobot's `ACTTemporalEnsembler`): infer at
+  every control period the accelerator is free, keep executing meanwhile, and execute at each period the
+  exponentially weighted average of every prediction for it among the chunks that have arrived by then
+  (weights exp(-coeff * i), i = 0 the oldest; `hotloop.realtime.temporal_ensemble.TimedEnsembler`).
+  The coefficient: `--ensemble-coeff`, else the policy's own (`strategy_defaults`, an ACT checkpoint's
+  temporal_ensemble_coeff), else 0.01 (the ACT paper's). With no delay this is LeRobot's select_action
+  exactly; with a delay of d periods, a chunk's first d actions are in the past when it arrives and only
+  its later ones enter the averages.
+
+A policy may declare how it is meant to be executed: `strategy_defaults`, a dict of `StrategyConfig`
+fields (an ACT checkpoint: execute_steps = n_action_steps, ensemble_coeff = temporal_ensemble_coeff).
+`apply_defaults` fills the fields a caller left unset with them, where the chosen strategy reads them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT
+from hotloop.realtime.temporal_ensemble import TimedEnsembler, checked_weights
 from hotloop.registry import Registry
 
 
@@ -69,6 +83,7 @@ class StrategyConfig:
     execute_steps: int | None = None  # n for chunk (sync is n = 1)
     trigger_remaining: int | None = None  # k for async and rtc
     max_guidance_weight: float = DEFAULT_MAX_GUIDANCE_WEIGHT  # beta for rtc
+    ensemble_coeff: float | None = None  # the ensemble's exp(-coeff * i) (None: DEFAULT_ENSEMBLE_COEFF)
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
@@ -81,6 +96,10 @@ class StrategyConfig:
             )
         if not (self.max_guidance_weight > 0 and math.isfinite(self.max_guidance_weight)):
             raise ConfigError(f"--guidance-weight must be a positive number (got {self.max_guidance_weight})")
+        if self.ensemble_coeff is not None and (
+            isinstance(self.ensemble_coeff, bool) or not math.isfinite(self.ensemble_coeff)
+        ):
+            raise ConfigError(f"--ensemble-coeff must be a finite number (got {self.ensemble_coeff})")
 
 
 class Strategy(Protocol):
@@ -179,6 +198,44 @@ class RealTimeChunking:
         return out
 
 
+DEFAULT_ENSEMBLE_COEFF = 0.01  # the ACT paper's (LeRobot's docs recommend it too)
+
+
+@dataclass(frozen=True)
+class TemporalEnsembling:
+    """Infer whenever the engine is free (at most once per control period), keep executing, and execute
+    at each period the LeRobot-exact ensemble of the chunks that have arrived (`TimedEnsembler`).
+
+    `wants_inference`: a chunk that arrived with its next action still due (`next_index` 0, no delay)
+    is first executed once; after that each control boundary with no inference in flight starts one.
+    The scheduler's grid rule (observe only on the running chunk's grid) keeps one observation per
+    period. `blender(period)` gives the scheduler the action former it executes through."""
+
+    coeff: float
+    horizon: int
+    name: str = "ensemble"
+    overlaps: bool = True
+    guided: bool = False
+
+    def wants_inference(self, chunk: ActiveChunk | None) -> bool:
+        return chunk is None or chunk.remaining == 0 or chunk.next_index >= 1
+
+    def splice(self, obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
+        return splice_by_time(obs_tick, ready_tick, period)
+
+    def blender(self, period: int) -> TimedEnsembler:
+        return TimedEnsembler(self.coeff, self.horizon, period)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "ensemble_coeff": self.coeff, "overlaps": True}
+
+
+def _ensemble(cfg: StrategyConfig) -> Strategy:
+    coeff = cfg.ensemble_coeff if cfg.ensemble_coeff is not None else DEFAULT_ENSEMBLE_COEFF
+    checked_weights(coeff, cfg.horizon)  # a coefficient whose weights overflow is refused now
+    return TemporalEnsembling(coeff, cfg.horizon)
+
+
 def _sync(cfg: StrategyConfig) -> Strategy:
     if cfg.execute_steps not in (None, 1):
         raise ConfigError("sync executes one action per inference; use --strategy chunk for --execute-steps")
@@ -239,8 +296,48 @@ def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry.register("rtc", _rtc)
     registry.register("rtc-prefix", _rtc_prefix)
     registry.register("rtc-soft", _rtc_soft)
+    registry.register("ensemble", _ensemble)
     return registry
 
 
 def make_strategy(name: str, config: StrategyConfig) -> Strategy:
     return default_strategies().get(name)(config)
+
+
+def apply_defaults(name: str, config: StrategyConfig, defaults: Mapping[str, Any] | None) -> StrategyConfig:
+    """`config` with the fields its caller left unset (None) taken from a policy's `strategy_defaults`,
+    each where strategy `name` reads it (the strategy it makes differs) and accepts it; the others are
+    left unset (an ACT checkpoint's n_action_steps is `chunk`'s, not `sync`'s)."""
+    if not defaults:
+        return config
+    fields = {f.name for f in dataclasses.fields(StrategyConfig)} - {"horizon"}
+    unknown = sorted(set(defaults) - fields)
+    if unknown:
+        raise ConfigError(
+            f"the policy declares strategy_defaults {', '.join(unknown)}, which no strategy takes "
+            f"(known: {', '.join(sorted(fields))})"
+        )
+    for field, value in defaults.items():
+        if getattr(config, field) is not None:
+            continue  # the caller's own value wins
+        try:
+            trial = dataclasses.replace(config, **{field: value})
+            changed = make_strategy(name, trial).describe() != make_strategy(name, config).describe()
+        except ConfigError:
+            continue  # this strategy refuses the value (sync and execute_steps > 1): not its default
+        if changed:
+            config = trial
+    return config
+
+
+def policy_strategy(name: str, policy: Any, **options: Any) -> Callable[[int], Strategy]:
+    """`make_strategy(horizon)` for a scheduler: strategy `name` with `options` (StrategyConfig fields),
+    the horizon the first chunk shows, and the policy's declared `strategy_defaults` for the fields not
+    given (a robot-side `hotloop.client.PolicyClient` carries the served policy's)."""
+    defaults = dict(getattr(policy, "strategy_defaults", None) or {})
+    default_strategies().get(name)  # an unknown name fails now, not at the first chunk
+
+    def make(horizon: int) -> Strategy:
+        return make_strategy(name, apply_defaults(name, StrategyConfig(horizon, **options), defaults))
+
+    return make

@@ -37,6 +37,22 @@ def ensemble_weights(coeff: float, chunk_size: int) -> tuple[np.ndarray, np.ndar
     return w.numpy(), torch.cumsum(w, dim=0).numpy()
 
 
+def checked_weights(coeff: float, chunk_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`ensemble_weights`, refused when they cannot average (a bad coefficient or chunk)."""
+    if not math.isfinite(coeff):
+        raise ConfigError(f"temporal_ensemble_coeff must be a finite number (got {coeff})")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ConfigError(f"temporal ensembling needs chunk_size >= 1 (got {chunk_size!r})")
+    weights, cumsum = ensemble_weights(float(coeff), chunk_size)
+    if not (np.isfinite(cumsum).all() and cumsum[-1] > 0):
+        raise ConfigError(
+            f"temporal_ensemble_coeff {coeff} over a chunk of {chunk_size} makes the weights "
+            f"exp(-coeff * i) overflow float32 (the average would be NaN); use a coefficient of "
+            f"smaller magnitude"
+        )
+    return weights, cumsum
+
+
 class TemporalEnsembler:
     """Online exponentially weighted average of overlapping chunks; `update` returns the next action.
 
@@ -44,19 +60,9 @@ class TemporalEnsembler:
     """
 
     def __init__(self, coeff: float, chunk_size: int) -> None:
-        if not math.isfinite(coeff):
-            raise ConfigError(f"temporal_ensemble_coeff must be a finite number (got {coeff})")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ConfigError(f"temporal ensembling needs chunk_size >= 1 (got {chunk_size!r})")
         self.coeff = float(coeff)
         self.chunk_size = chunk_size
-        self.weights, self.weights_cumsum = ensemble_weights(self.coeff, chunk_size)
-        if not (np.isfinite(self.weights_cumsum).all() and self.weights_cumsum[-1] > 0):
-            raise ConfigError(
-                f"temporal_ensemble_coeff {coeff} over a chunk of {chunk_size} makes the weights "
-                f"exp(-coeff * i) overflow float32 (the average would be NaN); use a coefficient of "
-                f"smaller magnitude"
-            )
+        self.weights, self.weights_cumsum = checked_weights(self.coeff, chunk_size)
         self.reset()
 
     def reset(self) -> None:
@@ -97,4 +103,62 @@ class TemporalEnsembler:
         return action
 
 
-__all__ = ["TemporalEnsembler", "ensemble_weights"]
+class TimedEnsembler:
+    """`TemporalEnsembler` on a clock, for chunks that arrive late (the `ensemble` strategy): the same
+    online average and the same float operations, kept per control period instead of per step.
+
+    A chunk observed at tick `origin` plans action j for the period starting at `origin + j * period`.
+    `add` folds every action into its period's running average, in arrival order (so the i-th prediction
+    for a period gets weight w_i, i = 0 the oldest, as in LeRobot), skipping periods that have already
+    started; `action` is the average for a period start (what the robot executes then) from the chunks
+    that have arrived by then. With a chunk every period and no delay it gives `TemporalEnsembler.update`'s
+    actions exactly. It has the blender shape the chunk scheduler calls (`add`, `action`).
+    """
+
+    def __init__(self, coeff: float, chunk_size: int, period: int) -> None:
+        if period < 1:
+            raise ConfigError(f"control period must be >= 1 tick (got {period})")
+        self.coeff = float(coeff)
+        self.chunk_size = chunk_size
+        self.period = period
+        self.weights, self.weights_cumsum = checked_weights(self.coeff, chunk_size)
+        self._pending: dict[int, tuple[np.ndarray, int]] = {}  # period start -> (average, predictions)
+        self._floor: int | None = None  # the latest period start executed or asked for
+
+    def add(self, actions: np.ndarray, origin: int) -> None:
+        actions = np.asarray(actions)
+        if actions.ndim != 2 or actions.shape[0] != self.chunk_size:
+            raise ConfigError(
+                f"temporal ensembling expects chunks ({self.chunk_size}, action_dim), got shape {actions.shape}"
+            )
+        for j in range(self.chunk_size):
+            tick = origin + j * self.period
+            if self._floor is not None and tick < self._floor:
+                continue  # that period has begun: its action was formed without this chunk
+            entry = self._pending.get(tick)
+            if entry is None:
+                self._pending[tick] = (actions[j].copy(), 1)
+                continue
+            average, count = entry
+            # LeRobot's update for one step, in its order and dtype.
+            average = average * self.weights_cumsum[count - 1]
+            average = average + actions[j] * self.weights[count]
+            average = average / self.weights_cumsum[count]
+            self._pending[tick] = (average, min(count + 1, self.chunk_size))
+
+    def action(self, actions: np.ndarray, index: int, start: int) -> np.ndarray:
+        """The ensembled action for the period starting at `start` (`actions[index]`, the newest chunk's
+        own, when no average holds that period)."""
+        self._floor = start if self._floor is None else max(self._floor, start)
+        for tick in [t for t in self._pending if t < start]:
+            del self._pending[tick]
+        entry = self._pending.get(start)
+        return np.asarray(actions[index]) if entry is None else entry[0]
+
+    def predictions(self, start: int) -> int:
+        """How many chunks' predictions the action of the period at `start` averages (0: none)."""
+        entry = self._pending.get(start)
+        return 0 if entry is None else entry[1]
+
+
+__all__ = ["TemporalEnsembler", "TimedEnsembler", "checked_weights", "ensemble_weights"]

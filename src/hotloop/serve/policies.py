@@ -34,7 +34,8 @@ def serve_policy(name: str, policy: Any) -> ServedPolicy:
     policy.reset()
     action = policy.infer(zero_observation(observation_spec))
     policy.reset()
-    return ServedPolicy(name, policy, observation_spec, spec_of(action))
+    defaults = dict(getattr(policy, "strategy_defaults", None) or {})
+    return ServedPolicy(name, policy, observation_spec, spec_of(action), defaults)
 
 
 def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:

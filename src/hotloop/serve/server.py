@@ -1,7 +1,8 @@
 """An openpi-compatible policy server: websocket + msgpack-numpy, `/healthz` and `/metrics` on the same port.
 
 Protocol (openpi's `WebsocketPolicyServer`, which robot code written for openpi already speaks): on connect
-the server sends its metadata map (here with `observation_spec` and `action_spec`, key -> {shape, dtype});
+the server sends its metadata map (here with `observation_spec` and `action_spec`, key -> {shape, dtype}, and
+`strategy_defaults`, how the policy is meant to be executed);
 then each observation map gets an action map holding `actions` and `server_timing` (milliseconds), or, when
 the observation is rejected, a text frame `error: ...` — openpi-client raises it as a RuntimeError and the
 connection stays open for the next observation.
@@ -80,6 +81,10 @@ class ServedPolicy:
     policy: Policy
     observation_spec: Mapping[str, ArraySpec]
     action_spec: Mapping[str, ArraySpec] = field(default_factory=dict)
+    # How the policy is meant to be executed (`hotloop.realtime.strategies.apply_defaults`: an ACT
+    # checkpoint's n_action_steps, its temporal ensembling coefficient), sent in the metadata so that the
+    # robot-side runner, which executes the chunks, can use them.
+    strategy_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +158,7 @@ class PolicyServer:
                 "policy": served.name,
                 "observation_spec": spec_to_wire(served.observation_spec),
                 "action_spec": spec_to_wire(served.action_spec),
+                "strategy_defaults": dict(served.strategy_defaults),
                 "max_message_bytes": config.max_message_bytes,
             }
         )

@@ -23,10 +23,19 @@ def train_demo_cmd(
         int | None, typer.Option(help="torch threads (1 keeps runs repeatable everywhere)")
     ] = None,
     ship: Annotated[bool, typer.Option("--ship", help="copy the result into the package assets")] = False,
-    variant: Annotated[
+    family: Annotated[
         str,
-        typer.Option(help="state: demo:conveyor (box pose in the state); vision: demo:conveyor-vision"),
-    ] = "state",
+        typer.Option(
+            help="pi: the pi0.5 demo policies (--variant); act: a LeRobot ACT checkpoint folder trained on "
+            "recorded top and wrist views (a target: `hotloop eval OUT`)"
+        ),
+    ] = "pi",
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            help="pi: state (demo:conveyor, box pose in the state, the default) or vision (demo:conveyor-vision)"
+        ),
+    ] = None,
     action_prefix_prob: Annotated[
         float | None,
         typer.Option(help="state variant: fraction of examples trained to continue a given action prefix"),
@@ -36,15 +45,25 @@ def train_demo_cmd(
     ] = None,
     views: Annotated[
         str | None,
-        typer.Option(help="vision variant: camera views to train on, comma-separated (default top,wrist)"),
+        typer.Option(
+            help="vision variant and act: camera views to train on, comma-separated (default top,wrist)"
+        ),
     ] = None,
 ) -> None:
-    """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
+    """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act a LeRobot
+    ACT checkpoint) on expert episodes, on CPU."""
     import dataclasses
 
     from hotloop.errors import ConfigError
     from hotloop.io import check_output_dir
 
+    if family not in ("pi", "act"):
+        raise ConfigError(f"--family {family!r} is not known; use pi or act")
+    if family == "act":
+        _train_act(out, steps, episodes, dataset, seed, threads, ship, variant, views, action_prefix_prob,
+                   max_action_prefix)  # fmt: skip
+        return
+    variant = variant or "state"
     if variant not in ("state", "vision"):
         raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
     if views is not None and variant != "vision":
@@ -94,6 +113,52 @@ def train_demo_cmd(
     )
     if ship:
         typer.echo(f"shipped to {ship_assets(out)}")
+
+
+def _train_act(
+    out: Path,
+    steps: int | None,
+    episodes: int | None,
+    dataset: Path | None,
+    seed: int,
+    threads: int | None,
+    ship: bool,
+    variant: str | None,
+    views: str | None,
+    action_prefix_prob: float | None,
+    max_action_prefix: int | None,
+) -> None:
+    """`--family act`: `hotloop.train.act_demo`; the pi-only options are refused by name."""
+    from hotloop.errors import ConfigError
+    from hotloop.io import check_output_dir
+
+    given = [
+        flag
+        for flag, value in (
+            ("--variant", variant),
+            ("--action-prefix-prob", action_prefix_prob),
+            ("--max-action-prefix", max_action_prefix),
+        )
+        if value is not None
+    ]
+    if ship:
+        given.append("--ship")
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --family pi; an ACT demo is a "
+            "checkpoint folder (nothing is shipped): drop it"
+        )
+    view_keys = None
+    if views is not None:
+        from hotloop.sim.tasks.gantry import check_views
+
+        view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
+    check_output_dir(out, "-o")
+    from hotloop.train.act_demo import run_from_cli
+
+    run_from_cli(
+        out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=view_keys
+    )
 
 
 def add_commands(app: typer.Typer) -> None:
