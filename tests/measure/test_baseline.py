@@ -133,3 +133,15 @@ def test_an_artifact_counts_as_its_source_target(tmp_path) -> None:
         == "pi05:tiny"
     )
     assert result_policy(result()) == "pi05:tiny"
+
+
+def test_a_verdict_with_nothing_changed_blames_the_machine_state() -> None:
+    from hotloop.measure.baseline import comparison_lines
+
+    base, now = result(), result(seed=1, scale=1.5)
+    lines = comparison_lines(compare_bench(base, now, 0.05, "a.json"))
+    assert any(ln.startswith("[yellow]nothing changed, yet vision, denoise, total moved") for ln in lines)
+    busy = result(seed=1, env__load_avg=[3.5, 1.0, 1.0])
+    lines = comparison_lines(compare_bench(base, busy, 0.05, "a.json"))
+    assert any("busy when this run ended (load average 3.50 on 2 CPUs)" in ln for ln in lines)
+    assert not any("nothing changed, yet" in ln for ln in lines)

@@ -71,21 +71,32 @@ def _bench_versus(previous: dict[str, Any], result: dict[str, Any], threshold: f
 
 def _eval_versus(previous: dict[str, Any], result: dict[str, Any]) -> tuple[str, str]:
     from hotloop.closedloop.baseline import compare_eval, env_differences, eval_runs
-    from hotloop.measure.differences import VARIABLE, Difference, Differences
+    from hotloop.measure.differences import CONTEXT, VARIABLE, Difference, Differences
 
     old, new = eval_runs(previous), eval_runs(result)
     points = compare_eval(old, new)
-    versus = "; ".join(
-        f"{c.point.label} {c.paired.only_baseline} only then / {c.paired.only_now} only now: {c.verdict}"
-        for c in points
-    )
+    parts = []
+    for c in points:
+        p = c.paired
+        if p.pairs:
+            parts.append(f"{c.point.label} {p.only_baseline} only then / {p.only_now} only now: {c.verdict}")
+        else:
+            d = c.success
+            shift = (
+                "" if d is None else f" {100 * d.estimate:+.0f} ({100 * d.low:+.0f} to {100 * d.high:+.0f})"
+            )
+            parts.append(f"{c.point.label} no shared seed, unpaired{shift}: {c.verdict}")
     seen: dict[str, Difference] = {}
+    measured: dict[str, Difference] = {}
     for c in points:
         for d in c.changed:
-            if d.kind == VARIABLE:
-                seen.setdefault(d.describe(), d)
-    changed = Differences(tuple(seen.values()) + env_differences(old, new).items)
-    return versus or "no point pairs", changed.summary()
+            (seen if d.kind == VARIABLE else measured if d.kind == CONTEXT else {}).setdefault(
+                d.describe(), d
+            )
+    changed = Differences(tuple(seen.values()) + env_differences(old, new).items).summary()
+    if measured:  # other seeds or more episodes: not a variable, but it says why no seed pairs
+        changed += " (" + "; ".join(measured) + ")"
+    return "; ".join(parts) or "no point pairs", changed
 
 
 def history_rows(runs: list[HistoryRun], threshold: float) -> list[HistoryRow]:

@@ -295,7 +295,7 @@ def print_comparison(points: list[PointComparison], label: str, env: Differences
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(150, Console().width))
+    console = Console(width=max(180, Console().width))  # piped or narrow: the tables stay whole
     console.print(
         f"against {label}: success now − then in percentage points, 95 % intervals (paired: exact, "
         "conditional on the discordant pairs; unpaired: Newcombe)",
@@ -304,7 +304,7 @@ def print_comparison(points: list[PointComparison], label: str, env: Differences
     table = Table(title="success")
     columns = ("point", "pairs", "then", "now", "only then", "only now", "McNemar p", "Δ paired")
     for col in (*columns, "Δ unpaired seeds (Fisher p)", "verdict"):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, overflow="fold")
     for c in points:
         p = c.paired
         u = c.unpaired
@@ -325,7 +325,7 @@ def print_comparison(points: list[PointComparison], label: str, env: Differences
         )
     console.print(table)
     metrics = Table(title="paired differences on shared seeds: then → now, now − then (95 % t interval)")
-    for col in ("point", "task time s (both succeed)", "jerk", "chunk jump"):
+    for col in ("point", "task time s (both succeed)", "jerk", "chunk jump (mean per episode)"):
         metrics.add_column(col, no_wrap=col == "point")
     for c in points:
         metre = c.length_unit == "m"

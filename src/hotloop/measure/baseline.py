@@ -301,6 +301,12 @@ def print_comparison(cmp: BenchComparison, console: Any) -> None:
 
 def comparison_lines(cmp: BenchComparison) -> list[str]:
     lines = list(cmp.differences.lines())
+    moved = [r.stage for r in cmp.rows if r.change.verdict in (SLOWER, FASTER)]
+    if moved and not cmp.differences.variables and not cmp.differences.of("machine"):
+        lines.append(
+            f"[yellow]nothing changed, yet {', '.join(moved)} moved: the machine's state did (other work, clocks, "
+            "heat); compare interleaved in one run (--compare) or on a quiet machine[/yellow]"
+        )
     if cmp.skipped:
         lines.append(f"not compared (one run has no per-stage samples of them): {', '.join(cmp.skipped)}")
     for when, (load, cpus) in zip(("the baseline", "this run"), cmp.loads, strict=True):
