@@ -81,18 +81,21 @@ def _eval_versus(previous: dict[str, Any], result: dict[str, Any]) -> tuple[str,
         if p.pairs:
             parts.append(f"{c.point.label} {p.only_baseline} only then / {p.only_now} only now: {c.verdict}")
         else:
-            d = c.success
+            iv = c.success
             shift = (
-                "" if d is None else f" {100 * d.estimate:+.0f} ({100 * d.low:+.0f} to {100 * d.high:+.0f})"
+                ""
+                if iv is None
+                else f" {100 * iv.estimate:+.0f} ({100 * iv.low:+.0f} to {100 * iv.high:+.0f})"
             )
             parts.append(f"{c.point.label} no shared seed, unpaired{shift}: {c.verdict}")
     seen: dict[str, Difference] = {}
     measured: dict[str, Difference] = {}
     for c in points:
         for d in c.changed:
-            (seen if d.kind == VARIABLE else measured if d.kind == CONTEXT else {}).setdefault(
-                d.describe(), d
-            )
+            if d.kind == VARIABLE:
+                seen.setdefault(d.describe(), d)
+            elif d.kind == CONTEXT:
+                measured.setdefault(d.describe(), d)
     changed = Differences(tuple(seen.values()) + env_differences(old, new).items).summary()
     if measured:  # other seeds or more episodes: not a variable, but it says why no seed pairs
         changed += " (" + "; ".join(measured) + ")"
