@@ -193,7 +193,8 @@ def bench_differences(baseline: dict[str, Any], current: dict[str, Any]) -> Diff
     """What differs between two bench results: target, settings, plan, machine."""
     groups: list[list[Difference]] = []
     if baseline.get("target") != current.get("target"):
-        groups.append([Difference("target", baseline.get("target"), current.get("target"), VARIABLE)])
+        # One variable (the engine), shown with its plan: an artifact's backend and precision per stage.
+        groups.append([Difference("target", _with_plan(baseline), _with_plan(current), VARIABLE)])
     b_cfg, c_cfg = baseline.get("config") or {}, current.get("config") or {}
     # threads and pin as set are in the fingerprint as they took effect (threads, affinity)
     groups.append(diff_mappings(_pick(b_cfg, "gc_enabled"), _pick(c_cfg, "gc_enabled"), VARIABLE))
@@ -208,6 +209,14 @@ def bench_differences(baseline: dict[str, Any], current: dict[str, Any]) -> Diff
     groups.append(diff_mappings(_pick(b_info, *_INFO_CONTEXT), _pick(c_info, *_INFO_CONTEXT), CONTEXT))
     groups.append(fingerprint_differences(baseline.get("env") or {}, current.get("env") or {}))
     return differences(groups)
+
+
+def _with_plan(data: dict[str, Any]) -> str:
+    plan = (data.get("info") or {}).get("plan")
+    target = str(data.get("target"))
+    if not isinstance(plan, dict) or not plan:
+        return target
+    return f"{target} ({', '.join(f'{k}: {v}' for k, v in plan.items())})"
 
 
 def _pick(d: dict[str, Any], *keys: str) -> dict[str, Any]:

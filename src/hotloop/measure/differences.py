@@ -36,6 +36,8 @@ class Difference:
             gone = sorted(set(map(str, self.baseline)) - set(map(str, self.current)))
             new = sorted(set(map(str, self.current)) - set(map(str, self.baseline)))
             return f"{self.key} " + " ".join([*(f"+{f}" for f in new), *(f"-{f}" for f in gone)])
+        if self.key == "git_commit":  # a short hash reads as well and keeps the line short
+            return f"{self.key} {str(self.baseline)[:12]} → {str(self.current)[:12]}"
         return f"{self.key} {show(self.baseline)} → {show(self.current)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def show(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(v, float) for v in value):
         return "[" + ", ".join(f"{v:.2f}" for v in value) + "]"
     text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
