@@ -45,7 +45,7 @@ def test_names_resolve(tmp_path) -> None:
     assert resolve_run(tmp_path, "latest", "bench").number == 3
     assert resolve_run(tmp_path, "latest", None).number == 4
     with pytest.raises(
-        ConfigError, match=r"--baseline 4 is a eval run \(0004-eval-demo_conveyor\); give a bench run"
+        ConfigError, match=r"--baseline 4 is an eval run \(0004-eval-demo_conveyor\); give a bench run"
     ):
         resolve_run(tmp_path, "4", "bench")
     with pytest.raises(ConfigError, match="holds 2 bench runs of toy:mlp; name an earlier one"):

@@ -56,6 +56,10 @@ def history_cmd(
         typer.echo(f"wrote {plot_history(chosen, plot)}")
 
 
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
+
+
 def _load(spec: str, history: Path | None, flag: str) -> tuple[str, dict[str, Any]]:
     from hotloop.measure.baseline import looks_like_path, read_json_result
     from hotloop.measure.history import resolve_run
@@ -100,7 +104,7 @@ def compare_cmd(
         raise ConfigError(f"NEW {new} is not a `hotloop bench --json` or `hotloop eval --json` result")
     if kinds[0] != kinds[1]:
         raise ConfigError(
-            f"OLD {old} is a {kinds[0]} result and NEW {new} a {kinds[1]} one; compare like with like"
+            f"OLD {old} is {_a(kinds[0])} result and NEW {new} {_a(kinds[1])} one; compare like with like"
         )
     line: str | None
     if kinds[1] == "bench":

@@ -185,5 +185,6 @@ def resolve_run(
         raise ConfigError(f"{flag} {name} {why} in the history {path} (latest: {shown}); give a number or id")
     run = found[0]
     if kind is not None and run.kind != kind:
-        raise ConfigError(f"{flag} {name} is a {run.kind} run ({run.id}); give a {kind} run")
+        a = "an" if run.kind[:1] in "aeiou" else "a"
+        raise ConfigError(f"{flag} {name} is {a} {run.kind} run ({run.id}); give a {kind} run")
     return run
