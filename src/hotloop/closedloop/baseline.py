@@ -223,6 +223,13 @@ def _paired_metric(
     return paired_difference([a for a, _ in pairs], [b for _, b in pairs]) if pairs else None
 
 
+def _request_parts(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's request as (what it chose, how much it measured); target and task are equal by now."""
+    request = {k: v for k, v in (run.get("request") or {}).items() if k not in _SAME_REQUEST}
+    measured = {k: request.pop(k) for k in _CONTEXT_REQUEST if k in request}
+    return request, measured
+
+
 def compare_point(baseline: dict[str, Any], current: dict[str, Any]) -> PointComparison:
     old, new = _completed(baseline), _completed(current)
     shared = sorted(set(old) & set(new))
@@ -236,19 +243,13 @@ def compare_point(baseline: dict[str, Any], current: dict[str, Any]) -> PointCom
             sum(new[s]["success"] for s in only_new),
             len(only_new),
         )
-    b_req, c_req = dict(baseline.get("request") or {}), dict(current.get("request") or {})
-    for key in _SAME_REQUEST:
-        b_req.pop(key, None), c_req.pop(key, None)
-    ctx = (
-        {k: b_req.pop(k) for k in _CONTEXT_REQUEST if k in b_req},
-        {k: c_req.pop(k) for k in _CONTEXT_REQUEST if k in c_req},
-    )
+    b_req, c_req = _request_parts(baseline), _request_parts(current)
     changed = [
         *diff_mappings(
             {"difficulty": baseline.get("difficulty")}, {"difficulty": current.get("difficulty")}, VARIABLE
         ),
-        *diff_mappings(b_req, c_req, VARIABLE),
-        *diff_mappings(ctx[0], ctx[1], CONTEXT),
+        *diff_mappings(b_req[0], c_req[0], VARIABLE),
+        *diff_mappings(b_req[1], c_req[1], CONTEXT),
     ]
     return PointComparison(
         point=run_key(current),
