@@ -232,8 +232,13 @@ def test_eval_against_a_baseline_shows_paired_counts_and_mcnemar(
     assert invoke(
         [*EVAL, "--latency", "fixed:0", "--baseline", str(expert_baseline), "--fail-on-regression"], 0
     )
+    res = invoke([*EVAL, "--latency", "fixed:3000", "--baseline", "latest", "--history", str(hist)], 0)
+    assert (
+        "against #1 (0001-eval-expert_scripted)" in res.stdout
+        and "0 succeed only in the baseline" in res.stdout
+    )
     hist_out = invoke(["history", str(hist)], 0).stdout
-    assert "sync fixed:3000 0/6" in hist_out
+    assert "sync fixed:3000 0/6" in hist_out and "nothing (a rerun)" in hist_out
 
 
 def test_eval_baseline_refusals_are_one_line_and_run_nothing(
