@@ -93,13 +93,35 @@ def bench(
             help="folder of the matmul peaks `hotloop doctor` measured (default ~/.cache/hotloop/roofline)"
         ),
     ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="compare with an earlier run: a bench JSON, or a run of the history (7, its id, latest, "
+            "latest~1): per-stage p50/p99 ratios with intervals, a rank test, a verdict, what differs"
+        ),
+    ] = None,
+    threshold: Annotated[
+        str | None, typer.Option(help="with --baseline: the smallest change called slower or faster (5%)")
+    ] = None,
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression", help="with --baseline: exit 3 when a stage is slower beyond the threshold"
+        ),
+    ] = False,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
+        ),
+    ] = None,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
 
-    from hotloop.io import check_output_file, check_plot_file
+    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
-    from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines, write_json
+    from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines
     from hotloop.targets import TargetOptions, check_device, find_target
 
     config = BenchConfig(
@@ -132,6 +154,9 @@ def bench(
     _warn_oversubscription(threads)
     check_output_file(json_path, "--json")
     check_plot_file(plot, "--plot", {"--json": json_path})
+    from hotloop.measure.baseline import BaselineRequest
+
+    against = BaselineRequest.check(target, baseline, threshold, fail_on_regression, history)
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
         other = (  # the memory cap is TARGET's (an artifact), not the reference's
@@ -146,10 +171,15 @@ def bench(
         console.print(roofline_table(result))
     for line in summary_lines(result):
         console.print(line)
+    data = result.to_dict()
+    cmp = against.compare(data, console)
+    if cmp is not None:
+        data["baseline_comparison"] = cmp.to_dict()
     if json_path is not None:
-        console.print(f"wrote {write_json(result, json_path)}")
+        console.print(f"wrote {atomic_write_json(json_path, data)}")
     if plot is not None:
         console.print(f"wrote {plot_latency(result, plot)}")
+    against.finish(data, cmp, console)
 
 
 def _parse_buckets(text: str | None) -> tuple[int, ...] | None:
@@ -220,11 +250,17 @@ def demo(
         list[str] | None,
         typer.Option(help="run only these rungs (harness, vla, compile, closed-loop, compression)"),
     ] = None,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HOTLOOP_HISTORY", help="append the report to a history; show the previous run's figures"
+        ),
+    ] = None,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
     from hotloop.demo.report import DemoConfig, run_demo
 
-    config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()))
+    config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()), history=history)
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     failed = [r.title for r in rungs if r.error]
@@ -245,6 +281,7 @@ COMMAND_MODULES = (
     "hotloop.compress.commands",  # sensitivity
     "hotloop.compress.recipe_commands",  # compress
     "hotloop.verify.commands",  # verify
+    "hotloop.baselines.commands",  # history, compare
 )
 for _module in COMMAND_MODULES:
     importlib.import_module(_module).add_commands(app)

@@ -102,12 +102,32 @@ def eval_cmd(
         float | None,
         typer.Option(help="an artifact engine's resident-memory cap in MiB, checked every inference"),
     ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="compare with an earlier eval: a JSON or a history run (7, its id, latest): success paired "
+            "by seed (McNemar's exact test), task time, jerk and chunk jump as paired differences"
+        ),
+    ] = None,
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression", help="with --baseline: exit 3 when a point's success interval is below 0"
+        ),
+    ] = False,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
+        ),
+    ] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks.
 
     The table goes to stdout, progress and errors to stderr. Exit code 0 when every episode ran (whatever
     its outcome), 1 when any episode crashed (counted apart from failures), 2 for bad input, 130 when
-    interrupted (the finished episodes are written first).
+    interrupted (the finished episodes are written first), 3 with --fail-on-regression when success
+    fell against --baseline.
     """
     from hotloop.closedloop.sweep import EvalSweep, run_sweep
 
@@ -137,6 +157,9 @@ def eval_cmd(
             quiet=quiet,
             pipeline=pipeline,
             memory_cap_mb=memory_cap_mb,
+            baseline=baseline,
+            fail_on_regression=fail_on_regression,
+            history=history,
         )
     )
 

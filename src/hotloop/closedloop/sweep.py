@@ -195,6 +195,9 @@ class EvalSweep:
     quiet: bool = False
     pipeline: str | None = None
     memory_cap_mb: float | None = None
+    baseline: str | None = None  # an earlier eval JSON or history run (closedloop/baseline.py)
+    fail_on_regression: bool = False
+    history: Path | None = None
 
     @property
     def single(self) -> bool:
@@ -303,6 +306,9 @@ def run_sweep(sweep: EvalSweep) -> None:
     requests = sweep.requests()
     check_output_file(sweep.json_path, "--json")
     check_plot_file(sweep.plot, "--plot", {"--json": sweep.json_path})
+    from hotloop.closedloop.baseline import EvalBaseline
+
+    against = EvalBaseline.check(sweep, requests)  # before any episode, like every other option
     runs: list[dict[str, Any]] = []
     interrupted = False
 
@@ -334,6 +340,17 @@ def run_sweep(sweep: EvalSweep) -> None:
                 interrupted = True
                 break
         print_table(runs)
+        points = against.compare(runs)
+        if points and sweep.json_path is not None and not write_failed:
+            atomic_write_json(
+                sweep.json_path,
+                {
+                    **(runs[0] if single else {"runs": runs}),
+                    "baseline_comparison": [p.to_dict() for p in points],
+                },
+            )
+        if runs and not interrupted:
+            against.record(runs[0] if single else {"runs": runs})
         if sweep.plot is not None and runs:
             plot_sweep(runs, sweep.plot)
             typer.echo(f"wrote {sweep.plot}")
@@ -365,3 +382,4 @@ def run_sweep(sweep: EvalSweep) -> None:
             err=True,
         )
         raise typer.Exit(1)
+    against.finish(points)  # exit 3 on a success drop with --fail-on-regression

@@ -37,6 +37,7 @@ class DemoConfig:
     full: bool = False
     progress: bool = True
     only: tuple[str, ...] = ()  # rung names to run (default: all)
+    history: Path | None = None  # append the report here; show the previous demo run's figures
 
 
 def _bench_rung(
@@ -74,7 +75,12 @@ def _bench_rung(
         "<table><tr><th>stage (ms)</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th></tr>"
         f"{rows}</table>"
     )
-    return Rung(title=title, summary=result.to_dict() | {"samples_ms": None}, plots=[plot], html=body)
+    return Rung(
+        title=title,
+        summary=result.to_dict() | {"samples_ms": None, "stage_samples_ms": None},
+        plots=[plot],
+        html=body,
+    )
 
 
 def rung_harness(config: DemoConfig) -> Rung:
@@ -139,10 +145,14 @@ def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[
 
 
 def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Rung]:
+    from hotloop.demo.previous import previous_demo
     from hotloop.io import check_output_dir
+    from hotloop.measure.history import check_history_dir
 
     makers = selected_rungs(config.only, config.full)
     check_output_dir(config.out_dir, "--out")  # before minutes of measuring, not at the first write
+    check_history_dir(config.history)
+    previous = previous_demo(config.history)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     rungs: list[Rung] = []
     for make_rung in makers:
@@ -155,11 +165,23 @@ def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Run
         rung.seconds = time.monotonic() - start
         rungs.append(rung)
         log(f"{rung.title}: {'FAILED' if rung.error else 'done'} in {rung.seconds:.1f} s")
-        write_report(config, rungs)  # after every rung, so an interrupted demo keeps what finished
+        write_report(config, rungs, previous)  # after every rung: an interrupted demo keeps what finished
+    if config.history is not None:
+        import json
+
+        from hotloop.measure.history import append_run
+
+        report = json.loads((config.out_dir / "report.json").read_text())
+        run = append_run(config.history, "demo", "demo", report)
+        log(f"recorded as #{run.number} in {config.history} ({run.path.name})")
     return rungs
 
 
-def write_report(config: DemoConfig, rungs: list[Rung]) -> tuple[Path, Path]:
+def write_report(
+    config: DemoConfig, rungs: list[Rung], previous: tuple[str, dict[str, Any]] | None = None
+) -> tuple[Path, Path]:
+    from hotloop.demo.previous import previous_html
+
     env = machine_fingerprint()
     report = {
         "hotloop_version": hotloop.__version__,
@@ -183,7 +205,8 @@ def write_report(config: DemoConfig, rungs: list[Rung]) -> tuple[Path, Path]:
         status = f"<p class='err'>failed: {html.escape(r.error)}</p>" if r.error else ""
         images = "".join(f"<img src='{html.escape(p.name)}' alt='{html.escape(p.name)}'>" for p in r.plots)
         sections.append(
-            f"<section><h2>{html.escape(r.title)}</h2><p>{r.seconds:.1f} s</p>{status}{r.html}{images}</section>"
+            f"<section><h2>{html.escape(r.title)}</h2><p>{r.seconds:.1f} s</p>{status}{r.html}"
+            f"{previous_html(r.title, r.summary, previous) if not r.error else ''}{images}</section>"
         )
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>hotloop report</title><style>"

@@ -123,6 +123,9 @@ class BenchResult:
     info: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     roofline: dict[str, Any] | None = None  # {"peaks": MatmulPeaks dict | None, "stages": {...}}
+    # Per-iteration host time of each stage (0.0 where a stage did not run in an iteration, as in
+    # `stages`): what `--baseline` resamples to put an interval on each stage's ratio.
+    stage_samples_ms: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def jitter_warning(self) -> bool:
@@ -143,6 +146,7 @@ class BenchResult:
             "info": self.info,
             "config": self.config,
             "roofline": self.roofline,
+            "stage_samples_ms": self.stage_samples_ms,
         }
         if self.device_stages:
             # GPU time per stage from device events; the gap to host time is launch and sync cost (R1.4).
@@ -216,14 +220,18 @@ def _device_sync(device: str) -> Any:
     return None
 
 
+def _stage_samples(samples: _Samples, iterations: int) -> dict[str, list[float]]:
+    # A stage that ran in only some iterations counts as 0 ms in the others.
+    return {
+        name: (values := samples.host.get(name, [])) + [0.0] * (iterations - len(values))
+        for name in samples.order
+    }
+
+
 def _summarise(
     samples: _Samples, iterations: int
 ) -> tuple[LatencyStats, dict[str, LatencyStats], dict[str, LatencyStats]]:
-    stages: dict[str, LatencyStats] = {}
-    for name in samples.order:
-        values = samples.host.get(name, [])
-        # A stage that ran in only some iterations counts as 0 ms in the others.
-        stages[name] = LatencyStats.from_samples(values + [0.0] * (iterations - len(values)))
+    stages = {name: LatencyStats.from_samples(v) for name, v in _stage_samples(samples, iterations).items()}
     total = LatencyStats.from_samples(samples.total)
     stages[TOTAL_STAGE] = total
     device = {name: LatencyStats.from_samples(v) for name, v in samples.device.items()}
@@ -286,6 +294,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
         latency=total,
         stages=stages,
         samples_ms=records[0].total,
+        stage_samples_ms=_stage_samples(records[0], config.iterations),
         env=machine_fingerprint(threads=config.threads),
         device_stages=device,
         compare=compare_result,

@@ -33,6 +33,17 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_flags() -> list[str] | None:
+    """The instruction-set flags the kernel reports for the first CPU (x86 `flags`, Arm `Features`): two
+    machines with one model string can still differ here (a VM that hides AVX-512), and kernels follow."""
+    text = _read("/proc/cpuinfo")
+    if text:
+        for line in text.splitlines():
+            if line.startswith(("flags", "Features")):
+                return sorted(line.split(":", 1)[1].split())
+    return None
+
+
 def cpu_governor() -> str | None:
     return _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 
@@ -112,6 +123,7 @@ def machine_fingerprint(threads: int | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
         "threads": threads if threads is not None else torch_threads(),
         "affinity": sorted(os.sched_getaffinity(0)),
         "governor": cpu_governor(),

@@ -1,0 +1,430 @@
+"""`hotloop eval --baseline OLD`: each (strategy, latency) point against an earlier run's, seed by seed.
+
+OLD is a `hotloop eval --json` file or an eval run of a `--history` folder. A point of this run is
+paired with the baseline's point of the same strategy, trigger and latency; failing that, of the same
+strategy (a latency changed), of the same latency (a strategy changed), or the baseline's only point.
+On the seeds both points ran, success is compared pair by pair (McNemar's exact test, the discordant
+counts shown) and task time, jerk and chunk jump as paired differences; seeds only one side ran get a
+two-proportion interval (`hotloop.measure.compare`). A point whose success interval lies below zero
+is a drop: with `--fail-on-regression` the command exits 3 with one line naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hotloop.errors import ConfigError
+from hotloop.measure.compare import (
+    NO_CHANGE,
+    Interval,
+    PairedDifference,
+    PairedSuccess,
+    TwoProportions,
+    paired_difference,
+    paired_success,
+    two_proportions,
+)
+from hotloop.measure.differences import (
+    CONTEXT,
+    VARIABLE,
+    Difference,
+    Differences,
+    diff_mappings,
+    differences,
+    fingerprint_differences,
+)
+
+DROP, GAIN = "success drop", "success gain"
+_CONTEXT_REQUEST = ("episodes", "seed", "workers")  # how much was measured, not what
+_SAME_REQUEST = ("target", "task")  # checked equal before any episode
+
+
+@dataclass(frozen=True)
+class PointKey:
+    strategy: str
+    trigger: int | None
+    latency: str
+
+    @property
+    def label(self) -> str:
+        k = "" if self.trigger is None else f" k={self.trigger}"
+        return f"{self.strategy}{k} {self.latency}"
+
+
+def eval_runs(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of an eval result: one point's object, or {"runs": [...]} for several."""
+    runs = data["runs"] if isinstance(data.get("runs"), list) else [data]
+    return [r for r in runs if isinstance(r, dict)]
+
+
+def run_key(run: dict[str, Any]) -> PointKey:
+    request = run.get("request") or {}
+    return PointKey(
+        str(run["strategy"]["name"]), request.get("trigger_remaining"), str(run["latency"]["spec"])
+    )
+
+
+def request_key(request: Any) -> PointKey:
+    from hotloop.closedloop.latency import parse_latency
+
+    return PointKey(request.strategy, request.trigger_remaining, parse_latency(request.latency).spec)
+
+
+_RUN_FIELDS = ("target", "task", "strategy", "latency", "per_episode")
+
+
+def check_eval_result(data: dict[str, Any], spec: str, flag: str = "--baseline") -> list[dict[str, Any]]:
+    from hotloop.measure.baseline import result_kind
+
+    kind = result_kind(data)
+    if kind == "bench":
+        raise ConfigError(
+            f"{flag} {spec} is a `hotloop bench` result; compare it with `hotloop bench --baseline`"
+        )
+    runs = eval_runs(data) if kind == "eval" else []
+    bad = [f for r in runs for f in _RUN_FIELDS if f not in r]
+    if not runs or bad:
+        missing = bad[0] if bad else "per_episode"
+        raise ConfigError(
+            f"{flag} {spec} is not a `hotloop eval --json` result (it has no {missing!r}); "
+            "give a file hotloop eval --json wrote"
+        )
+    return runs
+
+
+def load_eval_baseline(
+    spec: str, history: Path | None, policy: str | None = None, flag: str = "--baseline"
+) -> tuple[str, list[dict[str, Any]]]:
+    from hotloop.measure.baseline import looks_like_path, read_json_result
+    from hotloop.measure.history import resolve_run
+
+    if looks_like_path(spec):
+        data, label = read_json_result(spec, flag), spec
+    else:
+        run = resolve_run(history, spec, "eval", policy, flag)
+        data, label = run.result, f"#{run.number} ({run.id})"
+    return label, check_eval_result(data, spec, flag)
+
+
+def pair_points(current: Sequence[PointKey], baseline: Sequence[PointKey]) -> list[PointKey | None]:
+    """For each current point, the baseline point it is compared with (None: no partner)."""
+    rules: tuple[Callable[[PointKey], Any], ...] = (
+        lambda k: k,
+        lambda k: (k.strategy, k.trigger),
+        lambda k: k.latency,
+        lambda k: None,  # the baseline's only point
+    )
+    out: list[PointKey | None] = []
+    for key in current:
+        partner = None
+        for rule in rules:
+            found = [b for b in baseline if rule(b) == rule(key)]
+            if len(found) == 1:
+                partner = found[0]
+                break
+        out.append(partner)
+    return out
+
+
+def check_same_run(baseline: list[dict[str, Any]], target: str, task: str, spec: str, flag: str) -> None:
+    from hotloop.measure.baseline import policy_of_target
+
+    first = baseline[0]
+    theirs, ours = policy_of_target(str(first["target"])), policy_of_target(target)
+    if theirs != ours:
+        raise ConfigError(
+            f"{flag} {spec} evaluated {first['target']!r}, this run evaluates {target!r}; compare runs of one "
+            "policy (a compiled artifact counts as the target it was compiled from)"
+        )
+    if first["task"] != task:
+        raise ConfigError(
+            f"{flag} {spec} ran task {first['task']!r}, this run {task!r}; compare runs of one task"
+        )
+
+
+def _completed(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {int(r["seed"]): r for r in run["per_episode"] if not r.get("error")}
+
+
+@dataclass(frozen=True)
+class PointComparison:
+    point: PointKey
+    baseline_point: PointKey
+    changed: tuple[Difference, ...]
+    paired: PairedSuccess
+    unpaired: TwoProportions | None  # seeds only one of the two ran
+    task_time: PairedDifference | None  # seeds both succeeded on
+    jerk: PairedDifference | None
+    chunk_jump: PairedDifference | None
+    length_unit: str | None
+
+    @property
+    def success(self) -> Interval | None:
+        """The interval the verdict reads: paired when there are shared seeds, else unpaired."""
+        if self.paired.pairs:
+            return self.paired.difference
+        return self.unpaired.difference if self.unpaired is not None else None
+
+    @property
+    def verdict(self) -> str:
+        d = self.success
+        if d is None or d.high != d.high:
+            return NO_CHANGE
+        return DROP if d.high < 0 else GAIN if d.low > 0 else NO_CHANGE
+
+    def sentence(self) -> str:
+        p = self.paired
+        variables = [d.describe() for d in self.changed if d.kind == VARIABLE]
+        changed = "; ".join(variables) if variables else "nothing (a rerun)"
+        if len(variables) > 1:
+            changed += f" — {len(variables)} variables at once: the comparison cannot say which mattered"
+        head = f"{self.point.label} against {self.baseline_point.label} (changed: {changed})"
+        if not p.pairs:
+            return f"{head}: no seed in common; the unpaired interval decides"
+        return (
+            f"{head}, {p.pairs} shared seeds: {p.only_baseline} succeed only in the baseline, "
+            f"{p.only_now} only now (McNemar exact p = {p.p_value:.3g})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        def opt(x: Any) -> Any:
+            return None if x is None else x.to_dict()
+
+        return {
+            "point": self.point.label,
+            "baseline_point": self.baseline_point.label,
+            "changed": [d.to_dict() for d in self.changed],
+            "paired": self.paired.to_dict(),
+            "unpaired": opt(self.unpaired),
+            "task_time_s": opt(self.task_time),
+            "jerk": opt(self.jerk),
+            "chunk_jump": opt(self.chunk_jump),
+            "verdict": self.verdict,
+        }
+
+
+def _paired_metric(
+    old: dict[int, dict[str, Any]],
+    new: dict[int, dict[str, Any]],
+    seeds: list[int],
+    field: str,
+    both_succeed: bool,
+) -> PairedDifference | None:
+    pairs = [
+        (old[s][field], new[s][field])
+        for s in seeds
+        if old[s].get(field) is not None
+        and new[s].get(field) is not None
+        and (not both_succeed or (old[s]["success"] and new[s]["success"]))
+    ]
+    return paired_difference([a for a, _ in pairs], [b for _, b in pairs]) if pairs else None
+
+
+def _request_parts(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's request as (what it chose, how much it measured); target and task are equal by now."""
+    request = {k: v for k, v in (run.get("request") or {}).items() if k not in _SAME_REQUEST}
+    measured = {k: request.pop(k) for k in _CONTEXT_REQUEST if k in request}
+    return request, measured
+
+
+def compare_point(baseline: dict[str, Any], current: dict[str, Any]) -> PointComparison:
+    old, new = _completed(baseline), _completed(current)
+    shared = sorted(set(old) & set(new))
+    only_old = [s for s in old if s not in new]
+    only_new = [s for s in new if s not in old]
+    unpaired = None
+    if only_old and only_new:
+        unpaired = two_proportions(
+            sum(old[s]["success"] for s in only_old),
+            len(only_old),
+            sum(new[s]["success"] for s in only_new),
+            len(only_new),
+        )
+    b_req, c_req = _request_parts(baseline), _request_parts(current)
+    changed = [
+        *diff_mappings(
+            {"difficulty": baseline.get("difficulty")}, {"difficulty": current.get("difficulty")}, VARIABLE
+        ),
+        *diff_mappings(b_req[0], c_req[0], VARIABLE),
+        *diff_mappings(b_req[1], c_req[1], CONTEXT),
+    ]
+    return PointComparison(
+        point=run_key(current),
+        baseline_point=run_key(baseline),
+        changed=tuple(changed),
+        paired=paired_success([old[s]["success"] for s in shared], [new[s]["success"] for s in shared]),
+        unpaired=unpaired,
+        task_time=_paired_metric(old, new, shared, "task_time_s", True),
+        jerk=_paired_metric(old, new, shared, "jerk", False),
+        chunk_jump=_paired_metric(old, new, shared, "chunk_discontinuity", False),
+        length_unit=current.get("length_unit"),
+    )
+
+
+def compare_eval(baseline: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[PointComparison]:
+    """Every current point that pairs with a baseline point."""
+    by_key = {run_key(r): r for r in baseline}
+    partners = pair_points([run_key(r) for r in current], list(by_key))
+    return [compare_point(by_key[p], r) for r, p in zip(current, partners, strict=True) if p is not None]
+
+
+def env_differences(baseline: list[dict[str, Any]], current: list[dict[str, Any]]) -> Differences:
+    return differences([fingerprint_differences(baseline[0].get("env") or {}, current[0].get("env") or {})])
+
+
+def _pct(d: Interval | None) -> str:
+    if d is None or d.estimate != d.estimate:
+        return "-"
+    return f"{100 * d.estimate:+.0f} ({100 * d.low:+.0f} to {100 * d.high:+.0f})"
+
+
+def _metric(d: PairedDifference | None, scale: float, fmt: str, unit: str) -> str:
+    if d is None:
+        return "-"
+    i = d.difference
+    return (
+        f"{scale * d.baseline_mean:{fmt}} → {scale * d.current_mean:{fmt}}{unit}: "
+        f"{scale * i.estimate:+{fmt}} ({scale * i.low:+{fmt}} to {scale * i.high:+{fmt}}), n={d.pairs}"
+    )
+
+
+def print_comparison(points: list[PointComparison], label: str, env: Differences) -> None:
+    """Two tables on stdout (success; paired metrics) and one sentence per point, then what differs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(180, Console().width))  # piped or narrow: the tables stay whole
+    console.print(
+        f"against {label}: success now − then in percentage points, 95 % intervals (paired: exact, "
+        "conditional on the discordant pairs; unpaired: Newcombe)",
+        soft_wrap=True,
+    )
+    table = Table(title="success")
+    columns = ("point", "pairs", "then", "now", "only then", "only now", "McNemar p", "Δ paired")
+    for col in (*columns, "Δ unpaired seeds (Fisher p)", "verdict"):
+        table.add_column(col, overflow="fold")
+    for c in points:
+        p = c.paired
+        u = c.unpaired
+        colour = {DROP: "red", GAIN: "green"}.get(c.verdict)
+        table.add_row(
+            c.point.label,
+            str(p.pairs),
+            f"{p.both + p.only_baseline}/{p.pairs}",
+            f"{p.both + p.only_now}/{p.pairs}",
+            str(p.only_baseline),
+            str(p.only_now),
+            f"{p.p_value:.3g}" if p.pairs else "-",
+            _pct(p.difference) if p.pairs else "-",
+            "-"
+            if u is None
+            else f"{_pct(u.difference)} (p {u.p_value:.2g}; n {u.baseline[1]}, {u.current[1]})",
+            f"[{colour}]{c.verdict}[/{colour}]" if colour else c.verdict,
+        )
+    console.print(table)
+    metrics = Table(title="paired differences on shared seeds: then → now, now − then (95 % t interval)")
+    for col in ("point", "task time s (both succeed)", "jerk", "chunk jump (mean per episode)"):
+        metrics.add_column(col, no_wrap=col == "point")
+    for c in points:
+        metre = c.length_unit == "m"
+        metrics.add_row(
+            c.point.label,
+            _metric(c.task_time, 1.0, ".2f", ""),
+            _metric(c.jerk, 1.0, ".0f", " m/s³" if metre else ""),
+            _metric(c.chunk_jump, 1e3 if metre else 1.0, ".1f" if metre else ".3g", " mm" if metre else ""),
+        )
+    console.print(metrics)
+    for c in points:
+        console.print(c.sentence(), soft_wrap=True)
+    for line in env.lines():
+        if not line.startswith("changed: nothing"):  # each point's own changes are in its sentence
+            console.print(line, soft_wrap=True)
+
+
+def regression_line(points: list[PointComparison], label: str) -> str | None:
+    drops = [c for c in points if c.verdict == DROP]
+    if not drops:
+        return None
+    parts = []
+    for c in drops:
+        d = c.success
+        assert d is not None
+        detail = (
+            f"{c.paired.only_baseline} only then, {c.paired.only_now} only now"
+            if c.paired.pairs
+            else "unpaired"
+        )
+        parts.append(f"{c.point.label} {_pct(d)} points ({detail})")
+    return f"regression: success fell against {label}: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class EvalBaseline:
+    """`hotloop eval --baseline/--history/--fail-on-regression`, checked before any episode (`check`)."""
+
+    label: str | None
+    runs: tuple[dict[str, Any], ...]
+    history: Path | None
+    target: str
+    task: str
+    fail_on_regression: bool
+
+    @classmethod
+    def check(cls, sweep: Any, requests: list[Any]) -> EvalBaseline:
+        from hotloop.measure.baseline import policy_of_target
+        from hotloop.measure.history import check_history_dir
+
+        if sweep.baseline is None and sweep.fail_on_regression:
+            raise ConfigError(
+                "--fail-on-regression compares with a baseline; add --baseline OLD.json (or drop it)"
+            )
+        check_history_dir(sweep.history)
+        if sweep.baseline is None:
+            return cls(None, (), sweep.history, sweep.target, sweep.task, False)
+        label, runs = load_eval_baseline(sweep.baseline, sweep.history, policy_of_target(sweep.target))
+        check_same_run(runs, sweep.target, sweep.task, sweep.baseline, "--baseline")
+        keys = [request_key(r) for r in requests]
+        theirs = [run_key(r) for r in runs]
+        if all(p is None for p in pair_points(keys, theirs)):
+            raise ConfigError(
+                f"--baseline {sweep.baseline} has points {', '.join(k.label for k in theirs)}; none pairs with "
+                f"this run's {', '.join(k.label for k in keys)}: give the same strategy or the same latency"
+            )
+        return cls(label, tuple(runs), sweep.history, sweep.target, sweep.task, sweep.fail_on_regression)
+
+    def compare(self, runs: list[dict[str, Any]]) -> list[PointComparison]:
+        """Print the comparison of the points that ran (none without a baseline)."""
+        if self.label is None or not runs:
+            return []
+        points = compare_eval(list(self.runs), runs)
+        print_comparison(points, self.label, env_differences(list(self.runs), runs))
+        return points
+
+    def record(self, result: dict[str, Any]) -> None:
+        import typer
+
+        if self.history is None:
+            return
+        from hotloop.measure.baseline import policy_of_target
+        from hotloop.measure.history import append_run
+
+        run = append_run(
+            self.history,
+            "eval",
+            self.target,
+            result,
+            policy=policy_of_target(self.target),
+            extra={"task": self.task},
+        )
+        typer.echo(f"recorded as #{run.number} in {self.history} ({run.path.name})")
+
+    def finish(self, points: list[PointComparison]) -> None:
+        import typer
+
+        line = regression_line(points, self.label or "")
+        if line is not None and self.fail_on_regression:
+            typer.echo(line, err=True)
+            raise typer.Exit(3)
