@@ -62,7 +62,7 @@ def check_inputs_fit(path: Path, shapes: dict[str, tuple[int, ...]], elems: dict
 
     need = 0
     for name, shape in shapes.items():
-        dtype = _DTYPES.get(elems.get(name), torch.float32)
+        dtype = _DTYPES.get(str(elems.get(name)), torch.float32)
         need += math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     shown = " ".join(f"{n}:{','.join(map(str, s))}" for n, s in shapes.items())
     check_fits_memory(
