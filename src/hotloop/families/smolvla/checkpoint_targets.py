@@ -1,0 +1,207 @@
+"""A LeRobot SmolVLA checkpoint folder as a target (`hotloop bench|compile|compress|eval|serve|verify PATH`):
+the model its config.json and tensors describe (`hotloop.models.smolvla.load_smolvla`), its saved pre- and
+post-processors (`hotloop.lerobot`: newline, tokenizer, normaliser / unnormaliser), its RTC settings.
+
+Every command reads the processors first, so a checkpoint whose tokenizer folder is missing or corrupt is
+refused by name before any work (exit 2), as are a prompt longer than the tokenizer step's max_length and
+a batch without one of the checkpoint's cameras.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hotloop.errors import CheckpointError, ConfigError
+from hotloop.families.frames import TargetAdapter
+from hotloop.families.protocol import PolicySource
+from hotloop.families.reference import ReferenceRun, VerifyReport, as_batch, compare, stage_comparisons
+from hotloop.families.smolvla.policy import PolicySettings, SmolVLAPolicy
+from hotloop.models.smolvla_config import SmolVLAConfig
+from hotloop.targets import BenchCase, TargetOptions
+
+_SUPPORTED = {"num_steps", "dtype", "batch", "prompt_tokens", "buckets"}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def checkpoint_settings(folder: Path) -> PolicySettings:
+    """Processors (a missing or corrupt tokenizer folder is a CheckpointError naming it), raw camera sizes
+    from config.json's input_features, its rtc_config; LeRobot checkpoints act in raw robot units."""
+    from hotloop.families.smolvla.rtc import read_rtc_settings
+    from hotloop.lerobot.processors import read_policy_processors
+    from hotloop.lerobot.steps import Tokenize
+    from hotloop.models.checkpoint_meta import Fields, read_json_object
+    from hotloop.models.smolvla_config import read_smolvla_config
+
+    folder = Path(folder)
+    cfg = read_smolvla_config(folder)
+    pre, post = read_policy_processors(folder)
+    if not pre.find(Tokenize):
+        raise CheckpointError(
+            f"{pre.file}: no tokenizer_processor step; SmolVLA's prompt needs the checkpoint's tokenizer"
+        )
+    meta = Fields(read_json_object(folder / "config.json"), folder / "config.json")
+    features = meta.obj("input_features")
+    sizes: dict[str, tuple[int, int]] = {}
+    for key in cfg.camera_keys:
+        shape = features.obj(key).numbers("shape") if features is not None and features.obj(key) else None
+        if shape is None or len(shape) != 3:
+            raise CheckpointError(f"{meta.file}: field 'input_features.{key}.shape' must be [C, H, W]")
+        sizes[key] = (int(shape[1]), int(shape[2]))
+    return PolicySettings(sizes, (pre, post), read_rtc_settings(meta), (), "absolute")
+
+
+def load(path: str | Path, options: TargetOptions, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, PolicySettings]:
+    """(config, model, policy settings) of the folder, with --steps applied."""
+    from hotloop.models.smolvla import load_smolvla
+
+    options.reject_unsupported(str(path), _SUPPORTED)
+    if options.dtype not in _DTYPES:
+        raise ConfigError(f"--dtype {options.dtype} is not supported by SmolVLA checkpoints; use float32 or bfloat16")
+    settings = checkpoint_settings(Path(path))
+    cfg, model = load_smolvla(path, dtype)
+    if options.num_steps is not None:
+        cfg = dataclasses.replace(cfg, num_steps=options.num_steps)
+        model.cfg = cfg
+    if options.prompt_tokens is not None and options.prompt_tokens > cfg.tokenizer.max_length:
+        raise ConfigError(
+            f"--prompt-tokens {options.prompt_tokens} exceeds {path}'s tokenizer max_length "
+            f"{cfg.tokenizer.max_length} (policy_preprocessor.json); use 1 to {cfg.tokenizer.max_length}"
+        )
+    return cfg, model, settings
+
+
+def build_bench(path: str, options: TargetOptions) -> BenchCase:
+    from hotloop.families.smolvla.targets import bench_model
+
+    cfg, model, _ = load(path, options, _DTYPES.get(options.dtype, torch.float32))
+    return bench_model(path, cfg, model, options)
+
+
+def build_policy(path: str, options: TargetOptions) -> SmolVLAPolicy:
+    if options.batch != 1:
+        raise ConfigError("a SmolVLA policy runs one observation at a time; drop --batch")
+    cfg, model, settings = load(path, options)
+    return SmolVLAPolicy(model, cfg, settings, seed=options.seed)
+
+
+def build_source(path: str, options: TargetOptions) -> PolicySource:
+    from hotloop.families.smolvla.family import SmolVLAFamily
+    from hotloop.families.smolvla.observation import random_observation
+    from hotloop.families.smolvla.targets import policy_info
+
+    if options.dtype != "float32":
+        raise ConfigError("--dtype: a compile source is the fp32 model (the planner tries the precisions)")
+    cfg, model, settings = load(path, options)
+    family = SmolVLAFamily()
+    shape = family.default_shape(cfg)
+    obs = random_observation(cfg, 1, shape.prompt_slots, options.seed, options.prompt_tokens)
+    noise = family.make_noise(cfg, shape, 1, torch.Generator().manual_seed(options.seed + 2))
+    info = policy_info("smolvla", cfg, settings, options.seed, str(Path(path).resolve()))
+    return PolicySource(path, family, model.float().eval(), shape, obs, noise, info)
+
+
+def build_data(path: str, dataset: Any, options: TargetOptions, model: Any = None) -> tuple[Any, TargetAdapter]:
+    """Recorded frames through the checkpoint's own processors (its stats, not the dataset's), the
+    dataset's task texts as prompts."""
+    from hotloop.families.smolvla.targets import frame_adapter
+
+    cfg, loaded, settings = load(path, options)
+    model = model if model is not None else loaded.float().eval()
+    policy = SmolVLAPolicy(model, cfg, settings, seed=options.seed)
+    return model, frame_adapter(path, policy, dataset, task_text=True)
+
+
+# ---- reference runs (`hotloop verify`) -----------------------------------------------------------------
+
+
+def check_cameras(cfg: SmolVLAConfig, arrays: dict[str, np.ndarray], where: str) -> None:
+    """The batch must hold exactly the checkpoint's cameras (LeRobot would change the number of views)."""
+    given = sorted(k for k in arrays if k.startswith("observation.image"))
+    if sorted(cfg.camera_keys) != given:
+        raise ConfigError(
+            f"{where}: holds {len(given)} camera image(s) {given}; the checkpoint takes {len(cfg.camera_keys)}: "
+            f"{', '.join(cfg.camera_keys)}"
+        )
+
+
+def reference_observation(cfg: SmolVLAConfig, inputs: dict[str, np.ndarray], where: str, slots: int | None) -> Any:
+    """A reference run's inputs.npz (the batch predict_action_chunk receives) as an observation."""
+    from hotloop.families.smolvla.observation import batch_observation
+
+    check_cameras(cfg, inputs, where)
+    try:
+        return batch_observation(cfg, as_batch(inputs), slots)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def intermediates_of(model: Any, batch: dict[str, Any], noise: torch.Tensor) -> dict[str, torch.Tensor]:
+    from hotloop.models.smolvla import smolvla_intermediates
+
+    return smolvla_intermediates(model, batch, noise)
+
+
+def verify(path: Path, run: ReferenceRun, tolerance: float, stage_tolerance: float) -> VerifyReport:
+    """raw_inputs -> preprocessor -> inputs.npz; the model on inputs.npz + noise.npy -> actions.npy (and the
+    sub-engines at the engine's prompt slots, what a compiled plan runs); the postprocessor -> raw_actions.npy;
+    every intermediate."""
+    from hotloop.families.protocol import constants_of
+    from hotloop.families.smolvla.engines import SmolVLAEngineShape, build_smolvla_subengines
+    from hotloop.families.smolvla.pipeline import SmolVLAPipeline
+    from hotloop.models.smolvla import predict_action_chunk
+
+    cfg, model, settings = load(path, TargetOptions())
+    assert settings.processors is not None
+    pre, post = settings.processors
+    policy = SmolVLAPolicy(model, cfg, settings)
+    comparisons = []
+    notes = [f"assumed: {a}" for a in cfg.assumed]
+    raw = run.arrays("raw_inputs.npz")
+    inputs = run.arrays("inputs.npz")
+    if raw is not None:
+        check_cameras(cfg, raw, run.where("raw_inputs.npz"))
+        batch = as_batch(raw)
+        for task in batch.get("task", []):
+            policy.check_prompt(task)
+        mine = pre(batch)
+        for key, want in (inputs or {}).items():
+            if key in mine:
+                comparisons.append(compare(f"inputs {key}", "model", mine[key].float(), want.astype(np.float64), tolerance, run.where("inputs.npz")))
+        if inputs is None:
+            notes.append("no inputs.npz: the model runs on the preprocessor's output")
+            inputs = {k: v.numpy() for k, v in mine.items() if isinstance(v, torch.Tensor)}
+    if inputs is None:
+        raise ConfigError(f"--reference {run.folder}: neither raw_inputs.npz nor inputs.npz; nothing to run")
+    reference_observation(cfg, inputs, run.where("inputs.npz"), None)  # the cameras and prompt are checked
+    noise_arr = run.array("noise.npy")
+    if noise_arr is None:
+        raise ConfigError(f"--reference {run.folder}: noise.npy is missing (the sampler's starting noise)")
+    noise = torch.from_numpy(noise_arr).float()
+    batch = as_batch(inputs)
+    with torch.no_grad():
+        actions = predict_action_chunk(model, batch, noise)
+        obs = reference_observation(cfg, inputs, run.where("inputs.npz"), cfg.tokenizer.max_length)
+        shape = SmolVLAEngineShape.of(cfg, obs.batch)
+        engines = build_smolvla_subengines(model, shape, torch.float32)
+        runners = {n: engines[n].module for n in ("vision", "prefix", "denoise_step")}
+        pipe = SmolVLAPipeline(cfg, shape, runners, constants_of(engines), {n: e.signature for n, e in engines.items()})
+        engine_actions = pipe.sample(obs, noise)[..., : cfg.action_dim]
+    want = run.array("actions.npy")
+    if want is not None:
+        comparisons.append(compare("actions", "model", actions, want, tolerance, run.where("actions.npy")))
+        comparisons.append(
+            compare(f"actions (sub-engines, {shape.prompt_slots} prompt slots)", "model", engine_actions, want,
+                    tolerance, run.where("actions.npy"))
+        )  # fmt: skip
+    raw_want = run.array("raw_actions.npy")
+    if raw_want is not None:
+        got = post.action(actions if want is None else torch.from_numpy(want))
+        comparisons.append(compare("raw_actions", "raw", got, raw_want, tolerance, run.where("raw_actions.npy")))
+    stages = intermediates_of(model, batch, noise)
+    comparisons += stage_comparisons(stages, run.arrays("intermediates.npz"), stage_tolerance, run.where("intermediates.npz"))
+    return VerifyReport(str(path), str(run.folder), "smolvla", tuple(comparisons), tuple(notes))
