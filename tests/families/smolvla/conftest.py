@@ -55,7 +55,9 @@ def _tokenizer(folder: Path, vocab: int) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
 
 
-def _pipeline(folder: Path, name: str, steps: list[tuple[str, dict[str, Any], dict[str, torch.Tensor] | None]]) -> None:
+def _pipeline(
+    folder: Path, name: str, steps: list[tuple[str, dict[str, Any], dict[str, torch.Tensor] | None]]
+) -> None:
     entries = []
     for i, (registry, config, state) in enumerate(steps):
         entry: dict[str, Any] = {"registry_name": registry, "config": config}
@@ -87,7 +89,9 @@ def write_checkpoint(
     model = build_model(cfg, torch.float32, seed)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     g = torch.Generator().manual_seed(seed + 7)
-    state["model.vlm_with_expert.vlm.lm_head.weight"] = torch.randn(sizes.vocab, sizes.text_width, generator=g)
+    state["model.vlm_with_expert.vlm.lm_head.weight"] = torch.randn(
+        sizes.vocab, sizes.text_width, generator=g
+    )
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     h, w = CAMERA_HW
     features: dict[str, Any] = {"observation.state": {"type": "STATE", "shape": [state_dim]}}
@@ -128,7 +132,14 @@ def write_checkpoint(
     for key, dim in (("observation.state", state_dim), ("action", action_dim)):
         mean = torch.randn(dim, generator=g) * 0.1
         std = 0.5 + torch.rand(dim, generator=g)
-        stats.update({f"{key}.mean": mean, f"{key}.std": std, f"{key}.min": mean - 2 * std, f"{key}.max": mean + 2 * std})
+        stats.update(
+            {
+                f"{key}.mean": mean,
+                f"{key}.std": std,
+                f"{key}.min": mean - 2 * std,
+                f"{key}.max": mean + 2 * std,
+            }
+        )
     normalizer = {"eps": 1e-8, "features": {**features, **outputs}, "norm_map": norm_map}
     tokenizer = {
         "max_length": max_length, "task_key": "task", "padding_side": "right", "padding": "longest",

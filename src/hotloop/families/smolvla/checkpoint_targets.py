@@ -48,20 +48,25 @@ def checkpoint_settings(folder: Path) -> PolicySettings:
     features = meta.obj("input_features")
     sizes: dict[str, tuple[int, int]] = {}
     for key in cfg.camera_keys:
-        shape = features.obj(key).numbers("shape") if features is not None and features.obj(key) else None
+        feature = features.obj(key) if features is not None else None
+        shape = feature.numbers("shape") if feature is not None else None
         if shape is None or len(shape) != 3:
             raise CheckpointError(f"{meta.file}: field 'input_features.{key}.shape' must be [C, H, W]")
         sizes[key] = (int(shape[1]), int(shape[2]))
     return PolicySettings(sizes, (pre, post), read_rtc_settings(meta), (), "absolute")
 
 
-def load(path: str | Path, options: TargetOptions, dtype: torch.dtype = torch.float32) -> tuple[Any, Any, PolicySettings]:
+def load(
+    path: str | Path, options: TargetOptions, dtype: torch.dtype = torch.float32
+) -> tuple[Any, Any, PolicySettings]:
     """(config, model, policy settings) of the folder, with --steps applied."""
     from hotloop.models.smolvla import load_smolvla
 
     options.reject_unsupported(str(path), _SUPPORTED)
     if options.dtype not in _DTYPES:
-        raise ConfigError(f"--dtype {options.dtype} is not supported by SmolVLA checkpoints; use float32 or bfloat16")
+        raise ConfigError(
+            f"--dtype {options.dtype} is not supported by SmolVLA checkpoints; use float32 or bfloat16"
+        )
     settings = checkpoint_settings(Path(path))
     cfg, model = load_smolvla(path, dtype)
     if options.num_steps is not None:
@@ -105,7 +110,9 @@ def build_source(path: str, options: TargetOptions) -> PolicySource:
     return PolicySource(path, family, model.float().eval(), shape, obs, noise, info)
 
 
-def build_data(path: str, dataset: Any, options: TargetOptions, model: Any = None) -> tuple[Any, TargetAdapter]:
+def build_data(
+    path: str, dataset: Any, options: TargetOptions, model: Any = None
+) -> tuple[Any, TargetAdapter]:
     """Recorded frames through the checkpoint's own processors (its stats, not the dataset's), the
     dataset's task texts as prompts."""
     from hotloop.families.smolvla.targets import frame_adapter
@@ -129,7 +136,9 @@ def check_cameras(cfg: SmolVLAConfig, arrays: dict[str, np.ndarray], where: str)
         )
 
 
-def reference_observation(cfg: SmolVLAConfig, inputs: dict[str, np.ndarray], where: str, slots: int | None) -> Any:
+def reference_observation(
+    cfg: SmolVLAConfig, inputs: dict[str, np.ndarray], where: str, slots: int | None
+) -> Any:
     """A reference run's inputs.npz (the batch predict_action_chunk receives) as an observation."""
     from hotloop.families.smolvla.observation import batch_observation
 
@@ -169,9 +178,18 @@ def verify(path: Path, run: ReferenceRun, tolerance: float, stage_tolerance: flo
         for task in batch.get("task", []):
             policy.check_prompt(task)
         mine = pre(batch)
-        for key, want in (inputs or {}).items():
+        for key, value in (inputs or {}).items():
             if key in mine:
-                comparisons.append(compare(f"inputs {key}", "model", mine[key].float(), want.astype(np.float64), tolerance, run.where("inputs.npz")))
+                comparisons.append(
+                    compare(
+                        f"inputs {key}",
+                        "model",
+                        mine[key].float(),
+                        value.astype(np.float64),
+                        tolerance,
+                        run.where("inputs.npz"),
+                    )
+                )
         if inputs is None:
             notes.append("no inputs.npz: the model runs on the preprocessor's output")
             inputs = {k: v.numpy() for k, v in mine.items() if isinstance(v, torch.Tensor)}
@@ -189,19 +207,27 @@ def verify(path: Path, run: ReferenceRun, tolerance: float, stage_tolerance: flo
         shape = SmolVLAEngineShape.of(cfg, obs.batch)
         engines = build_smolvla_subengines(model, shape, torch.float32)
         runners = {n: engines[n].module for n in ("vision", "prefix", "denoise_step")}
-        pipe = SmolVLAPipeline(cfg, shape, runners, constants_of(engines), {n: e.signature for n, e in engines.items()})
+        pipe = SmolVLAPipeline(
+            cfg, shape, runners, constants_of(engines), {n: e.signature for n, e in engines.items()}
+        )
         engine_actions = pipe.sample(obs, noise)[..., : cfg.action_dim]
-    want = run.array("actions.npy")
-    if want is not None:
-        comparisons.append(compare("actions", "model", actions, want, tolerance, run.where("actions.npy")))
+    want_actions = run.array("actions.npy")
+    if want_actions is not None:
         comparisons.append(
-            compare(f"actions (sub-engines, {shape.prompt_slots} prompt slots)", "model", engine_actions, want,
+            compare("actions", "model", actions, want_actions, tolerance, run.where("actions.npy"))
+        )
+        comparisons.append(
+            compare(f"actions (sub-engines, {shape.prompt_slots} prompt slots)", "model", engine_actions, want_actions,
                     tolerance, run.where("actions.npy"))
         )  # fmt: skip
     raw_want = run.array("raw_actions.npy")
     if raw_want is not None:
-        got = post.action(actions if want is None else torch.from_numpy(want))
-        comparisons.append(compare("raw_actions", "raw", got, raw_want, tolerance, run.where("raw_actions.npy")))
+        got = post.action(actions)  # end to end: hotloop's actions through the postprocessor
+        comparisons.append(
+            compare("raw_actions", "raw", got, raw_want, tolerance, run.where("raw_actions.npy"))
+        )
     stages = intermediates_of(model, batch, noise)
-    comparisons += stage_comparisons(stages, run.arrays("intermediates.npz"), stage_tolerance, run.where("intermediates.npz"))
+    comparisons += stage_comparisons(
+        stages, run.arrays("intermediates.npz"), stage_tolerance, run.where("intermediates.npz")
+    )
     return VerifyReport(str(path), str(run.folder), "smolvla", tuple(comparisons), tuple(notes))

@@ -52,7 +52,9 @@ class StepDistillOptions:
 
     def __post_init__(self) -> None:
         if self.noise not in NOISE_MODES:
-            raise ConfigError(f"step distillation noise must be one of {', '.join(NOISE_MODES)} (got {self.noise!r})")
+            raise ConfigError(
+                f"step distillation noise must be one of {', '.join(NOISE_MODES)} (got {self.noise!r})"
+            )
         if self.train != "expert":
             raise ConfigError(f"SmolVLA step distillation trains the expert only (got {self.train!r})")
         for name in ("intermediate_weight", "first_action_weight"):
@@ -90,7 +92,9 @@ def prefix_cache(model: SmolVLAModel, obs: SmolVLAObservation) -> tuple[Tensor, 
     return model.prefix(model.vision(obs.images), obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state)
 
 
-def integrate(model: SmolVLAModel, cache: tuple[Tensor, Tensor, Tensor], noise: Tensor, steps: int) -> list[Tensor]:
+def integrate(
+    model: SmolVLAModel, cache: tuple[Tensor, Tensor, Tensor], noise: Tensor, steps: int
+) -> list[Tensor]:
     """LeRobot's Euler loop with gradients: every state, noise first, the chunk last."""
     k, v, pad = cache
     b = noise.shape[0]
@@ -158,7 +162,9 @@ def step_distill(
 
     before = fixed_set_mse()
     kind = f"smolvla-step-distill:{small_steps}:{opts.noise}:{opts.intermediate_weight}:{opts.first_action_weight}"
-    state = train_resumable(student, loss_fn, config, checkpoint_dir, kind, on_step, progress, expert_parameters(student))
+    state = train_resumable(
+        student, loss_fn, config, checkpoint_dir, kind, on_step, progress, expert_parameters(student)
+    )
     return {
         "small_steps": small_steps,
         "teacher_steps": teacher_steps,

@@ -37,7 +37,7 @@ def config_from_dict(data: dict[str, Any]) -> SmolVLAConfig:
             expert=_llama(data["expert"]),
             layers=tuple(LayerPlan(**layer) for layer in data["layers"]),
             tokenizer=TokenizerSettings(**data["tokenizer"]),
-            **{k: tuple(v) if k in _TUPLES else v for k, v in fields.items()},
+            **{k: tuple(v) if k in _TUPLES else v for k, v in fields.items()},  # type: ignore[arg-type]
         )
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"the manifest's SmolVLA config does not fit this hotloop ({exc})") from None

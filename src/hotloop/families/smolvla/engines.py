@@ -107,14 +107,22 @@ def signatures(cfg: SmolVLAConfig) -> dict[str, Signature]:
 
 
 class VisionEngine(nn.Module):
-    """images (B, V, 3, H, W) in [-1, 1] -> image tokens (B, V*T, text width), scaled by sqrt(width)."""
+    """images (B, V, 3, H, W) in [-1, 1] -> image tokens (B, V*T, text width): `SmolVLAModel.vision` over the
+    vision tower and connector alone (so the engine holds only their weights)."""
 
     def __init__(self, model: SmolVLAModel) -> None:
         super().__init__()
-        self.model = model
+        vlm = model.vlm_with_expert.vlm.model
+        self.vision_model = vlm.vision_model
+        self.connector = vlm.connector
+        self.width = model.cfg.vlm.text.width
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.model.vision(images)
+        b, nv = images.shape[:2]
+        tokens = self.connector(self.vision_model(images.flatten(0, 1)))
+        # LeRobot scales by a tensor of the tokens' dtype, not a Python float.
+        scale = torch.tensor(self.width**0.5, dtype=tokens.dtype, device=tokens.device)
+        return cast(Tensor, (tokens * scale).reshape(b, nv * tokens.shape[1], -1))
 
 
 class PrefixEngine(nn.Module):
@@ -132,10 +140,17 @@ class PrefixEngine(nn.Module):
         self.layers = nn.ModuleList(list(vlm.text_model.layers)[: last + 1])
         expert = cast(list[LlamaLayer], list(model.vlm_with_expert.lm_expert.layers))
         # The expert's cross-attention k/v projections, applied once here instead of at every step.
-        self.cross_proj = nn.ModuleDict(
-            {str(i): expert[e].self_attn for i, e, cross, _ in self.plan if cross}
+        self.cross_k = nn.ModuleDict(
+            {str(i): expert[e].self_attn.k_proj for i, e, cross, _ in self.plan if cross}
         )
-        self.register_buffer("start_ids", torch.tensor(cfg.image_start_ids, dtype=torch.int64), persistent=False)
+        self.cross_v = nn.ModuleDict(
+            {str(i): expert[e].self_attn.v_proj for i, e, cross, _ in self.plan if cross}
+        )
+        self.start_ids: Tensor
+        self.end_ids: Tensor
+        self.register_buffer(
+            "start_ids", torch.tensor(cfg.image_start_ids, dtype=torch.int64), persistent=False
+        )
         self.register_buffer("end_ids", torch.tensor(cfg.image_end_ids, dtype=torch.int64), persistent=False)
 
     def embed(self, image_tokens: Tensor, lang_tokens: Tensor, state: Tensor) -> Tensor:
@@ -171,6 +186,8 @@ class PrefixEngine(nn.Module):
         x = self.embed(image_tokens, lang_tokens, state)
         b, p = x.shape[:2]
         allowed = prefix_mask > 0.5
+        head_dim = self.cfg.expert.head_dim
+        weight_dtype = self.embed_tokens.weight.dtype
         needed = {i: cross for i, _, cross, _ in self.plan}
         self_k: list[Tensor] = []
         self_v: list[Tensor] = []
@@ -183,9 +200,11 @@ class PrefixEngine(nn.Module):
             k = apply_rope(attn.heads(attn.k_proj, h), prefix_cos, prefix_sin)
             v = attn.heads(attn.v_proj, h)
             if i in needed and needed[i]:
-                proj = self.cross_proj[str(i)]
-                cross_k.append(proj.heads(proj.k_proj, k.reshape(b, p, -1)))
-                cross_v.append(proj.heads(proj.v_proj, v.reshape(b, p, -1)))
+                # LlamaAttention.heads of the expert layer's own projections, on the cached K/V.
+                ck = cast(nn.Linear, self.cross_k[str(i)])(k.reshape(b, p, -1).to(weight_dtype))
+                cv = cast(nn.Linear, self.cross_v[str(i)])(v.reshape(b, p, -1).to(weight_dtype))
+                cross_k.append(ck.view(b, p, -1, head_dim))
+                cross_v.append(cv.view(b, p, -1, head_dim))
             elif i in needed:
                 self_k.append(k)
                 self_v.append(v)
@@ -226,7 +245,15 @@ class DenoiseStepEngine(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.action_out_proj.weight.dtype
 
-    def run(self, x_t: Tensor, kv: tuple[Tensor, ...], allowed: Tensor, cos: Tensor, sin: Tensor, time_cond: Tensor) -> Tensor:
+    def run(
+        self,
+        x_t: Tensor,
+        kv: tuple[Tensor, ...],
+        allowed: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        time_cond: Tensor,
+    ) -> Tensor:
         """The step with its masks already boolean (the loop converts them once)."""
         cfg, head_dim = self.cfg, self.cfg.expert.head_dim
         self_k, self_v = (kv[0], kv[1]) if self.n_self else (None, None)
@@ -313,7 +340,9 @@ def check_shape(cfg: SmolVLAConfig, shape: SmolVLAEngineShape) -> None:
             f"prompt_slots {shape.prompt_slots} exceeds the tokenizer's max_length {cfg.tokenizer.max_length}"
         )
     if shape.views != cfg.views:
-        raise ConfigError(f"views {shape.views}: this SmolVLA takes exactly {cfg.views} (cameras + empty slots)")
+        raise ConfigError(
+            f"views {shape.views}: this SmolVLA takes exactly {cfg.views} (cameras + empty slots)"
+        )
 
 
 def with_examples(
@@ -334,7 +363,9 @@ def with_examples(
             inputs = tuple(values[n] for n in sig.input_names)
             values.update(zip(sig.output_names, as_tuple(modules[name](*inputs)), strict=True))
             constants = {"time_table": table} if name.startswith("denoise") else {}
-            engines[name] = SubEngine(name, modules[name], inputs, sig.input_names, sig.output_names, constants)
+            engines[name] = SubEngine(
+                name, modules[name], inputs, sig.input_names, sig.output_names, constants
+            )
     return engines
 
 

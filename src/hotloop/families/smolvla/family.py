@@ -164,7 +164,9 @@ class SmolVLAFamily(PolicyFamily):
         noise.npy."""
         from hotloop.families.smolvla.checkpoint_targets import reference_observation
 
-        obs = reference_observation(cfg, dict(inputs), reference.where("inputs.npz"), cfg.tokenizer.max_length)
+        obs = reference_observation(
+            cfg, dict(inputs), reference.where("inputs.npz"), cfg.tokenizer.max_length
+        )
         noise = reference.array("noise.npy")
         if noise is None:
             raise ConfigError(f"{reference.folder}: noise.npy is missing (the sampler's starting noise)")

@@ -86,7 +86,11 @@ def stack(observations: list[SmolVLAObservation]) -> SmolVLAObservation:
 
 def select(obs: SmolVLAObservation, index: slice | list[int]) -> SmolVLAObservation:
     return SmolVLAObservation(
-        obs.images[index], obs.image_masks[index], obs.lang_tokens[index], obs.lang_masks[index], obs.state[index]
+        obs.images[index],
+        obs.image_masks[index],
+        obs.lang_tokens[index],
+        obs.lang_masks[index],
+        obs.state[index],
     )
 
 

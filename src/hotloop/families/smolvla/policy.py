@@ -39,7 +39,9 @@ IMAGE_PREFIX = "observation.images."
 
 def camera_name(key: str) -> str:
     """The name a robot gives a camera: `observation.images.top` -> `top`."""
-    return key.removeprefix(IMAGE_PREFIX) if key.startswith(IMAGE_PREFIX) else key.removeprefix("observation.")
+    return (
+        key.removeprefix(IMAGE_PREFIX) if key.startswith(IMAGE_PREFIX) else key.removeprefix("observation.")
+    )
 
 
 @dataclass(frozen=True)
@@ -78,15 +80,17 @@ def _image(name: str, value: Any) -> Tensor:
     if arr.ndim != 3 or arr.shape[-1] != 3 or 0 in arr.shape:
         raise ConfigError(f"obs['images'][{name!r}] must be (H, W, 3) RGB; got shape {arr.shape}")
     if arr.dtype == np.uint8:
-        x = torch.from_numpy(np.ascontiguousarray(arr)).type(torch.float32) / 255
+        x = torch.from_numpy(np.array(arr, dtype=np.uint8)).type(torch.float32) / 255
     elif arr.dtype.kind == "f":
         if not (float(arr.min()) >= 0.0 and float(arr.max()) <= 1.0):
             raise ConfigError(
                 f"obs['images'][{name!r}] floats must lie in [0, 1] (0-255 pixels? pass them as uint8)"
             )
-        x = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+        x = torch.from_numpy(np.array(arr, dtype=np.float32))
     else:
-        raise ConfigError(f"obs['images'][{name!r}] must be uint8 pixels or floats in [0, 1] (got {arr.dtype})")
+        raise ConfigError(
+            f"obs['images'][{name!r}] must be uint8 pixels or floats in [0, 1] (got {arr.dtype})"
+        )
     return x.permute(2, 0, 1).contiguous()[None]
 
 
@@ -107,7 +111,9 @@ class SmolVLAPolicy:
         num_steps: int | None = None,
         engine: Any = None,
     ) -> None:
-        if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1):
+        if num_steps is not None and (
+            isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1
+        ):
             raise ConfigError(f"SmolVLAPolicy num_steps must be a positive integer (got {num_steps!r})")
         self.model, self.config, self.settings = model, cfg, settings
         self.num_steps = num_steps if num_steps is not None else cfg.num_steps
@@ -120,7 +126,9 @@ class SmolVLAPolicy:
         self._tokenize = self._find_tokenizer(pre)
         from hotloop.lerobot.steps import Normalize
 
-        self._action_normalizers = [s for s in pre.find(Normalize) if not s.inverse] if pre is not None else []
+        self._action_normalizers = (
+            [s for s in pre.find(Normalize) if not s.inverse] if pre is not None else []
+        )
 
     @staticmethod
     def _find_tokenizer(pre: Any) -> Any:
@@ -177,7 +185,9 @@ class SmolVLAPolicy:
         names = [camera_name(k) for k in keys]
         if isinstance(images, Mapping):
             given = [str(k) for k in images]
-            found = {k: next((g for g in given if g in (k, n)), None) for k, n in zip(keys, names, strict=True)}
+            found = {
+                k: next((g for g in given if g in (k, n)), None) for k, n in zip(keys, names, strict=True)
+            }
             if len(given) != len(keys) or any(g is None for g in found.values()):
                 raise ConfigError(
                     f"obs['images'] holds {len(given)} camera(s) {given}; this policy takes {len(keys)}: "
@@ -201,7 +211,9 @@ class SmolVLAPolicy:
         try:
             state = np.asarray(obs["state"], dtype=np.float32)
         except (TypeError, ValueError):
-            raise ConfigError(f"obs['state'] must be a vector of numbers (got {type(obs['state']).__name__})") from None
+            raise ConfigError(
+                f"obs['state'] must be a vector of numbers (got {type(obs['state']).__name__})"
+            ) from None
         if state.ndim != 1 or state.shape[0] != cfg.state_dim:
             raise ConfigError(f"obs['state'] has shape {state.shape}; this policy takes ({cfg.state_dim},)")
         if not np.isfinite(state).all():
@@ -212,13 +224,17 @@ class SmolVLAPolicy:
         """Token ids of a named target's prompt (no tokenizer): obs['prompt_tokens'] or the default ids."""
         cfg = self.config
         if "prompt" in obs and obs["prompt"] and "prompt_tokens" not in obs:
-            raise ConfigError("obs has a text 'prompt' but this policy has no tokenizer; pass 'prompt_tokens'")
+            raise ConfigError(
+                "obs has a text 'prompt' but this policy has no tokenizer; pass 'prompt_tokens'"
+            )
         ids = np.asarray(obs.get("prompt_tokens", self.settings.default_prompt_tokens)).reshape(-1)
         if ids.size and ids.dtype.kind not in "iu":
             raise ConfigError(f"obs['prompt_tokens'] must be integer token ids (got {ids.dtype})")
         limit = cfg.tokenizer.max_length
         if ids.size > limit:
-            raise ConfigError(f"the prompt has {ids.size} tokens; this policy takes at most {limit} (its tokenizer max_length)")
+            raise ConfigError(
+                f"the prompt has {ids.size} tokens; this policy takes at most {limit} (its tokenizer max_length)"
+            )
         if ids.size and (ids.min() < 0 or ids.max() >= cfg.vlm.vocab_size):
             raise ConfigError(f"prompt token ids must lie in [0, {cfg.vlm.vocab_size})")
         tokens = torch.from_numpy(ids.astype(np.int64))[None]

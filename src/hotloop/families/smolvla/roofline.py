@@ -38,7 +38,9 @@ def smolvla_stage_work(
         + linear_flops(n, vis.width, 2 * vis.mlp_dim)
     )
     vision_flops = cfg.views * (
-        linear_flops(n, patch_in, vis.width) + vis.depth * vision_layer + linear_flops(t, connector_in, txt.width)
+        linear_flops(n, patch_in, vis.width)
+        + vis.depth * vision_layer
+        + linear_flops(t, connector_in, txt.width)
     )
     vision_params = (
         patch_in * vis.width

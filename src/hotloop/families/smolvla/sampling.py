@@ -31,7 +31,9 @@ def eager_velocity(model: SmolVLAModel, k: Tensor, v: Tensor, pad: Tensor) -> Ve
     def velocity(x: Tensor, t: Tensor) -> Tensor:
         if t.ndim == 1:
             return model.denoise_step(k, v, pad, x, t)
-        out = model.expert_pass(k, v, pad.bool(), embed_suffix_tokens(model, x, t))[:, -model.cfg.chunk_size :]
+        out = model.expert_pass(k, v, pad.bool(), embed_suffix_tokens(model, x, t))[
+            :, -model.cfg.chunk_size :
+        ]
         return cast(Tensor, model.action_out_proj(out.to(model.action_out_proj.weight.dtype))).float()
 
     return velocity
@@ -60,7 +62,9 @@ def sample_actions(
 ) -> Tensor:
     """`hotloop.models.smolvla.sample_actions` (LeRobot's Euler loop, bit for bit) with stage timing."""
     if validate:
-        check_inputs(model, obs.images, obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state, noise, num_steps)
+        check_inputs(
+            model, obs.images, obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state, noise, num_steps
+        )
     timer = timer if timer is not None else null_timer()
     k, v, pad = encode(model, obs, timer)
     steps = num_steps if num_steps is not None else model.cfg.num_steps

@@ -70,8 +70,12 @@ class SmolVLASizes:
 
 SIZES: dict[str, SmolVLASizes] = {
     "tiny": SmolVLASizes(64, 128, 4, 4, 2, 16, 512, 32, 64, 2, 2, 48, 8, 2, 10, 10, 12, 12, 6, 6, 16),
-    "small": SmolVLASizes(576, 1536, 10, 9, 3, 64, 49280, 384, 1536, 8, 6, 256, 16, 2, 50, 10, 32, 32, 6, 6, 48),
-    "base": SmolVLASizes(960, 2560, 16, 15, 5, 64, 49280, 768, 3072, 12, 12, 512, 16, 4, 50, 10, 32, 32, 6, 6, 48),
+    "small": SmolVLASizes(
+        576, 1536, 10, 9, 3, 64, 49280, 384, 1536, 8, 6, 256, 16, 2, 50, 10, 32, 32, 6, 6, 48
+    ),
+    "base": SmolVLASizes(
+        960, 2560, 16, 15, 5, 64, 49280, 768, 3072, 12, 12, 512, 16, 4, 50, 10, 32, 32, 6, 6, 48
+    ),
 }
 DESCRIPTIONS = {
     "tiny": "SmolVLA, test scale (< 1 M parameters)",
@@ -219,7 +223,10 @@ def bench_model(name: str, cfg: SmolVLAConfig, model: SmolVLAModel, options: Tar
     real = options.prompt_tokens or default_prompt_tokens(slots)
     obs = random_observation(cfg, options.batch, slots, options.seed, real)
     noise = torch.randn(
-        options.batch, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(options.seed + 2)
+        options.batch,
+        cfg.chunk_size,
+        cfg.max_action_dim,
+        generator=torch.Generator().manual_seed(options.seed + 2),
     )
     info = describe(cfg, model)
     info.update(batch=options.batch, prompt_real_tokens=real)
@@ -234,7 +241,9 @@ def bench_model(name: str, cfg: SmolVLAConfig, model: SmolVLAModel, options: Tar
 
         bucket = real
     precision = options.dtype
-    work = smolvla_stage_work(cfg, dict.fromkeys(("vision", "prefix", "denoise"), precision), options.batch, bucket)
+    work = smolvla_stage_work(
+        cfg, dict.fromkeys(("vision", "prefix", "denoise"), precision), options.batch, bucket
+    )
     info["work"] = {stage: w.to_dict() for stage, w in work.items()}
     return BenchCase(name=name, run=run, info=info, device=options.device)
 
@@ -242,19 +251,30 @@ def bench_model(name: str, cfg: SmolVLAConfig, model: SmolVLAModel, options: Tar
 def _longest(obs: Any, real: int) -> Any:
     import dataclasses
 
-    return dataclasses.replace(obs, lang_tokens=obs.lang_tokens[:, :real], lang_masks=obs.lang_masks[:, :real])
+    return dataclasses.replace(
+        obs, lang_tokens=obs.lang_tokens[:, :real], lang_masks=obs.lang_masks[:, :real]
+    )
 
 
 def _bucketed_run(
-    cfg: SmolVLAConfig, model: SmolVLAModel, options: TargetOptions, obs: Any, noise: Tensor, info: dict[str, Any]
+    cfg: SmolVLAConfig,
+    model: SmolVLAModel,
+    options: TargetOptions,
+    obs: Any,
+    noise: Tensor,
+    info: dict[str, Any],
 ) -> tuple[Any, int]:
     """The same eager model through its sub-engines, the prefix built per prompt-length bucket."""
+    import dataclasses
+
     from hotloop.families.buckets import BucketedPipeline, prompt_buckets, prompt_length
     from hotloop.families.protocol import constants_of
-    from hotloop.families.smolvla.engines import SmolVLAEngineShape, build_smolvla_subengines, reshape_subengines
+    from hotloop.families.smolvla.engines import (
+        SmolVLAEngineShape,
+        build_smolvla_subengines,
+        reshape_subengines,
+    )
     from hotloop.families.smolvla.pipeline import SmolVLAPipeline
-
-    import dataclasses
 
     shape = SmolVLAEngineShape.of(cfg, options.batch)
     engines = build_smolvla_subengines(model, shape, model.dtype)
@@ -293,7 +313,9 @@ def build_policy(config_name: str, options: TargetOptions) -> SmolVLAPolicy:
     return SmolVLAPolicy(model, cfg, named_settings(cfg), seed=options.seed)
 
 
-def policy_info(target: str, cfg: SmolVLAConfig, settings: PolicySettings, seed: int, checkpoint: str | None) -> dict[str, Any]:
+def policy_info(
+    target: str, cfg: SmolVLAConfig, settings: PolicySettings, seed: int, checkpoint: str | None
+) -> dict[str, Any]:
     """The manifest's `policy` entry: how `engine_policy` rebuilds this policy around a loaded artifact."""
     return {
         "kind": target,
@@ -342,7 +364,9 @@ def frame_adapter(target: str, policy: SmolVLAPolicy, dataset: Any, task_text: b
         else:
             obs["prompt_tokens"] = [1 + task_index % 200]
         model_obs = policy.observation(obs)
-        model_obs.lang_tokens, model_obs.lang_masks = pad_prompt(model_obs.lang_tokens, model_obs.lang_masks, slots)
+        model_obs.lang_tokens, model_obs.lang_masks = pad_prompt(
+            model_obs.lang_tokens, model_obs.lang_masks, slots
+        )
         return model_obs
 
     def targets(chunk: np.ndarray, state: np.ndarray) -> np.ndarray:
@@ -354,10 +378,14 @@ def frame_adapter(target: str, policy: SmolVLAPolicy, dataset: Any, task_text: b
         return out
 
     limits = DataLimits(cfg.state_dim, cfg.action_dim, cfg.views, cfg.chunk_size)
-    return TargetAdapter(target, observe, targets, cfg.state_dim, cfg.action_dim, names, None, limits, SmolVLAFamily())
+    return TargetAdapter(
+        target, observe, targets, cfg.state_dim, cfg.action_dim, names, None, limits, SmolVLAFamily()
+    )
 
 
-def build_data(config_name: str, dataset: Any, options: TargetOptions, model: Any = None) -> tuple[Any, TargetAdapter]:
+def build_data(
+    config_name: str, dataset: Any, options: TargetOptions, model: Any = None
+) -> tuple[Any, TargetAdapter]:
     """(fp32 model, adapter): recorded frames with the dataset's own state and action as model space."""
     cfg = resolve_config(config_name, options)
     if model is None:
