@@ -16,44 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from hotloop.errors import CheckpointError, ConfigError
+from hotloop.errors import ConfigError
 from hotloop.families.frames import TargetAdapter
 from hotloop.families.protocol import PolicySource
 from hotloop.families.reference import ReferenceRun, VerifyReport, as_batch, compare, stage_comparisons
 from hotloop.families.smolvla.policy import PolicySettings, SmolVLAPolicy
-from hotloop.models.smolvla_config import SmolVLAConfig
+from hotloop.families.smolvla.reference_inputs import check_cameras, reference_observation
+from hotloop.families.smolvla.settings import checkpoint_settings
 from hotloop.targets import BenchCase, TargetOptions
 
 _SUPPORTED = {"num_steps", "dtype", "batch", "prompt_tokens", "buckets"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def checkpoint_settings(folder: Path) -> PolicySettings:
-    """Processors (a missing or corrupt tokenizer folder is a CheckpointError naming it), raw camera sizes
-    from config.json's input_features, its rtc_config; LeRobot checkpoints act in raw robot units."""
-    from hotloop.families.smolvla.rtc import read_rtc_settings
-    from hotloop.lerobot.processors import read_policy_processors
-    from hotloop.lerobot.steps import Tokenize
-    from hotloop.models.checkpoint_meta import Fields, read_json_object
-    from hotloop.models.smolvla_config import read_smolvla_config
-
-    folder = Path(folder)
-    cfg = read_smolvla_config(folder)
-    pre, post = read_policy_processors(folder)
-    if not pre.find(Tokenize):
-        raise CheckpointError(
-            f"{pre.file}: no tokenizer_processor step; SmolVLA's prompt needs the checkpoint's tokenizer"
-        )
-    meta = Fields(read_json_object(folder / "config.json"), folder / "config.json")
-    features = meta.obj("input_features")
-    sizes: dict[str, tuple[int, int]] = {}
-    for key in cfg.camera_keys:
-        feature = features.obj(key) if features is not None else None
-        shape = feature.numbers("shape") if feature is not None else None
-        if shape is None or len(shape) != 3:
-            raise CheckpointError(f"{meta.file}: field 'input_features.{key}.shape' must be [C, H, W]")
-        sizes[key] = (int(shape[1]), int(shape[2]))
-    return PolicySettings(sizes, (pre, post), read_rtc_settings(meta), (), "absolute")
 
 
 def load(
@@ -124,29 +97,6 @@ def build_data(
 
 
 # ---- reference runs (`hotloop verify`) -----------------------------------------------------------------
-
-
-def check_cameras(cfg: SmolVLAConfig, arrays: dict[str, np.ndarray], where: str) -> None:
-    """The batch must hold exactly the checkpoint's cameras (LeRobot would change the number of views)."""
-    given = sorted(k for k in arrays if k.startswith("observation.image"))
-    if sorted(cfg.camera_keys) != given:
-        raise ConfigError(
-            f"{where}: holds {len(given)} camera image(s) {given}; the checkpoint takes {len(cfg.camera_keys)}: "
-            f"{', '.join(cfg.camera_keys)}"
-        )
-
-
-def reference_observation(
-    cfg: SmolVLAConfig, inputs: dict[str, np.ndarray], where: str, slots: int | None
-) -> Any:
-    """A reference run's inputs.npz (the batch predict_action_chunk receives) as an observation."""
-    from hotloop.families.smolvla.observation import batch_observation
-
-    check_cameras(cfg, inputs, where)
-    try:
-        return batch_observation(cfg, as_batch(inputs), slots)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
 
 
 def intermediates_of(model: Any, batch: dict[str, Any], noise: torch.Tensor) -> dict[str, torch.Tensor]:

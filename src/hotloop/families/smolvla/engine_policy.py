@@ -16,7 +16,7 @@ def settings_from_info(info: dict[str, Any]) -> PolicySettings:
     if checkpoint:
         from pathlib import Path
 
-        from hotloop.families.smolvla.checkpoint_targets import checkpoint_settings
+        from hotloop.families.smolvla.settings import checkpoint_settings
 
         folder = Path(checkpoint)
         if not folder.is_dir():

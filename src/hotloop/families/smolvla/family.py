@@ -162,7 +162,7 @@ class SmolVLAFamily(PolicyFamily):
     def reference_inputs(self, cfg: Any, inputs: Mapping[str, Any], reference: Any) -> tuple[Any, Tensor]:
         """inputs.npz (LeRobot's model-space batch) with the prompt padded to the engine's slots, and
         noise.npy."""
-        from hotloop.families.smolvla.checkpoint_targets import reference_observation
+        from hotloop.families.smolvla.reference_inputs import reference_observation
 
         obs = reference_observation(
             cfg, dict(inputs), reference.where("inputs.npz"), cfg.tokenizer.max_length
