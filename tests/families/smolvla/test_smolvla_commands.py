@@ -197,11 +197,11 @@ def test_compress_int8_calibrates_on_recorded_frames(checkpoint: Path, tmp_path:
         app,
         ["compress", str(checkpoint), "--recipe", "quantize,compile", "-o", str(out), "--data", str(data),
          "--tolerance", "cos:0.9", "--backends", "onnxruntime", "--bench-iters", "2", "--eval-observations",
-         "2", "--calibration-frames", "4", "--threads", "1", "--json", str(js), "--quiet"],
+         "2", "--calibration-frames", "4", "--buckets", "4", "--threads", "1", "--json", str(js), "--quiet"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["compression"]["calibration"]["frames"] == 4
+    assert manifest["compression"]["calibration"]["frames"] == 4 and manifest["prompt_buckets"] == [4, 12]
     assert all(
         v["precision"] in ("fp32", "bf16", "int8", "int8-dynamic")
         for v in manifest["precision_plan"].values()
