@@ -77,11 +77,6 @@ SIZES: dict[str, SmolVLASizes] = {
         960, 2560, 16, 15, 5, 64, 49280, 768, 3072, 12, 12, 512, 16, 4, 50, 10, 32, 32, 6, 6, 48
     ),
 }
-DESCRIPTIONS = {
-    "tiny": "SmolVLA, test scale (< 1 M parameters)",
-    "small": "SmolVLA, CPU-benchmark scale of the same structure (~100 M parameters)",
-    "base": "SmolVLA at the published smolvla_base sizes (SmolVLM2-500M truncated to 16 layers)",
-}
 
 
 def smolvla_configs() -> Registry[SmolVLASizes]:
