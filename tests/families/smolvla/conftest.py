@@ -78,6 +78,7 @@ def write_checkpoint(
     action_dim: int = 4,
     max_length: int = 12,
     seed: int = 0,
+    **config_fields: Any,
 ) -> Path:
     """A random SmolVLA checkpoint folder as LeRobot's save_pretrained lays it out."""
     import dataclasses
@@ -110,6 +111,7 @@ def write_checkpoint(
         "self_attn_every_n_layers": sizes.self_attn_every_n_layers,
         "expert_width_multiplier": sizes.expert_width_multiplier, "min_period": 0.004, "max_period": 4.0,
         "rtc_config": None,
+        **config_fields,
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config, indent=4))
     vlm = {

@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,6 +20,7 @@ from hotloop.families.smolvla.engines import SmolVLAEngineShape, kv_names
 from hotloop.families.smolvla.observation import pad_prompt, random_observation
 from hotloop.families.smolvla.targets import SIZES, make_config
 from hotloop.models.smolvla import load_smolvla, sample_actions
+from hotloop.targets import TargetOptions, find_target
 
 FAMILY = get_family("smolvla")
 
@@ -107,6 +109,34 @@ def test_layer_plans_shape_the_signatures(
     torch.testing.assert_close(got, _model_actions(model, obs, noise), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "fields", [{"empty_cameras": 1}, {"add_image_special_tokens": True}, {"prefix_length": 40}]
+)
+def test_empty_cameras_special_tokens_and_a_fixed_prefix_length(
+    make_checkpoint: Any, fields: dict[str, Any]
+) -> None:
+    ck = make_checkpoint(cameras=("top",), **fields)
+    cfg, model = load_smolvla(ck)
+    assert cfg.views == 1 + fields.get("empty_cameras", 0)
+    assert cfg.image_start_ids == ((2, 3) if "add_image_special_tokens" in fields else ())
+    obs, noise = _obs_noise(cfg)
+    shape = SmolVLAEngineShape.of(cfg, batch=2)
+    engines = FAMILY.build_subengines(model, shape, torch.float32)
+    got = FAMILY.eager_pipeline(cfg, shape, engines, loop=True).sample(obs, noise)
+    torch.testing.assert_close(got, _model_actions(model, obs, noise), rtol=0, atol=0)
+    assert engines["prefix"].example_inputs[3].shape[1] == max(
+        cfg.prefix_len(12), fields.get("prefix_length", 0)
+    )
+    policy = find_target(str(ck)).build_policy(str(ck), TargetOptions())
+    assert [i.key for i in policy.spec.images] == ["top"]  # the empty slot is the policy's own
+    raw = {
+        "images": {"top": np.zeros((24, 40, 3), np.uint8)},
+        "state": np.zeros(10, np.float32),
+        "prompt": "w5 w6",
+    }
+    assert policy.infer(raw)["actions"].shape == (10, 4)
+
+
 def test_fewer_steps_change_the_time_table_and_the_actions(checkpoint: Path) -> None:
     cfg, model = load_smolvla(checkpoint)
     obs, noise = _obs_noise(cfg, batch=1)
@@ -167,3 +197,29 @@ def test_analytic_work_follows_buckets_steps_and_precision() -> None:
     assert short["denoise"]["weight_bytes"] == full["denoise"]["weight_bytes"] / 4
     # published sizes: vision ~0.43 TFLOP for two 512 px views, the expert a few GFLOP per step
     assert 3.5e11 < full["vision"]["flops"] < 5e11 and 5e10 < full["denoise"]["flops"] < 1.5e11
+
+
+def test_base_has_the_published_smolvla_base_parameter_counts() -> None:
+    """LeRobot's smolvla_base as the peer builds it (shared/peer/README.md): SigLIP 86.43 M, connector
+    11.80 M, 16 text layers + embeddings 204.63 M, expert 98.25 M, projections 1.63 M (lm_head unused)."""
+    from hotloop.models.smolvla import SmolVLAModel
+
+    with torch.device("meta"):
+        model = SmolVLAModel(make_config("base", SIZES["base"]))
+
+    def count(m: torch.nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    vlm = model.vlm_with_expert.vlm.model
+    assert (count(vlm.vision_model), count(vlm.connector), count(vlm.text_model)) == (
+        86_433_024,
+        11_796_480,
+        204_626_880,
+    )
+    assert count(model.vlm_with_expert.lm_expert) == 98_245_840
+    assert (
+        model.cfg.expert.width == 720 and model.cfg.expert.mlp_dim == 2048 and model.cfg.tokens_per_view == 64
+    )
+    small = make_config("small", SIZES["small"])
+    with torch.device("meta"):
+        assert 95e6 < count(SmolVLAModel(small)) < 110e6
