@@ -213,6 +213,7 @@ def bench_model(name: str, cfg: SmolVLAConfig, model: SmolVLAModel, options: Tar
     from hotloop.families.smolvla.observation import default_prompt_tokens, random_observation
     from hotloop.families.smolvla.roofline import smolvla_stage_work
     from hotloop.families.smolvla.sampling import sample_actions
+    from hotloop.models.smolvla import check_inputs
 
     slots = cfg.tokenizer.max_length
     real = options.prompt_tokens or default_prompt_tokens(slots)
@@ -229,7 +230,8 @@ def bench_model(name: str, cfg: SmolVLAConfig, model: SmolVLAModel, options: Tar
         run, bucket = _bucketed_run(cfg, model, options, obs, noise, info)
     else:
         lerobot_obs = _longest(obs, real)  # LeRobot pads to the longest prompt: the real tokens here
-        sample_actions(model, lerobot_obs, noise, validate=True)  # once: the timed loop measures the model
+        o = lerobot_obs  # checked once: the timed loop measures the model, not the checks
+        check_inputs(model, o.images, o.image_masks, o.lang_tokens, o.lang_masks, o.state, noise, None)
 
         def run(timer: StageTimer) -> Tensor:
             return sample_actions(model, lerobot_obs, noise, timer=timer, validate=False)
