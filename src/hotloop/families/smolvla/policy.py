@@ -312,7 +312,7 @@ class SmolVLAPolicy:
         """Robot-space actions (n, action_dim) -> model space (the preprocessor's action normalisation)."""
         from hotloop.lerobot.features import FeatureType
 
-        x = torch.from_numpy(np.asarray(actions, dtype=np.float32))
+        x = torch.from_numpy(np.array(actions, dtype=np.float32))
         for step in self._action_normalizers:
             x = step.apply(x, "action", FeatureType.ACTION)
         return x
