@@ -201,6 +201,7 @@ def _resolve(path: str) -> Callable[..., Any]:
 _PI = "hotloop.families.pi.targets"
 _PI_SOURCE = "hotloop.families.pi.source"
 _PI_DATA = "hotloop.families.pi.data"
+_SMOLVLA = "hotloop.families.smolvla.targets"
 _DEMO_SOURCE = "hotloop.demos.source:demo_source"
 _DEMO_DATA = "hotloop.demos.data:demo_data"
 _DEMO_TASK_OBSERVATIONS = "hotloop.demos.data:task_observations"
@@ -264,6 +265,23 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             source=f"{_PI_SOURCE}:build_pi05_source",
             data=f"{_PI_DATA}:build_pi05_data",
         ),
+    ),
+    *(
+        (
+            f"smolvla:{size}",
+            TargetEntry(
+                description,
+                f"{_SMOLVLA}:build_bench",
+                f"{_SMOLVLA}:build_policy",
+                source=f"{_SMOLVLA}:build_source",
+                data=f"{_SMOLVLA}:build_data",
+            ),
+        )
+        for size, description in (
+            ("tiny", "SmolVLA, test scale (< 1 M parameters)"),
+            ("small", "SmolVLA, CPU-benchmark scale of the same structure (~100 M parameters)"),
+            ("base", "SmolVLA at the published smolvla_base sizes (SmolVLM2-500M truncated to 16 layers)"),
+        )
     ),
     (
         "expert:scripted",

@@ -105,6 +105,12 @@ class SmolVLAConfig:
         return len(self.camera_keys) + self.empty_cameras
 
     @property
+    def max_token_len(self) -> int:
+        """Prompt slots a fixed-shape engine holds: the tokenizer step's max_length (what the runtime's
+        `--prompt-tokens` is checked against, as for pi)."""
+        return self.tokenizer.max_length
+
+    @property
     def image_tokens_per_view(self) -> int:
         p, s = self.vlm.vision.patch_size, self.vlm.scale_factor
         return (self.image_size[0] // p) * (self.image_size[1] // p) // (s * s)

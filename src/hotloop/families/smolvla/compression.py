@@ -1,0 +1,205 @@
+"""SmolVLA's own compression step: step distillation (`hotloop compress ... --recipe step-distill:N`).
+
+The action expert (and the action / time projections: everything the denoising loop runs) is trained so
+that N Euler steps from a noise land where the teacher's reference steps land from the same noise; vision
+and the VLM stay frozen, so the prefix K/V are the teacher's. The loss is the chunk MSE through the whole
+integral, plus optionally the MSE at flow times both integrators visit and extra weight on the first action
+(`StepDistillOptions`, the same knobs as pi's). Training is `hotloop.nn.resumable.train_resumable`: seeded
+per step, checkpointed, resumable after an interrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hotloop.errors import ConfigError
+from hotloop.families.smolvla.observation import SmolVLAObservation, select
+from hotloop.models.smolvla import SmolVLAModel
+
+NOISE_MODES = ("random", "zero")
+FROZEN = ("vlm_with_expert.vlm.", "state_proj.")  # the prefix: vision, connector, VLM, state token
+
+
+@dataclass(frozen=True)
+class StepDistillConfig:
+    steps: int = 200
+    batch: int = 8
+    lr: float = 3e-4
+    seed: int = 0
+    checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"step distillation {name} must be >= 1 (got {getattr(self, name)})")
+        if not self.lr > 0:
+            raise ConfigError(f"step distillation lr must be > 0 (got {self.lr})")
+
+
+@dataclass(frozen=True)
+class StepDistillOptions:
+    noise: str = "random"
+    intermediate_weight: float = 0.0
+    first_action_weight: float = 0.0
+    train: str = "expert"
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISE_MODES:
+            raise ConfigError(
+                f"step distillation noise must be one of {', '.join(NOISE_MODES)} (got {self.noise!r})"
+            )
+        if self.train != "expert":
+            raise ConfigError(f"SmolVLA step distillation trains the expert only (got {self.train!r})")
+        for name in ("intermediate_weight", "first_action_weight"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name.replace('_', ' ')} must be >= 0 (got {getattr(self, name)})")
+
+
+def check_step_distill(small_steps: int, teacher_steps: int) -> None:
+    for value in (small_steps, teacher_steps):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"--recipe step-distill takes positive step counts (got {(small_steps, teacher_steps)!r})"
+            )
+    if small_steps >= teacher_steps:
+        raise ConfigError(
+            f"--recipe step-distill:{small_steps}: the student must take fewer steps than the teacher's "
+            f"{teacher_steps}; use step-distill:N with 1 <= N < {teacher_steps}"
+        )
+
+
+def shared_times(small_steps: int, teacher_steps: int) -> list[tuple[int, int]]:
+    """(student state index, teacher state index) at the same flow time, the final chunk last."""
+    return [
+        (k, k * teacher_steps // small_steps)
+        for k in range(1, small_steps + 1)
+        if k * teacher_steps % small_steps == 0
+    ]
+
+
+def expert_parameters(model: SmolVLAModel) -> list[nn.Parameter]:
+    return [p for n, p in model.named_parameters() if not n.startswith(FROZEN)]
+
+
+def prefix_cache(model: SmolVLAModel, obs: SmolVLAObservation) -> tuple[Tensor, Tensor, Tensor]:
+    return model.prefix(model.vision(obs.images), obs.image_masks, obs.lang_tokens, obs.lang_masks, obs.state)
+
+
+def integrate(
+    model: SmolVLAModel, cache: tuple[Tensor, Tensor, Tensor], noise: Tensor, steps: int
+) -> list[Tensor]:
+    """LeRobot's Euler loop with gradients: every state, noise first, the chunk last."""
+    k, v, pad = cache
+    b = noise.shape[0]
+    states = [noise.float()]
+    dt = -1.0 / steps
+    for step in range(steps):
+        t = torch.tensor(1.0 + step * dt, dtype=torch.float32).expand(b)
+        states.append(states[-1] + dt * model.denoise_step(k, v, pad, states[-1], t))
+    return states
+
+
+def step_distill(
+    teacher: SmolVLAModel,
+    student: SmolVLAModel,
+    obs: SmolVLAObservation,
+    small_steps: int,
+    config: StepDistillConfig,
+    teacher_steps: int,
+    checkpoint_dir: Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+    progress: bool = False,
+    options: StepDistillOptions | None = None,
+) -> dict[str, Any]:
+    """Train `student` in place so that `small_steps` steps reproduce the teacher's `teacher_steps`."""
+    from hotloop.nn.resumable import train_resumable
+
+    opts = options or StepDistillOptions()
+    check_step_distill(small_steps, teacher_steps)
+    if obs.batch < 1:
+        raise ConfigError("--recipe step-distill: no observations to distill on")
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    matched = [
+        (k, j, 1.0 if k == small_steps else opts.intermediate_weight)
+        for k, j in shared_times(small_steps, teacher_steps)
+    ]
+    matched = [m for m in matched if m[2] > 0]
+    cfg = teacher.cfg
+    shape = (cfg.chunk_size, cfg.max_action_dim)
+
+    def start(n: int, gen: torch.Generator | None) -> Tensor:
+        return torch.zeros(n, *shape) if opts.noise == "zero" else torch.randn((n, *shape), generator=gen)
+
+    def loss_on(o: SmolVLAObservation, noise: Tensor) -> Tensor:
+        with torch.no_grad():
+            target = integrate(teacher, prefix_cache(teacher, o), noise, teacher_steps)
+            cache = prefix_cache(student, o)  # frozen: the student's prefix is the teacher's
+        got = integrate(student, cache, noise, small_steps)
+        total = sum((w * F.mse_loss(got[k], target[j]) for k, j, w in matched), torch.zeros(()))
+        total = total + opts.first_action_weight * F.mse_loss(got[-1][:, 0], target[-1][:, 0])
+        return total / (sum(w for _, _, w in matched) + opts.first_action_weight)
+
+    def loss_fn(gen: torch.Generator) -> Tensor:
+        idx = torch.randperm(obs.batch, generator=gen)[: min(config.batch, obs.batch)].tolist()
+        return loss_on(select(obs, idx), start(len(idx), gen))
+
+    @torch.no_grad()
+    def fixed_set_mse() -> float:
+        idx = list(range(min(64, obs.batch)))
+        o = select(obs, idx)
+        noise = start(len(idx), torch.Generator().manual_seed(config.seed + 777))
+        want = integrate(teacher, prefix_cache(teacher, o), noise, teacher_steps)[-1]
+        return float(F.mse_loss(integrate(student, prefix_cache(student, o), noise, small_steps)[-1], want))
+
+    before = fixed_set_mse()
+    kind = f"smolvla-step-distill:{small_steps}:{opts.noise}:{opts.intermediate_weight}:{opts.first_action_weight}"
+    state = train_resumable(
+        student, loss_fn, config, checkpoint_dir, kind, on_step, progress, expert_parameters(student)
+    )
+    return {
+        "small_steps": small_steps,
+        "teacher_steps": teacher_steps,
+        "steps": state.step,
+        "observations": int(obs.batch),
+        "options": asdict(opts),
+        "matched_times": [1.0 - k / small_steps for k, _, _ in matched],
+        "chunk_mse_before": before,
+        "chunk_mse_after": fixed_set_mse(),
+        "config": asdict(config),
+    }
+
+
+class SmolVLACompression:
+    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation."""
+
+    def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
+        check_step_distill(small_steps, teacher_steps)
+
+    def step_distill(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        num_steps: int,
+        settings: dict[str, Any],
+        teacher_steps: int,
+        work: Path,
+        progress: bool,
+        options: dict[str, Any],
+    ) -> dict[str, Any]:
+        config = StepDistillConfig(
+            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
+        )
+        return step_distill(
+            teacher, student, obs, num_steps, config, teacher_steps, work, progress=progress,  # type: ignore[arg-type]
+            options=StepDistillOptions(**options),
+        )  # fmt: skip
