@@ -31,10 +31,11 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
     buckets = family.capabilities.prompt_buckets
     if options.prompt_tokens is not None and not buckets:
         raise ConfigError(f"--prompt-tokens is for VLA artifacts; {path} is a {family.name} policy")
-    if options.prompt_tokens is not None and options.prompt_tokens > cfg.max_token_len:
+    slots = getattr(engine.shape, "prompt_slots", 0)  # the artifact's full prompt (its largest bucket)
+    if options.prompt_tokens is not None and options.prompt_tokens > slots:
         raise ConfigError(
-            f"--prompt-tokens {options.prompt_tokens} exceeds {path}'s {cfg.max_token_len} prompt slots; "
-            f"use at most {cfg.max_token_len}"
+            f"--prompt-tokens {options.prompt_tokens} exceeds {path}'s {slots} prompt slots; "
+            f"use at most {slots}"
         )
     obs = engine.example_observation(options.prompt_tokens)
     noise = family.make_noise(
