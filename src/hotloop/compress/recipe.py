@@ -15,7 +15,8 @@ Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
 chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
-backends.
+backends. A family may add steps of its own (`Capabilities.recipe_steps`, run by its `compression()`):
+Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def check_family_steps(recipe: tuple[RecipeStep, ...], family: Any, target: str)
         need = NEEDS.get(step.name)
         if need is not None and not getattr(family.capabilities, need):
             offered = [n for n in STEPS if n not in NEEDS or getattr(family.capabilities, NEEDS[n])]
+            offered += list(family.capabilities.recipe_steps)
             raise ConfigError(
                 f"--recipe {step.label}: {target} is a {family.name} policy, which has no "
                 f"{need.replace('_', ' ')}; its steps are {', '.join(offered)}"

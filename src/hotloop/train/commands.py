@@ -36,15 +36,47 @@ def train_demo_cmd(
     ] = None,
     views: Annotated[
         str | None,
-        typer.Option(help="vision variant: camera views to train on, comma-separated (default top,wrist)"),
+        typer.Option(
+            help="vision variant / diffusion: camera views to train on, comma-separated (default top,wrist; "
+            "diffusion: top)"
+        ),
     ] = None,
+    family: Annotated[
+        str,
+        typer.Option(
+            help="pi: the pi0.5 demo policies (--variant); diffusion: a LeRobot Diffusion Policy checkpoint"
+        ),
+    ] = "pi",
 ) -> None:
-    """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision) on expert episodes, on CPU."""
+    """Train a conveyor-pick demo policy (demo:conveyor, or demo:conveyor-vision; or a Diffusion Policy
+    checkpoint with --family diffusion) on expert episodes, on CPU."""
     import dataclasses
 
     from hotloop.errors import ConfigError
     from hotloop.io import check_output_dir
 
+    if family not in ("pi", "diffusion"):
+        raise ConfigError(f"--family {family!r} is not known; use pi or diffusion")
+    if family == "diffusion":
+        if variant != "state" or action_prefix_prob is not None or max_action_prefix is not None or ship:
+            raise ConfigError(
+                "--family diffusion trains a LeRobot checkpoint: --variant, --action-prefix-prob, "
+                "--max-action-prefix and --ship are for the pi demo policies; drop them"
+            )
+        from hotloop.sim.tasks.gantry import check_views
+
+        keys = (
+            None
+            if views is None
+            else tuple(check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views"))
+        )
+        check_output_dir(out, "-o")
+        from hotloop.train.diffusion_demo import run_from_cli as diffusion_from_cli
+
+        diffusion_from_cli(
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
+        )
+        return
     if variant not in ("state", "vision"):
         raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
     if views is not None and variant != "vision":
