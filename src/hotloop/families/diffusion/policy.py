@@ -208,7 +208,8 @@ class DiffusionPolicyWrapper:
             raise ConfigError(
                 f"obs['images']['{view_key(camera)}'] has shape {arr.shape}; this checkpoint takes ({h}, {w}, {c})"
             )
-        x = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).contiguous()
+        arr = np.ascontiguousarray(arr) if arr.flags.writeable else arr.copy()  # a wire buffer is read-only
+        x = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
         if x.dtype == torch.uint8:
             x = x.to(torch.float32)
             x /= 255
