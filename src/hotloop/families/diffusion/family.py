@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -108,29 +108,9 @@ class DiffusionFamily(PolicyFamily):
     ) -> Tensor:
         """LeRobot's `generate_actions` without the n_action_steps slice: encode, then the config's
         scheduler stepped by `scheduler.step` (diffusers' expressions), x_T and step noise from `noise`."""
-        from hotloop.families.diffusion.engines import split_noise
-        from hotloop.models.diffusion import needs_step_noise, sample_actions
+        from hotloop.families.diffusion.sampling import sample_actions
 
-        cfg = cast(Any, model).cfg
-        steps = num_steps or cfg.num_inference_steps
-        scheduler = cfg.make_scheduler()
-        start, step_noise = split_noise(noise, steps)
-        with torch.no_grad():
-            d = next(model.parameters()).dtype
-            gc = cast(Any, model).encode(
-                None if obs.images is None else obs.images.to(d),
-                obs.state.to(d),
-                None if obs.env_state is None else obs.env_state.to(d),
-            )
-            out = sample_actions(
-                model,  # type: ignore[arg-type]
-                scheduler,
-                gc,
-                start.to(d),
-                steps,
-                step_noise.to(d) if needs_step_noise(scheduler) else None,
-            )
-        return out.float()
+        return sample_actions(model, obs, noise, num_steps)
 
     # ---- observations ------------------------------------------------------------------------------
     def example_observation(self, cfg: Any, shape: Any, device: torch.device | str = "cpu") -> Any:
@@ -148,11 +128,9 @@ class DiffusionFamily(PolicyFamily):
 
     def make_noise(self, cfg: Any, shape: Any, batch: int, generator: torch.Generator | None) -> Tensor:
         """N(0, 1) x_T and per-step variance noise, zeros on the steps the scheduler adds none."""
-        from hotloop.families.diffusion.engines import drawn_rows
+        from hotloop.families.diffusion.sampling import make_noise
 
-        noise = super().make_noise(cfg, shape, batch, generator)
-        noise[:, 1:][:, ~drawn_rows(cfg, shape.num_steps)] = 0.0
-        return noise
+        return make_noise(cfg, shape.num_steps, batch, generator)
 
     def validate_observation(self, cfg: Any, shape: Any, obs: Any) -> Any:
         from hotloop.families.diffusion.engines import DiffusionObservation

@@ -84,14 +84,12 @@ class DiffusionPolicyWrapper:
         run: Any = None,
     ) -> None:
         from hotloop.families.diffusion.engines import DiffusionEngineShape
-        from hotloop.families.diffusion.family import DiffusionFamily
 
         self.model = model
         self.config = cfg
         self.pre, self.post = preprocessor, postprocessor
         self.num_steps = num_steps or cfg.num_inference_steps
         self.shape = DiffusionEngineShape(batch=1, num_steps=self.num_steps)
-        self.family = DiffusionFamily()
         self.seed = seed
         self.run = run
         self._generator = torch.Generator().manual_seed(seed)
@@ -124,14 +122,16 @@ class DiffusionPolicyWrapper:
     def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
         if not self._observing:
             self._push(self.frame(obs))
+        from hotloop.families.diffusion.sampling import make_noise, sample_actions
+        from hotloop.models.diffusion import select_action_chunk
+
         model_obs = self.observation()
-        fam, cfg = self.family, self.config
-        noise = fam.make_noise(cfg, self.shape, 1, self._generator)
+        noise = make_noise(self.config, self.num_steps, 1, self._generator)
         if self.run is not None:
             sample = self.run(model_obs, noise)
         else:
-            sample = fam.sample_actions(self.model, model_obs, noise, self.num_steps)
-        chunk = fam.reference_actions(cfg, sample.float())
+            sample = sample_actions(self.model, model_obs, noise, self.num_steps)
+        chunk = select_action_chunk(sample.float(), self.config)
         actions = self.post.action(chunk.clone())
         return {"actions": actions[0].float().cpu().numpy().copy()}
 
