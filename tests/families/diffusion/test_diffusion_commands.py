@@ -251,3 +251,35 @@ def test_an_eager_artifact_of_the_fixture_verifies(fixtures_dir: Path, tmp_path:
     res = runner.invoke(app, ["verify", str(ckpt), "--artifact", str(art)])
     assert res.exit_code == 0, res.output
     assert "artifact" in res.output and "within" in res.output
+
+
+def test_static_int8_calibrates_on_recorded_frames_and_falls_back_honestly(
+    tiny_ckpt: Path, tmp_path: Path
+) -> None:
+    """Recorded conveyor-pick frames through the checkpoint's preprocessor (its own statistics) calibrate
+    the static int8 candidates; each is judged like any other, and a stage keeps fp32 when int8 is slower
+    or outside the tolerance."""
+    from hotloop.datasets.recorder import record
+
+    data = tmp_path / "rec"
+    record("conveyor-pick", 2, data, seed=3)
+    art, js = tmp_path / "art", tmp_path / "plan.json"
+    res = runner.invoke(
+        app,
+        ["compile", str(tiny_ckpt), "-o", str(art), "--budget-ms", "1e5", "--calibration", str(data),
+         "--calibration-frames", "4", "--precisions", "int8,fp32", "--backends", "onnxruntime", "--json",
+         str(js), *FAST],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    plan = json.loads(js.read_text())
+    int8 = [c for c in plan["candidates"] if c["precision"] == "int8"]
+    assert {c["sub_engine"] for c in int8} == {"encoder", "denoise_step", "denoise_loop"}
+    assert all(c["status"] in ("accepted", "rejected") for c in int8), [
+        (c["sub_engine"], c["reason"]) for c in int8
+    ]
+    assert any(c["status"] == "accepted" for c in int8)
+    for c in int8:
+        if c["status"] == "rejected":
+            assert "action cos" in c["reason"]
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["compression"]["calibration"]["frames"] == 4
