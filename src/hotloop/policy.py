@@ -4,6 +4,12 @@ It matches openpi-client's `BasePolicy` (`infer(obs) -> dict`, `reset()`), so an
 and a local model are interchangeable. Real-time chunking rides on the same call: the observation may
 carry `rtc_prev_actions`, `rtc_delay` and `rtc_max_guidance_weight`, and a policy that inpainted its chunk
 onto them answers `rtc_guided: True` (`hotloop.realtime.rtc`).
+
+One optional hook: a policy that keeps an observation history (LeRobot's Diffusion Policy: the last
+n_obs_steps observations, one per control step) defines `observe(obs) -> None`. The control loop
+(`hotloop.realtime.runner.run_loop`, which the closed-loop evaluator and a robot's runner share) then
+calls it with every control period's observation, before any `infer` of that period, and `infer` reads
+the history as it stands. Policies without it are never called more often nor observed more than before.
 """
 
 from __future__ import annotations
@@ -22,3 +28,8 @@ class Policy(Protocol):
     def reset(self) -> None:
         """Forget any episode state (called at the start of every episode)."""
         ...
+
+
+def observes(policy: object) -> bool:
+    """Whether `policy` has the optional `observe(obs)` hook (see the module docstring)."""
+    return callable(getattr(policy, "observe", None))

@@ -236,9 +236,21 @@ def policy_spec_of(policy: Any) -> PolicySpec | None:
     return spec if isinstance(spec, PolicySpec) else None
 
 
+class ObservingAdaptedPolicy(AdaptedPolicy):
+    """An adapted policy with the history hook (`hotloop.policy.observes`): every period's observation is
+    mapped like an inference's and handed on. Only policies that have the hook get it, so the control
+    loop observes no more often than before for the others."""
+
+    def observe(self, obs: dict[str, Any]) -> None:
+        self.policy.observe(self.observation(obs))
+
+
 def adapt(policy: Any, task: TaskSpec, policy_name: str = "the policy") -> Any:
     """Wrap `policy` for `task` through its spec; a policy without a spec is returned as it is."""
+    from hotloop.policy import observes
+
     spec = policy_spec_of(policy)
     if spec is None:
         return policy
-    return AdaptedPolicy(policy, plan(spec, task, policy_name))
+    kind = ObservingAdaptedPolicy if observes(policy) else AdaptedPolicy
+    return kind(policy, plan(spec, task, policy_name))

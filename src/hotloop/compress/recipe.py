@@ -15,7 +15,8 @@ Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
 chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
-backends.
+backends. A family may add steps of its own (`Capabilities.recipe_steps`, run by its `compression()`):
+Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
 """
 
 from __future__ import annotations
@@ -68,21 +69,27 @@ class RecipeStep:
         return f"{self.name}:{self.arg}" if self.arg else self.name
 
 
-def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
-    """`prune:0.25,distill,quantize` -> steps; an unknown step names the known ones."""
+def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeStep, ...]:
+    """`prune:0.25,distill,quantize` -> steps; an unknown step names the known ones. `family_steps`: the
+    target's family's own steps (`Capabilities.recipe_steps`, see `family_recipe_steps`), whose argument
+    the family checks (`check_family_steps`)."""
     steps = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         name, _, arg = part.partition(":")
+        if name in family_steps and name not in STEPS:
+            steps.append(RecipeStep(name, arg))
+            continue
         if name not in STEPS:
             import difflib
 
-            close = difflib.get_close_matches(name, list(STEPS), n=1)
+            known = [*STEPS, *(s for s in family_steps if s not in STEPS)]
+            close = difflib.get_close_matches(name, known, n=1)
             hint = close[0] if close else None
             raise ConfigError(
                 f"--recipe: unknown step {name!r}{f' (did you mean {hint!r}?)' if hint else ''}; "
-                f"known steps: {', '.join(STEPS)}"
+                f"known steps: {', '.join(known)}"
             )
         if name in ("steps", "step-distill") or (name == "qat" and arg):
             if not arg.isdigit() or int(arg) < 1:
@@ -97,12 +104,46 @@ def parse_recipe(text: str) -> tuple[RecipeStep, ...]:
     return tuple(steps)
 
 
+def family_recipe_steps(target: str) -> tuple[str, ...]:
+    """The recipe steps of `target`'s own family (`Capabilities.recipe_steps`), read without building it:
+    a LeRobot checkpoint folder's family from its config.json `type`, an artifact's from its manifest's
+    `kind`; () for the other targets, and for a folder whose type is unknown (refused later, by name)."""
+    import json
+    from pathlib import Path
+
+    from hotloop.families import FAMILIES, LEROBOT_TYPES, get_family, is_checkpoint_dir
+
+    path = Path(target)
+    family: str | None = None
+    try:
+        if (path / "manifest.json").is_file():
+            family = json.loads((path / "manifest.json").read_text()).get("kind")
+        elif is_checkpoint_dir(path):
+            family = LEROBOT_TYPES.get(json.loads((path / "config.json").read_text()).get("type"))
+    except (OSError, ValueError, AttributeError):
+        return ()
+    if not isinstance(family, str) or family not in FAMILIES:
+        return ()
+    return tuple(get_family(family).capabilities.recipe_steps)
+
+
 def check_family_steps(recipe: tuple[RecipeStep, ...], family: Any, target: str) -> None:
     """Every step the family cannot run, refused by name before any work."""
     for step in recipe:
+        if step.name not in STEPS:  # a family's own step (parse_recipe let it through)
+            own = tuple(family.capabilities.recipe_steps)
+            if step.name not in own:
+                offered = [n for n in STEPS if n not in NEEDS or getattr(family.capabilities, NEEDS[n])]
+                raise ConfigError(
+                    f"--recipe {step.label}: {target} is a {family.name} policy, which has no step "
+                    f"{step.name!r}; its steps are {', '.join([*offered, *own])}"
+                )
+            family.compression().check_recipe_step(step.name, step.arg)
+            continue
         need = NEEDS.get(step.name)
         if need is not None and not getattr(family.capabilities, need):
             offered = [n for n in STEPS if n not in NEEDS or getattr(family.capabilities, NEEDS[n])]
+            offered += list(family.capabilities.recipe_steps)
             raise ConfigError(
                 f"--recipe {step.label}: {target} is a {family.name} policy, which has no "
                 f"{need.replace('_', ' ')}; its steps are {', '.join(offered)}"
@@ -304,6 +345,10 @@ def apply_step(
         new.precisions = (*quant, "bf16", "fp32")
     elif step.name == "compile":
         new.backends = config.backends
+    elif step.name not in STEPS:  # the family's own (`Capabilities.recipe_steps`)
+        new.model, new.num_steps, new.details = family.compression().recipe_step(
+            step.name, step.arg, cand.model, cand.num_steps
+        )
     for p in new.model.parameters():
         p.requires_grad_(False)
     new.model.eval()

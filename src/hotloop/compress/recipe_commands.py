@@ -80,11 +80,18 @@ def compress_cmd(
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import check_backend_names
     from hotloop.compile.validate import parse_tolerance
-    from hotloop.compress.recipe import EXIT_TOLERANCE, RecipeConfig, parse_recipe, plot_recipe, run_recipe
+    from hotloop.compress.recipe import (
+        EXIT_TOLERANCE,
+        RecipeConfig,
+        family_recipe_steps,
+        parse_recipe,
+        plot_recipe,
+        run_recipe,
+    )
     from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
-    steps = parse_recipe(recipe)
+    steps = parse_recipe(recipe, family_recipe_steps(target))
     parse_latency(eval_latency)
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     check_backend_names(list(names))

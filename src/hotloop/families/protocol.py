@@ -117,6 +117,9 @@ class Capabilities:
     qat: bool = False  # `qat`
     recipes: tuple[str, ...] = ("plain",)  # sub-engine recipes the planner may pick between
     bucket_stages: tuple[str, ...] = ()  # stages whose shapes depend on the prompt length
+    # Compression recipe steps of the family's own (`NAME[:ARG]`, run by `compression().recipe_step`),
+    # e.g. diffusion's `ddim:N` (switch the sampler to DDIM with N steps).
+    recipe_steps: tuple[str, ...] = ()
 
 
 class EngineShape(Protocol):
@@ -318,7 +321,9 @@ class PolicyFamily(ABC):
     def compression(self) -> Any:
         """The family's own compression steps (pruning, distillation, step distillation, QAT) as an
         object with `prune`, `sparse24`, `distill`, `step_distill`, `check_step_distill` and `qat`, for
-        the steps its `capabilities` name (pi: `hotloop.families.pi.compression.tools.PiCompression`)."""
+        the steps its `capabilities` name (pi: `hotloop.families.pi.compression.tools.PiCompression`),
+        and `check_recipe_step(name, arg)` / `recipe_step(name, arg, model, num_steps) -> (model,
+        num_steps, details)` for its `capabilities.recipe_steps`."""
         raise ConfigError(
             f"family {self.name} has no compression steps of its own (pruning, distillation...)"
         )

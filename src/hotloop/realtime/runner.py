@@ -7,6 +7,10 @@ an inference when the scheduler wants one (with RTC guidance inputs), and (4) co
 segment and lets time pass until its end, until the inference's deadline, or, when the robot is
 waiting for it, until the inference completes.
 
+A policy with the optional `observe(obs)` hook (`hotloop.policy`: one that keeps an observation history)
+is shown the observation of every control decision (each commanded segment starts a control period),
+before an inference starts on it; for any other policy the loop observes only when it infers, as before.
+
 Two parts differ between sim and robot, behind two small protocols:
 - `Engine`: runs one inference at a time. `SimulatedEngine` calls the policy at once and makes the
   result available after a latency the caller decides (the evaluator's latency models);
@@ -46,6 +50,9 @@ class Engine(Protocol):
         return the tick to let the plant run to."""
         ...
 
+    # Optional (`observes` / `observe`): the engines below forward the policy's `observe` hook, in order
+    # with its inferences. An engine without them is never shown the periods' observations.
+
 
 class Plant(Protocol):
     def observe(self) -> dict[str, Any]: ...
@@ -71,6 +78,10 @@ def run_loop(
 ) -> None:
     """Drive `scheduler` until `end_tick` or until the plant says the episode is over.
     `on_segment(segment, start, end)` sees every commanded segment with the ticks it actually ran."""
+    observe = getattr(engine, "observe", None) if getattr(engine, "observes", False) else None
+    observing = observe is not None
+    frame: dict[str, Any] | None = None  # this decision's observation, for a policy that observes
+    frame_tick: int | None = None
     while True:
         now = clock.now()
         if now >= end_tick:
@@ -79,10 +90,16 @@ def run_loop(
         if done is not None:
             scheduler.completed(done, plant.hold_action(), now)
             continue  # the new chunk may already want the next inference (async, short chunks)
+        if observing and frame_tick != now:
+            # One observation per control decision, shown before any inference of it: the inference
+            # (if one starts now) runs on the same frame.
+            frame, frame_tick = plant.observe(), now
+            assert observe is not None
+            observe(dict(frame), now)
         if engine.busy:
             scheduler.check_deadline(now)
         elif scheduler.wants_inference(now):
-            obs = plant.observe()
+            obs = dict(frame) if observing and frame is not None else plant.observe()
             guidance = scheduler.guidance(now)
             obs.update(guidance)
             scheduler.started(now, guided=bool(guidance))
@@ -135,6 +152,16 @@ class SimulatedEngine:
     def busy(self) -> bool:
         return self._pending is not None
 
+    @property
+    def observes(self) -> bool:
+        from hotloop.policy import observes
+
+        return observes(self.policy)
+
+    def observe(self, obs: dict[str, Any], now: int) -> None:
+        """The policy's history hook, at once (its inferences run at once too: the order is the loop's)."""
+        self.policy.observe(obs)
+
     def start(self, obs: dict[str, Any], now: int) -> None:
         t0 = time.perf_counter()
         output: dict[str, Any] | None = None
@@ -175,13 +202,35 @@ class ThreadedEngine:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-infer")
         self._future: Future[tuple[dict[str, Any] | None, str | None, int]] | None = None
         self._obs_tick = 0
+        self._observe_error: str | None = None
         self.inference_ticks: list[tuple[int, int]] = []
 
     @property
     def busy(self) -> bool:
         return self._future is not None
 
+    @property
+    def observes(self) -> bool:
+        from hotloop.policy import observes
+
+        return observes(self.policy)
+
+    def observe(self, obs: dict[str, Any], now: int) -> None:
+        """The policy's history hook, queued on the inference thread: it runs after every inference started
+        before it and before every later one, so an inference sees exactly the periods observed up to its
+        start, and the control loop never waits for it. A failing hook is the next inference's fault."""
+        self._pool.submit(self._observe, obs)
+
+    def _observe(self, obs: dict[str, Any]) -> None:
+        try:
+            self.policy.observe(obs)
+        except Exception as e:  # noqa: BLE001 - reported by the next inference, never raised on the robot
+            self._observe_error = f"{type(e).__name__}: {e}"
+
     def _run(self, obs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None, int]:
+        if self._observe_error is not None:
+            error, self._observe_error = self._observe_error, None
+            return None, f"observe failed: {error}", self.clock.now()
         try:
             out = self.policy.infer(obs)
             return out, None, self.clock.now()

@@ -16,6 +16,11 @@ rejecting bad input while the model runs.
 
 Nothing a client sends can end the server or log a traceback: bad input is a one-line error reply, a
 vanished client is a one-line info log.
+
+Per-connection state: a policy that keeps episode state of its own (Diffusion Policy's observation
+history) exposes `new_session()`, a view of it with that state fresh and the model shared; each connection
+then talks to its own session (so does the fallback engine's policy when it has one), and two robots never
+see each other's observations. Other policies are shared as they are.
 """
 
 from __future__ import annotations
@@ -258,7 +263,9 @@ class PolicyServer:
         log.info("connection %s opened", peer)
         self.metrics.connections.inc()
         slot = _LatestSlot()
-        worker = asyncio.create_task(self._infer_loop(ws, slot))
+        fallback = session_of(self.fallback.policy) if self.fallback is not None else None
+        sessions = _Sessions(session_of(self.served.policy), fallback)
+        worker = asyncio.create_task(self._infer_loop(ws, slot, sessions))
         try:
             await ws.send(self._metadata)
             request_id = 0
@@ -302,7 +309,7 @@ class PolicyServer:
         if slot.put(_Pending(request_id, checked, received, decode_s)):
             self.metrics.dropped_observation()
 
-    async def _infer_loop(self, ws: Any, slot: _LatestSlot) -> None:
+    async def _infer_loop(self, ws: Any, slot: _LatestSlot, sessions: _Sessions) -> None:
         from websockets.exceptions import ConnectionClosed
 
         packer = codec.Packer()
@@ -312,7 +319,7 @@ class PolicyServer:
                 item = await slot.take()
                 start = time.perf_counter()
                 try:
-                    payload, source = await self._answer(item, packer, prev_total_ms)
+                    payload, source = await self._answer(item, packer, prev_total_ms, sessions)
                 except Exception as exc:  # the policy's failure is this request's error, not the server's
                     packer = codec.Packer()  # never reuse a buffer a failed encode may have left dirty
                     self.metrics.request("policy_error")
@@ -333,16 +340,21 @@ class PolicyServer:
             pass
 
     async def _answer(
-        self, item: _Pending, packer: codec.Packer, prev_total_ms: float | None
+        self,
+        item: _Pending,
+        packer: codec.Packer,
+        prev_total_ms: float | None,
+        sessions: _Sessions,
     ) -> tuple[bytes, str]:
         """Run the policy on the worker thread and encode its reply with openpi's `server_timing`;
         returns (reply, source): "policy", or "fallback" when the fallback engine answered."""
         start = time.perf_counter()
         if self.watchdog is None:
             loop = asyncio.get_running_loop()
-            action, source = await loop.run_in_executor(self._executor, self._run_policy, item.obs), "policy"
+            action = await loop.run_in_executor(self._executor, self._run_policy, item.obs, sessions.policy)
+            source = "policy"
         else:
-            action, source = await self._guarded_infer(item.obs)
+            action, source = await self._guarded_infer(item.obs, sessions)
         done = time.perf_counter()
         if not isinstance(action, Mapping) or "actions" not in action:
             raise TypeError(
@@ -361,18 +373,19 @@ class PolicyServer:
         self.metrics.observe_stage("encode", time.perf_counter() - done)
         return payload, source
 
-    def _run_policy(self, obs: dict[str, Any]) -> Any:
-        """On the worker thread: the main policy, with the start time /healthz and the gauge read."""
+    def _run_policy(self, obs: dict[str, Any], policy: Any) -> Any:
+        """On the worker thread: the main policy (the connection's session of it), with the start time
+        /healthz and the gauge read."""
         self._running_since = time.perf_counter()
         try:
-            return self.served.policy.infer(obs)
+            return policy.infer(obs)
         except MemoryCapError as exc:
             self._over_cap = str(exc)
             raise
         finally:
             self._running_since = None
 
-    async def _guarded_infer(self, obs: dict[str, Any]) -> tuple[Any, str]:
+    async def _guarded_infer(self, obs: dict[str, Any], sessions: _Sessions) -> tuple[Any, str]:
         """The main policy under the watchdog (serve/watchdog.py): a miss or a fault switches to the
         fallback engine when there is one; without one a late reply still goes out and a fault is
         raised (an error reply)."""
@@ -382,9 +395,9 @@ class PolicyServer:
         async with self._infer_lock:
             if self._stale is not None and not self._stale.done():
                 # The model is still on a request the fallback answered: it cannot take this one in time.
-                return await self._fallback_infer(obs)
+                return await self._fallback_infer(obs, sessions)
             watchdog.started()
-            future = loop.run_in_executor(self._executor, self._run_policy, obs)
+            future = loop.run_in_executor(self._executor, self._run_policy, obs, sessions.policy)
             try:
                 wait_s = watchdog.seconds_left()
                 if wait_s is not None:
@@ -394,33 +407,48 @@ class PolicyServer:
                         if self.fallback is not None:
                             self._stale = future
                             future.add_done_callback(_discard_late_result)
-                            return await self._fallback_infer(obs)
+                            return await self._fallback_infer(obs, sessions)
                 action = await future  # no fallback engine: the late reply still goes out
             except Exception as exc:
                 watchdog.fault(f"{type(exc).__name__}: {exc}")
                 if self.fallback is not None:
-                    return await self._fallback_infer(obs)
+                    return await self._fallback_infer(obs, sessions)
                 raise
             if not isinstance(action, Mapping) or "actions" not in action:
                 watchdog.fault(f"returned {type(action).__name__} without 'actions'")
                 if self.fallback is not None:
-                    return await self._fallback_infer(obs)
+                    return await self._fallback_infer(obs, sessions)
                 return action, "policy"  # `_answer` turns it into the error reply
             if not finite_actions(action):
                 watchdog.fault("non-finite actions")
                 if self.fallback is not None:
-                    return await self._fallback_infer(obs)
+                    return await self._fallback_infer(obs, sessions)
                 raise ValueError("non-finite actions (NaN or inf)")
             watchdog.fresh()
             return action, "policy"
 
-    async def _fallback_infer(self, obs: dict[str, Any]) -> tuple[Any, str]:
-        assert self.fallback is not None
+    async def _fallback_infer(self, obs: dict[str, Any], sessions: _Sessions) -> tuple[Any, str]:
+        assert self.fallback is not None and sessions.fallback is not None
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
-        action = await loop.run_in_executor(self._fallback_executor, self.fallback.policy.infer, obs)
+        action = await loop.run_in_executor(self._fallback_executor, sessions.fallback.infer, obs)
         self.metrics.observe_stage("fallback_infer", time.perf_counter() - start)
         return action, "fallback"
+
+
+@dataclass(frozen=True)
+class _Sessions:
+    """What one connection talks to: its session of the main policy and of the fallback engine's."""
+
+    policy: Any
+    fallback: Any = None
+
+
+def session_of(policy: Any) -> Any:
+    """`policy.new_session()` for a policy with per-connection state (see the module docstring), else the
+    policy itself (shared by every connection, as before)."""
+    new_session = getattr(policy, "new_session", None)
+    return new_session() if callable(new_session) else policy
 
 
 def check_fallback_engine(served: ServedPolicy, fallback: ServedPolicy) -> None:

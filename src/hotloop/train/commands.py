@@ -26,8 +26,8 @@ def train_demo_cmd(
     family: Annotated[
         str,
         typer.Option(
-            help="pi: the pi0.5 demo policies (--variant); act: a LeRobot ACT checkpoint folder trained on "
-            "recorded top and wrist views (a target: `hotloop eval OUT`)"
+            help="pi: the pi0.5 demo policies (--variant); act / diffusion: a LeRobot ACT / Diffusion Policy "
+            "checkpoint folder trained on recorded views (a target: `hotloop eval OUT`)"
         ),
     ] = "pi",
     variant: Annotated[
@@ -46,22 +46,43 @@ def train_demo_cmd(
     views: Annotated[
         str | None,
         typer.Option(
-            help="vision variant and act: camera views to train on, comma-separated (default top,wrist)"
+            help="vision variant, act, diffusion: camera views to train on, comma-separated (default top,wrist; "
+            "diffusion: top)"
         ),
     ] = None,
 ) -> None:
-    """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act a LeRobot
-    ACT checkpoint) on expert episodes, on CPU."""
+    """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion a
+    LeRobot ACT / Diffusion Policy checkpoint) on expert episodes, on CPU."""
     import dataclasses
 
     from hotloop.errors import ConfigError
     from hotloop.io import check_output_dir
 
-    if family not in ("pi", "act"):
-        raise ConfigError(f"--family {family!r} is not known; use pi or act")
+    if family not in ("pi", "act", "diffusion"):
+        raise ConfigError(f"--family {family!r} is not known; use pi, act or diffusion")
     if family == "act":
         _train_act(out, steps, episodes, dataset, seed, threads, ship, variant, views, action_prefix_prob,
                    max_action_prefix)  # fmt: skip
+        return
+    if family == "diffusion":
+        if variant is not None or action_prefix_prob is not None or max_action_prefix is not None or ship:
+            raise ConfigError(
+                "--family diffusion trains a LeRobot checkpoint: --variant, --action-prefix-prob, "
+                "--max-action-prefix and --ship are for the pi demo policies; drop them"
+            )
+        from hotloop.sim.tasks.gantry import check_views
+
+        keys = (
+            None
+            if views is None
+            else tuple(check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views"))
+        )
+        check_output_dir(out, "-o")
+        from hotloop.train.diffusion_demo import run_from_cli as diffusion_from_cli
+
+        diffusion_from_cli(
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
+        )
         return
     variant = variant or "state"
     if variant not in ("state", "vision"):

@@ -1,0 +1,506 @@
+"""`hotloop train-demo --family diffusion`: a LeRobot Diffusion Policy checkpoint trained on recorded
+conveyor-pick episodes, with LeRobot's training loss, written in LeRobot's checkpoint layout.
+
+What is LeRobot's here (policies/diffusion at commit 7427f318):
+- the architecture and config.json of `DiffusionConfig`: resnet18 at torchvision's widths (so LeRobot's own
+  `DiffusionPolicy.from_pretrained` loads the folder), GroupNorm in place of BatchNorm (LeRobot's
+  `use_group_norm`, required without pretrained backbone weights), SpatialSoftmax, a FiLM U-Net; the
+  torchvision initialisation of the ResNet (He normal, fan out) and PyTorch's defaults elsewhere;
+- the samples: frame t with observations at t - n_obs_steps + 1 .. t and actions at t - n_obs_steps + 1
+  .. t - n_obs_steps + horizon, indices outside the episode clamped to its ends (LeRobot's padding by
+  copy), the last `drop_n_last_frames` frames of each episode never sampled;
+- `compute_loss`: the random crop in training (one offset per camera batch), epsilon targets at uniform
+  random timesteps of the DDPM schedule (`add_noise`: sqrt(abar) x0 + sqrt(1 - abar) eps), MSE;
+- the normalisation statistics, computed as LeRobot's `compute_episode_stats` + `aggregate_stats`
+  compute a dataset's (per episode: float32 mean and mean of squares, min, max; images per channel over
+  up to 100 evenly spaced frames, in [0, 1]; aggregated by counts with the parallel variance), saved as
+  the processor files `save_pretrained` writes (VISUAL MEAN_STD, STATE and ACTION MIN_MAX). The
+  histogram quantiles LeRobot also stores are not written: no mode of this policy reads them.
+
+What is hotloop's: the optimiser and schedule (`hotloop.train.loop.run_training`: AdamW, warm-up then a
+cosine decay), the seeded generator for every draw (batches, crops, noise, timesteps), and the size: a
+U-Net of (64, 128, 256) and batch 16, so that 1400 steps take about 20 minutes on one core (0.85 s a step measured on a
+shared 2-core EPYC).
+
+Views: the top camera only. conveyor-pick's state already holds the box's pose, so a second camera adds
+no information the policy lacks; the wrist view would double the ResNet work (LeRobot's default is one
+encoder per camera), halving the steps that fit in the time budget.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hotloop.errors import ConfigError
+from hotloop.io import atomic_write_json
+
+RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
+
+
+@dataclass(frozen=True)
+class TrainDiffusionDemoConfig:
+    task: str = "conveyor-pick"
+    difficulty: str = "medium"
+    episodes: int = 200
+    action_noise: float = 0.01  # DART, as demo:conveyor
+    recovery_starts: float = 0.3
+    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
+    views: tuple[str, ...] = ("top",)
+    n_obs_steps: int = 2
+    horizon: int = 16
+    n_action_steps: int = 8
+    down_dims: tuple[int, ...] = (64, 128, 256)
+    diffusion_step_embed_dim: int = 64
+    keypoints: int = 32
+    crop: int = 56  # of the 64 px views: random in training, centred at inference
+    num_train_timesteps: int = 100
+    steps: int = 1400
+    batch: int = 16
+    lr: float = 1e-4  # LeRobot's optimizer_lr for Diffusion Policy
+    min_lr: float = 1e-6
+    warmup: int = 100
+    weight_decay: float = 1e-6
+    grad_clip: float = 10.0
+    seed: int = 0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "steps", "batch", "threads", "n_obs_steps", "n_action_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.horizon % 2 ** len(self.down_dims):
+            raise ConfigError(f"horizon {self.horizon} must be a multiple of 2**len(down_dims)")
+        if self.n_action_steps > self.horizon - self.n_obs_steps + 1:
+            raise ConfigError("n_action_steps must be <= horizon - n_obs_steps + 1 (LeRobot's rule)")
+        from hotloop.sim.tasks.gantry import check_views
+
+        check_views(self.views, flag="--views")
+
+    @property
+    def drop_n_last_frames(self) -> int:
+        """LeRobot's default: horizon - n_action_steps - n_obs_steps + 1."""
+        return self.horizon - self.n_action_steps - self.n_obs_steps + 1
+
+
+def lerobot_config(
+    cfg: TrainDiffusionDemoConfig, state_dim: int, action_dim: int, image_hw: tuple[int, int]
+) -> dict[str, Any]:
+    """config.json as LeRobot's `DiffusionConfig` writes it (every field `save_pretrained` writes)."""
+    h, w = image_hw
+    inputs: dict[str, Any] = {"observation.state": {"type": "STATE", "shape": [state_dim]}}
+    for view in cfg.views:
+        inputs[f"observation.images.{view}"] = {"type": "VISUAL", "shape": [3, h, w]}
+    return {
+        "type": "diffusion",
+        "n_obs_steps": cfg.n_obs_steps,
+        "input_features": inputs,
+        "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
+        "device": "cpu",
+        "use_amp": False,
+        "use_peft": False,
+        "push_to_hub": False,
+        "repo_id": None,
+        "private": None,
+        "tags": None,
+        "license": None,
+        "pretrained_path": None,
+        "pretrained_revision": None,
+        "horizon": cfg.horizon,
+        "n_action_steps": cfg.n_action_steps,
+        "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
+        "drop_n_last_frames": cfg.drop_n_last_frames,
+        "vision_backbone": "resnet18",
+        "resize_shape": None,
+        "crop_ratio": 1.0,
+        "crop_shape": [cfg.crop, cfg.crop],
+        "crop_is_random": True,
+        "pretrained_backbone_weights": None,
+        "use_group_norm": True,
+        "spatial_softmax_num_keypoints": cfg.keypoints,
+        "use_separate_rgb_encoder_per_camera": True,
+        "down_dims": list(cfg.down_dims),
+        "kernel_size": 5,
+        "n_groups": 8,
+        "diffusion_step_embed_dim": cfg.diffusion_step_embed_dim,
+        "use_film_scale_modulation": True,
+        "gradient_checkpointing": False,
+        "noise_scheduler_type": "DDPM",
+        "num_train_timesteps": cfg.num_train_timesteps,
+        "beta_schedule": "squaredcos_cap_v2",
+        "beta_start": 0.0001,
+        "beta_end": 0.02,
+        "prediction_type": "epsilon",
+        "clip_sample": True,
+        "clip_sample_range": 1.0,
+        "num_inference_steps": None,
+        "compile_model": False,
+        "compile_mode": "reduce-overhead",
+        "do_mask_loss_for_padding": False,
+        "optimizer_lr": cfg.lr,
+        "optimizer_betas": [0.95, 0.999],
+        "optimizer_eps": 1e-08,
+        "optimizer_weight_decay": cfg.weight_decay,
+        "scheduler_name": "cosine",
+        "scheduler_warmup_steps": cfg.warmup,
+    }
+
+
+def resnet_shapes(prefix: str, widths: tuple[int, ...] = RESNET18_WIDTHS) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes of torchvision's resnet18 trunk as LeRobot's Sequential names them (GroupNorm)."""
+    shapes: dict[str, tuple[int, ...]] = {prefix + "0.weight": (widths[0], 3, 7, 7)}
+    shapes[prefix + "1.weight"] = shapes[prefix + "1.bias"] = (widths[0],)
+    inplanes = widths[0]
+    for stage in range(4):
+        w = widths[stage + 1]
+        for j in range(2):
+            b = f"{prefix}{stage + 4}.{j}."
+            shapes[b + "conv1.weight"] = (w, inplanes if j == 0 else w, 3, 3)
+            shapes[b + "conv2.weight"] = (w, w, 3, 3)
+            for n in ("bn1", "bn2"):
+                shapes[f"{b}{n}.weight"] = shapes[f"{b}{n}.bias"] = (w,)
+            if j == 0 and (stage > 0 or inplanes != w):
+                shapes[b + "downsample.0.weight"] = (w, inplanes, 1, 1)
+                shapes[b + "downsample.1.weight"] = shapes[b + "downsample.1.bias"] = (w,)
+        inplanes = w
+    return shapes
+
+
+def new_model(config_json: dict[str, Any], folder: Path, gen: Any) -> Any:
+    """A freshly initialised DiffusionModel for `config_json` (written into `folder` to be read back as
+    LeRobot's config, the way every checkpoint is)."""
+    import torch
+    from torch import nn
+
+    from hotloop.models.diffusion import DiffusionModel
+    from hotloop.models.diffusion_config import read_diffusion_config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config_json, indent=4))
+    n_cams = sum(1 for f in config_json["input_features"].values() if f["type"] == "VISUAL")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(n_cams):
+        shapes.update(resnet_shapes(f"diffusion.rgb_encoder.{i}.backbone."))
+    cfg = read_diffusion_config(folder, shapes)
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+    model = DiffusionModel(cfg)
+    for name, module in model.named_modules():
+        if name.startswith("rgb_encoder") and ".backbone" in name:
+            if isinstance(module, nn.Conv2d):  # torchvision's ResNet init
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(module, nn.GroupNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+    return model
+
+
+# ---- LeRobot's dataset statistics ----------------------------------------------------------------------
+
+
+def _episode_stats(batch: np.ndarray, count: int) -> dict[str, np.ndarray]:
+    """RunningQuantileStats.get_statistics after one update (min, max, mean, std, count), float32 math."""
+    batch = batch.astype(np.result_type(batch.dtype, np.float32), copy=False)
+    if batch.shape[0] < 2:  # _compute_basic_stats
+        return {
+            "min": np.min(batch, axis=0),
+            "max": np.max(batch, axis=0),
+            "mean": np.mean(batch, axis=0),
+            "std": np.std(batch, axis=0),
+            "count": np.array([count]),
+        }
+    mean = np.mean(batch, axis=0)
+    variance = np.mean(batch**2, axis=0) - mean**2
+    return {
+        "min": np.min(batch, axis=0),
+        "max": np.max(batch, axis=0),
+        "mean": mean,
+        "std": np.sqrt(np.maximum(0, variance)),
+        "count": np.array([count]),
+    }
+
+
+def _sample_indices(n: int) -> list[int]:
+    """LeRobot's sample_indices: estimate_num_samples (100 up to ~500 frames, n**0.75 beyond) evenly."""
+    num = n if n < 100 else max(100, min(int(n**0.75), 10_000))
+    return np.round(np.linspace(0, n - 1, num)).astype(int).tolist()  # type: ignore[no-any-return]
+
+
+def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """One episode's per-channel stats of (T, H, W, 3) uint8 frames, in [0, 1], shaped (3, 1, 1)."""
+    sampled = frames[_sample_indices(len(frames))]  # (N, H, W, C): already LeRobot's (N*H*W, C) order
+    stats = _episode_stats(sampled.reshape(-1, sampled.shape[-1]), len(sampled))
+    return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in stats.items()}
+
+
+def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """aggregate_feature_stats: count-weighted mean, parallel-algorithm variance, min of mins, max of maxes."""
+    means = np.stack([s["mean"] for s in per_episode])
+    variances = np.stack([s["std"] ** 2 for s in per_episode])
+    counts = np.stack([s["count"] for s in per_episode])
+    total = counts.sum(axis=0)
+    while counts.ndim < means.ndim:
+        counts = np.expand_dims(counts, axis=-1)
+    mean = (means * counts).sum(axis=0) / total
+    variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+    return {
+        "min": np.min(np.stack([s["min"] for s in per_episode]), axis=0),
+        "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "count": total,
+    }
+
+
+def dataset_stats(dataset: Any, views: tuple[str, ...]) -> dict[str, dict[str, np.ndarray]]:
+    """The dataset's statistics for every feature the policy reads, as LeRobot computes them."""
+    per: dict[str, list[dict[str, np.ndarray]]] = {}
+    for i in range(len(dataset)):
+        ep = dataset.episode(i)
+        for key, values in (("observation.state", ep.state), ("action", ep.action)):
+            per.setdefault(key, []).append(_episode_stats(np.asarray(values, dtype=np.float32), len(values)))
+        for view in views:
+            per.setdefault(f"observation.images.{view}", []).append(image_stats(ep.images[view]))
+    return {key: aggregate(stats) for key, stats in per.items()}
+
+
+def write_processors(
+    folder: Path, config_json: dict[str, Any], stats: dict[str, dict[str, np.ndarray]]
+) -> None:
+    """policy_preprocessor.json / policy_postprocessor.json and their state files, as LeRobot's
+    `make_pre_post_processors(...).save_pretrained` writes them for Diffusion Policy."""
+    import torch
+    from safetensors.torch import save_file
+
+    flat = {
+        f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32)
+        for k, sub in stats.items()
+        for s, v in sub.items()
+    }
+    features = {**config_json["input_features"], **config_json["output_features"]}
+    norm_map = config_json["normalization_mapping"]
+    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
+    pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
+    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+    pre = {
+        "name": "policy_preprocessor",
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            device,
+            {
+                "registry_name": "normalizer_processor",
+                "config": {"eps": 1e-08, "features": features, "norm_map": norm_map},
+                "state_file": pre_state,
+            },
+        ],
+    }
+    post = {
+        "name": "policy_postprocessor",
+        "steps": [
+            {
+                "registry_name": "unnormalizer_processor",
+                "config": {"eps": 1e-08, "features": config_json["output_features"], "norm_map": norm_map},
+                "state_file": post_state,
+            },
+            device,
+        ],
+    }
+    for name, data, state in (
+        ("policy_preprocessor", pre, pre_state),
+        ("policy_postprocessor", post, post_state),
+    ):
+        (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
+        save_file({k: v.contiguous() for k, v in flat.items()}, str(folder / state))
+
+
+# ---- training ------------------------------------------------------------------------------------------
+
+
+def diffusion_loss(model: Any, images: Any, state: Any, env_state: Any, target: Any, gen: Any) -> Any:
+    """LeRobot's `DiffusionModel.compute_loss` (epsilon prediction, no padding mask): encode the history (a
+    random crop per camera batch in training mode), noise the target chunk at uniform random timesteps
+    (diffusers' add_noise: sqrt(abar_t) x0 + sqrt(1 - abar_t) eps) and regress the noise (or, for
+    prediction_type "sample", the chunk). Every draw comes from `gen`."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = model.cfg
+    cond = model.encode(images, state, env_state, generator=gen)
+    noise = torch.randn(target.shape, generator=gen)
+    t = torch.randint(0, cfg.num_train_timesteps, (target.shape[0],), generator=gen)
+    abar = cfg.make_scheduler().alphas_cumprod[t][:, None, None]
+    noisy = abar**0.5 * target + (1 - abar) ** 0.5 * noise
+    pred = model.unet(noisy, t, cond)
+    return F.mse_loss(pred, noise if cfg.prediction_type == "epsilon" else target)
+
+
+def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
+    """Per frame of every successful episode: (episode, index) and the episodes' arrays."""
+    episodes: list[dict[str, np.ndarray]] = []
+    index: list[tuple[int, int]] = []
+    for i in range(len(dataset)):
+        if not dataset.episodes[i].get("success", True):
+            continue
+        ep = dataset.episode(i)
+        missing = [v for v in cfg.views if v not in ep.images]
+        if missing:
+            raise ConfigError(
+                f"the dataset has no {', '.join(missing)} view (it has {', '.join(ep.images) or 'none'}); "
+                f"record one with views {', '.join(cfg.views)} (drop --dataset to record it)"
+            )
+        images = np.stack([ep.images[v] for v in cfg.views], axis=1)  # (T, C, H, W, 3)
+        e = len(episodes)
+        episodes.append(
+            {"state": ep.state.astype(np.float32), "action": ep.action.astype(np.float32), "images": images}
+        )
+        last = max(1, len(ep.action) - cfg.drop_n_last_frames)
+        index.extend((e, t) for t in range(last))
+    if not episodes:
+        raise ConfigError("the dataset has no successful episodes to learn from")
+    return {"episodes": episodes, "index": index}
+
+
+def train_diffusion_demo(
+    cfg: TrainDiffusionDemoConfig,
+    out_dir: str | Path,
+    dataset_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train a Diffusion Policy on `dataset_dir` (or on episodes recorded into `out_dir`); the checkpoint
+    (config.json, model.safetensors, processors) is written into `out_dir`."""
+    import torch
+    from safetensors.torch import save_file
+
+    from hotloop.lerobot.features import NormMode, transform
+    from hotloop.train.conveyor import plot_loss
+    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    dataset, recorded = prepare_dataset(
+        dataset_dir,
+        out,
+        {
+            "task": cfg.task,
+            "episodes": cfg.episodes,
+            "difficulty": cfg.difficulty,
+            "seed": cfg.record_seed,
+            "action_noise": cfg.action_noise,
+            "recovery_starts": cfg.recovery_starts,
+            "views": cfg.views,
+        },
+    )
+    t_recorded = time.perf_counter()
+    data = _arrays(dataset, cfg)
+    eps = data["episodes"]
+    for e in eps:
+        check_finite({"state": e["state"], "action": e["action"]}, f"the dataset {dataset.root}")
+    h, w = eps[0]["images"].shape[2:4]
+    if cfg.crop > min(h, w):
+        raise ConfigError(f"the dataset's views are {h}x{w} px; the crop {cfg.crop} must fit in them")
+    stats = dataset_stats(dataset, cfg.views)
+    config_json = lerobot_config(cfg, eps[0]["state"].shape[1], eps[0]["action"].shape[1], (h, w))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = new_model(config_json, out, gen).train()
+    tstat = {
+        k: {s: torch.as_tensor(np.asarray(v), dtype=torch.float32) for s, v in sub.items()}
+        for k, sub in stats.items()
+    }
+
+    def norm(x: torch.Tensor, key: str, mode: NormMode) -> torch.Tensor:
+        return transform(x, mode, tstat[key], 1e-8, inverse=False)
+
+    # Normalised once (the processors' arithmetic); images per batch (uint8 in memory).
+    states = [norm(torch.from_numpy(e["state"]), "observation.state", NormMode.MIN_MAX) for e in eps]
+    actions = [norm(torch.from_numpy(e["action"]), "action", NormMode.MIN_MAX) for e in eps]
+    images = [torch.from_numpy(e["images"]) for e in eps]
+    index = data["index"]
+    o, horizon = cfg.n_obs_steps, cfg.horizon
+    obs_offsets = torch.arange(-(o - 1), 1)
+    act_offsets = torch.arange(-(o - 1), horizon - (o - 1))
+
+    def sample(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        st, im, ac = [], [], []
+        for r in rows.tolist():
+            e, t = index[r]
+            n = len(actions[e])
+            oi, ai = (t + obs_offsets).clamp(0, n - 1), (t + act_offsets).clamp(0, n - 1)
+            st.append(states[e][oi])
+            ac.append(actions[e][ai])
+            im.append(images[e][oi])
+        pix = torch.stack(im).permute(0, 1, 2, 5, 3, 4).to(torch.float32) / 255  # (B, O, C, 3, H, W)
+        for c, view in enumerate(cfg.views):
+            pix[:, :, c] = norm(pix[:, :, c], f"observation.images.{view}", NormMode.MEAN_STD)
+        return torch.stack(st), pix, torch.stack(ac)
+
+    def step_loss(step: int) -> dict[str, Any]:
+        state, pix, target = sample(torch.randint(0, len(index), (cfg.batch,), generator=gen))
+        return {"loss": diffusion_loss(model, pix, state, None, target, gen)}
+
+    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
+    history = run_training(list(model.parameters()), step_loss, schedule, "train-demo diffusion", progress)
+    losses = history["loss"]
+    t_trained = time.perf_counter()
+    model.eval()
+    tensors = {"diffusion." + k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    write_processors(out, config_json, stats)
+    plot_loss(losses, out / "loss.png", title="Diffusion Policy on conveyor-pick (epsilon MSE)")
+    summary = {
+        "family": "diffusion",
+        "task": cfg.task,
+        "difficulty": cfg.difficulty,
+        "views": list(cfg.views),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "config": {**asdict(cfg), "views": list(cfg.views), "down_dims": list(cfg.down_dims)},
+        "training": {
+            "episodes_used": len(eps),
+            "frames": len(index),
+            "recorded": recorded,
+            "record_s": round(t_recorded - t_start, 1),
+            "train_s": round(t_trained - t_recorded, 1),
+            "final_loss": float(np.mean(losses[-100:])),
+            "torch": torch.__version__,
+            "threads": cfg.threads,
+        },
+    }
+    atomic_write_json(out / "demo.json", summary)
+    atomic_write_json(out / "loss.json", {"loss": [round(x, 5) for x in losses]})
+    return summary
+
+
+def run_from_cli(
+    out: Path,
+    *,
+    steps: int | None,
+    episodes: int | None,
+    dataset: Path | None,
+    seed: int,
+    threads: int | None,
+    views: tuple[str, ...] | None = None,
+) -> None:
+    """`hotloop train-demo --family diffusion`: steps, episodes, dataset, seed, threads and views."""
+    import dataclasses
+
+    import typer
+
+    updates: dict[str, Any] = {"seed": seed}
+    if views is not None:
+        updates["views"] = tuple(views)
+    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
+        if value is not None:
+            updates[name] = value
+    summary = train_diffusion_demo(dataclasses.replace(TrainDiffusionDemoConfig(), **updates), out, dataset)
+    tr = summary["training"]
+    typer.echo(
+        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s (recording "
+        f"{tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; wrote the LeRobot checkpoint {out} "
+        f"(hotloop bench|eval|compile {out}; loss curve {out / 'loss.png'})"
+    )
