@@ -51,11 +51,15 @@ class Comparison:
     max_abs: float
     max_rel: float  # max |got - want| / (max |want| + 1e-12)
     cosine: float
-    tolerance: float  # max_abs allowed
+    tolerance: float  # max_abs allowed (of judged_abs where that is set)
+    # For a stage that amplifies an upstream error by a known gain (the diffusion x0 prediction), the max abs
+    # error divided by that gain, per leading index: what the tolerance judges; judged_as says how.
+    judged_abs: float | None = None
+    judged_as: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.max_abs <= self.tolerance
+        return (self.max_abs if self.judged_abs is None else self.judged_abs) <= self.tolerance
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,13 +70,25 @@ class Comparison:
             "max_rel": self.max_rel,
             "cosine": self.cosine,
             "tolerance": self.tolerance,
+            "judged_abs": self.judged_abs,
+            "judged_as": self.judged_as,
             "ok": self.ok,
         }
 
 
-def compare(name: str, space: str, got: Any, want: Any, tolerance: float, where: str = "") -> Comparison:
+def compare(
+    name: str,
+    space: str,
+    got: Any,
+    want: Any,
+    tolerance: float,
+    where: str = "",
+    gain: tuple[np.ndarray, str] | None = None,
+) -> Comparison:
     """`got` (hotloop's) against `want` (the reference's), float64; a shape mismatch is a ConfigError
-    naming the array (the reference does not fit the checkpoint), not a large error."""
+    naming the array (the reference does not fit the checkpoint), not a large error. `gain`: per index of
+    the leading axis, the factor by which this stage multiplies an upstream error, and its formula; the
+    tolerance then judges the error divided by it (the raw max abs is still reported)."""
     g = np.asarray(got.detach().cpu() if isinstance(got, Tensor) else got, dtype=np.float64)
     w = np.asarray(want.detach().cpu() if isinstance(want, Tensor) else want, dtype=np.float64)
     if g.shape != w.shape:
@@ -85,7 +101,15 @@ def compare(name: str, space: str, got: Any, want: Any, tolerance: float, where:
     scale = float(np.abs(w).max()) if w.size else 0.0
     gn, wn = np.linalg.norm(g), np.linalg.norm(w)
     cosine = float((g.ravel() @ w.ravel()) / (gn * wn)) if gn > 0 and wn > 0 else float(gn == wn)
-    return Comparison(name, space, tuple(w.shape), max_abs, max_abs / (scale + 1e-12), cosine, tolerance)
+    judged_abs, judged_as = None, ""
+    if gain is not None and diff.size:
+        factors, formula = gain
+        per_index = diff.reshape(diff.shape[0], -1).max(axis=1)
+        judged_abs = float((per_index / np.asarray(factors, dtype=np.float64).reshape(-1)).max())
+        judged_as = f"max abs / {formula}"
+    return Comparison(
+        name, space, tuple(w.shape), max_abs, max_abs / (scale + 1e-12), cosine, tolerance, judged_abs, judged_as
+    )
 
 
 class ReferenceRun:
@@ -149,13 +173,20 @@ def as_batch(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def stage_comparisons(
-    got: Mapping[str, Tensor], want: Mapping[str, np.ndarray] | None, tolerance: float, where: str
+    got: Mapping[str, Tensor],
+    want: Mapping[str, np.ndarray] | None,
+    tolerance: float,
+    where: str,
+    gains: Mapping[str, tuple[np.ndarray, str]] | None = None,
 ) -> list[Comparison]:
     """Every intermediate both sides name (in the reference's order); names only one side has are
-    skipped (a family names what it can compute)."""
+    skipped (a family names what it can compute). `gains`: per stage name, see `compare`."""
     if want is None:
         return []
-    return [compare(k, "stage", got[k], v, tolerance, where) for k, v in want.items() if k in got]
+    gains = gains or {}
+    return [
+        compare(k, "stage", got[k], v, tolerance, where, gains.get(k)) for k, v in want.items() if k in got
+    ]
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,18 @@ class _Scheduler:
             return model_output
         return (a**0.5) * sample - (b**0.5) * model_output  # v_prediction
 
+    def x0_error_gain(self, timesteps: Tensor) -> Tensor:
+        """Per timestep, how much an error in the model output is multiplied in the predicted x0 (at least 1).
+
+        For epsilon prediction x0 = (x_t - sqrt(1 - a) eps) / sqrt(a), so an eps that is off by e gives an x0
+        off by sqrt((1 - a) / a) e: 64x at DDPM's second step of the squaredcos schedule. A comparison of x0
+        with a reference made on another CPU judges it in the model output's units through this gain.
+        Sample prediction returns the output itself, v prediction scales it by sqrt(1 - a) <= 1: gain 1."""
+        a = self.alphas_cumprod[timesteps.long()].double()
+        if self.prediction_type != "epsilon":
+            return torch.ones_like(a)
+        return torch.clamp(((1 - a) / a).sqrt(), min=1.0)
+
     def _clip(self, x0: Tensor) -> Tensor:
         if self.clip_sample:
             return x0.clamp(-self.clip_sample_range, self.clip_sample_range)

@@ -91,6 +91,9 @@ def _print(result: dict[str, Any]) -> None:
         )
     console = Console(width=max(Console().width, 130))
     console.print(table)
+    for c in result["comparisons"]:
+        if c.get("judged_as"):
+            console.print(f"note: {c['name']} is judged as {c['judged_as']} = {c['judged_abs']:.3g}")
     for note in result.get("notes", []):
         console.print(f"note: {note}")
     verdict = "within tolerance" if result["ok"] else "OUTSIDE tolerance"

@@ -202,10 +202,13 @@ def test_verify_passes_on_the_fixture_and_fails_below_its_rounding(
     by_name = {(c["name"], c["space"]): c for c in rows}
     assert by_name["actions", "model"]["max_abs"] <= 1e-5 and by_name["raw_actions", "raw"]["max_abs"] <= 1e-5
     assert by_name["observation.image", "raw"]["max_abs"] == 0.0
-    assert all(c["max_abs"] <= 3e-5 for c in rows if c["space"] == "stage")
-    assert len([c for c in rows if c["space"] == "stage"]) >= 25
-    # One thread reproduces LeRobot bitwise (max abs 0 everywhere): a tolerance can only be too small for
-    # a reference that differs, here by 1e-6 (float32 rounding of another machine, say).
+    stages = [c for c in rows if c["space"] == "stage"]
+    assert len(stages) >= 25 and all(c["ok"] and c["tolerance"] == pytest.approx(3e-5) for c in stages)
+    # Only the x0 prediction is judged through its gain; every other stage by its own max abs.
+    assert [c["name"] for c in stages if c["judged_as"]] == ["pred_x0_per_step"]
+    assert all(c["max_abs"] <= 3e-5 for c in stages if not c["judged_as"])
+    # On the CPU that made the fixture this is bit for bit (max abs 0 everywhere), elsewhere within a few
+    # last bits: a tolerance can only be too small for a reference that differs, here by 1e-6.
     ref = tmp_path / "ref"
     shutil.copytree(ckpt, ref)
     for f in ref.iterdir():
@@ -283,3 +286,21 @@ def test_static_int8_calibrates_on_recorded_frames_and_falls_back_honestly(
             assert "action cos" in c["reason"]
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["compression"]["calibration"]["frames"] == 4
+
+
+def test_openvino_compiles_the_groupnorm_encoder_without_crashing(tiny_ckpt: Path, tmp_path: Path) -> None:
+    """OpenVINO's CPU snippets crashed the process (SIGSEGV) on a GroupNorm ResNet block; the backend turns
+    them off for such graphs. Run in a child, so a crash fails this test and not the suite."""
+    import subprocess
+    import sys
+
+    art, js = tmp_path / "ov", tmp_path / "ov.json"
+    child = subprocess.run(
+        [sys.executable, "-m", "hotloop", "compile", str(tiny_ckpt), "-o", str(art), "--budget-ms", "1e5",
+         "--backends", "eager,openvino", "--precisions", "fp32", "--json", str(js), *FAST],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-2000:]
+    candidates = json.loads(js.read_text())["candidates"]
+    encoder = [c for c in candidates if c["sub_engine"] == "encoder" and c["backend"] == "openvino"]
+    assert encoder and all(c["status"] == "accepted" for c in encoder), encoder

@@ -89,8 +89,8 @@ def test_the_command_refuses_pi_options_for_the_diffusion_family(tmp_path: Path)
         app, ["train-demo", "--family", "diffusion", "--variant", "vision", "-o", str(tmp_path / "x")]
     )
     assert res.exit_code == 2 and "--family diffusion" in res.output
-    res = runner.invoke(app, ["train-demo", "--family", "act", "-o", str(tmp_path / "y")])
-    assert res.exit_code == 2 and "--family 'act' is not known" in res.output
+    res = runner.invoke(app, ["train-demo", "--family", "groot", "-o", str(tmp_path / "y")])
+    assert res.exit_code == 2 and "--family 'groot' is not known" in res.output
     res = runner.invoke(
         app, ["train-demo", "--family", "diffusion", "--views", "top,nose", "-o", str(tmp_path / "z")]
     )

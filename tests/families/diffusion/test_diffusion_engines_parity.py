@@ -35,18 +35,20 @@ def test_the_noise_layout_carries_the_fixtures_noise(run) -> None:  # type: igno
 
 
 @pytest.mark.parametrize("loop", [False, True])
-def test_step_and_loop_engines_reproduce_lerobot_bitwise(run, loop: bool) -> None:  # type: ignore[no-untyped-def]
+def test_step_and_loop_engines_reproduce_lerobot(run, loop: bool) -> None:  # type: ignore[no-untyped-def]
     family, cfg, model, ref, obs, noise = run
     shape = family.default_shape(cfg, 2)
     engines = family.build_subengines(model, shape, torch.float32)
     actions = family.reference_actions(
         cfg, family.eager_pipeline(cfg, shape, engines, loop=loop).sample(obs, noise)
     )
-    np.testing.assert_array_equal(actions.numpy(), ref.array("actions.npy"))
+    # Bit for bit on the CPU that made the fixture; another CPU's convolution kernels round the last bits
+    # differently (4.5e-7 on an AVX-512 Xeon).
+    np.testing.assert_allclose(actions.numpy(), ref.array("actions.npy"), rtol=0, atol=1e-6)
     stages = ref.arrays("intermediates.npz")
     with torch.no_grad():
         gc = engines["encoder"].module(obs.images, obs.state)
-    np.testing.assert_array_equal(gc.numpy(), stages["global_cond"])
+    np.testing.assert_allclose(gc.numpy(), stages["global_cond"], rtol=0, atol=1e-6)
 
 
 def test_a_bf16_engine_set_stays_close_and_keeps_the_scheduler_in_float32(run) -> None:  # type: ignore[no-untyped-def]

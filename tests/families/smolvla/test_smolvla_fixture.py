@@ -30,8 +30,10 @@ def test_verify_exits_0_on_the_fixture(fixture: Path, tmp_path: Path) -> None:
     report = json.loads(js.read_text())
     got = {c["name"]: c for c in report["comparisons"]}
     assert report["family"] == "smolvla" and report["ok"] and len(got) > 40
+    # Bit for bit on the CPU that made the fixture; another CPU's matmul kernels round the last bits
+    # differently (actions 7e-7, v_t 2.8e-6 on an AVX-512 Xeon), so the check is at that level.
     for name in ("actions", "raw_actions", "x_0_full", "v_t_per_step", "kv_cache_k_layer3"):
-        assert got[name]["max_abs"] == 0.0, name
+        assert got[name]["max_abs"] <= 5e-6, name
     assert got["actions (sub-engines, 16 prompt slots)"]["max_abs"] < 1e-5
 
 

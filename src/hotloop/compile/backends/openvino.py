@@ -56,6 +56,10 @@ class OpenVinoRunner(Runner):
         }
         if self.options.get("threads"):
             config["INFERENCE_NUM_THREADS"] = int(self.options["threads"])
+        if any(op.get_type_name() == "GroupNormalization" for op in model.get_ops()):
+            # OpenVINO 2026.4's CPU snippets crash the process (SIGSEGV) compiling a GroupNorm ResNet block
+            # under the f32 hint (Diffusion Policy's encoder); without snippets the same graph runs.
+            config["SNIPPETS_MODE"] = "DISABLE"
         if self.options.get("profile"):
             config["PERF_COUNT"] = True
         inputs = input_buffers(graph.example_inputs)
