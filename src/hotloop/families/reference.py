@@ -108,7 +108,15 @@ def compare(
         judged_abs = float((per_index / np.asarray(factors, dtype=np.float64).reshape(-1)).max())
         judged_as = f"max abs / {formula}"
     return Comparison(
-        name, space, tuple(w.shape), max_abs, max_abs / (scale + 1e-12), cosine, tolerance, judged_abs, judged_as
+        name,
+        space,
+        tuple(w.shape),
+        max_abs,
+        max_abs / (scale + 1e-12),
+        cosine,
+        tolerance,
+        judged_abs,
+        judged_as,
     )
 
 
