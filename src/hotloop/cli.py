@@ -248,7 +248,7 @@ def demo(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     rung: Annotated[
         list[str] | None,
-        typer.Option(help="run only these rungs (harness, vla, compile, closed-loop, compression)"),
+        typer.Option(help="run only these rungs (harness, vla, compile, closed-loop, compression, families)"),
     ] = None,
     history: Annotated[
         Path | None,

@@ -205,6 +205,8 @@ _SMOLVLA = "hotloop.families.smolvla.targets"
 _DEMO_SOURCE = "hotloop.demos.source:demo_source"
 _DEMO_DATA = "hotloop.demos.data:demo_data"
 _DEMO_TASK_OBSERVATIONS = "hotloop.demos.data:task_observations"
+# The demos shipped as LeRobot checkpoint folders: each hook is the family's checkpoint target's.
+_DEMO_CHECKPOINTS = "hotloop.demos.checkpoints"
 _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
     (
         "toy:mlp",
@@ -314,6 +316,29 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             task_observations=_DEMO_TASK_OBSERVATIONS,
             wrap="hotloop.demos.conveyor_vision:wrap_engine_policy",
         ),
+    ),
+    *(
+        (
+            f"demo:conveyor-{family}",
+            TargetEntry(
+                description,
+                f"{_DEMO_CHECKPOINTS}:build_bench",
+                f"{_DEMO_CHECKPOINTS}:build_policy",
+                source=f"{_DEMO_CHECKPOINTS}:build_source",
+                data=f"{_DEMO_CHECKPOINTS}:build_data",
+                task_observations=f"{_DEMO_CHECKPOINTS}:task_observations",
+            ),
+        )
+        for family, description in (
+            (
+                "act",
+                "the shipped LeRobot ACT checkpoint trained on conveyor-pick from the top and wrist views",
+            ),
+            (
+                "diffusion",
+                "the shipped LeRobot Diffusion Policy checkpoint trained on conveyor-pick from the top view",
+            ),
+        )
     ),
 )
 

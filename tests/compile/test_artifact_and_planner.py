@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -277,4 +278,74 @@ def test_unparsable_onnx_exits_2(tmp_path: Path) -> None:
         app, ["compile", str(bad), "--input", "x:1", "-o", str(tmp_path / "a"), "--budget-ms", "10"]
     )
     assert res.exit_code == 2 and "not a valid ONNX model" in res.output, res.output
+    assert not (tmp_path / "a").exists()
+
+
+def _dynamic_fpn_onnx(path: Path) -> Path:
+    """A small feature-pyramid net exported with dynamic batch, height and width (as detectors ship):
+    its Resize takes its size from a shape computed at run time."""
+    import torch.nn.functional as F
+
+    class Fpn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+            self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+            self.head = torch.nn.Conv2d(16, 1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a = F.relu(self.c1(x))
+            up = F.interpolate(F.relu(self.c2(a)), size=a.shape[-2:], mode="nearest")
+            return torch.sigmoid(self.head(torch.cat([a, up], 1)))
+
+    torch.manual_seed(0)
+    dims = {0: "n", 2: "h", 3: "w"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Fpn().eval(), (torch.randn(1, 3, 64, 64),), str(path), input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": dims, "y": dims}, opset_version=17,
+                          dynamo=False)  # fmt: skip
+    return path
+
+
+def test_onnx_dynamic_axes_take_the_stated_shape_on_openvino(tmp_path: Path) -> None:
+    """OpenVINO could not compile the dynamic graph ("to_shape was called on a dynamic shape"); the shape
+    --input states is applied to it. No --budget-ms: the fastest plan within tolerance. eager and inductor
+    (PyTorch backends) are left out for a file, not listed as failed."""
+    import hotloop
+
+    model = _dynamic_fpn_onnx(tmp_path / "fpn.onnx")
+    out, js = tmp_path / "art", tmp_path / "plan.json"
+    res = runner.invoke(
+        app,
+        ["compile", str(model), "--input", "x:1,3,96,128", "-o", str(out), "--json", str(js), "--iters", "2",
+         "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    result = json.loads(js.read_text())
+    status = {(c["backend"], c["precision"]): c["status"] for c in result["candidates"]}
+    assert status[("openvino", "fp32")] == "accepted", result["candidates"]
+    assert not {b for b, _ in status} & {"eager", "inductor"}
+    assert result["budget_ms"] is None and result["budget_met"] is None
+    assert "no --budget-ms" in " ".join(res.output.split())
+    y = hotloop.Engine.load(out, warmup=1).infer({"x": torch.rand(1, 3, 96, 128)})["y"]
+    assert y.shape == (1, 1, 48, 64) and torch.isfinite(y).all()
+
+
+def test_onnx_file_with_only_pytorch_backends_is_refused(tmp_path: Path) -> None:
+    model = _linear_onnx(tmp_path / "m.onnx")
+    res = runner.invoke(
+        app,
+        [
+            "compile",
+            str(model),
+            "--input",
+            "x:2,8",
+            "-o",
+            str(tmp_path / "a"),
+            "--backends",
+            "eager,inductor",
+        ],
+    )
+    assert res.exit_code == 2 and "an ONNX file runs on onnxruntime, openvino or tensorrt" in res.output
     assert not (tmp_path / "a").exists()

@@ -198,7 +198,7 @@ def test_train_demo_family_act_writes_a_checkpoint_folder_target(data: Path, tmp
 
 
 def test_train_demo_refuses_pi_options_for_act(tmp_path: Path) -> None:
-    for extra, named in ((["--variant", "vision"], "--variant"), (["--ship"], "--ship"),
+    for extra, named in ((["--variant", "vision"], "--variant"),
                          (["--action-prefix-prob", "0.5"], "--action-prefix-prob")):  # fmt: skip
         res = runner.invoke(app, ["train-demo", "--family", "act", "-o", str(tmp_path / "x"), *extra])
         assert res.exit_code == 2 and named in res.output and "--family pi" in res.output

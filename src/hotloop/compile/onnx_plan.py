@@ -28,6 +28,7 @@ from hotloop.compile.planner import (
 from hotloop.compile.validate import compare_outputs
 from hotloop.errors import ConfigError
 
+TORCH_BACKENDS = ("eager", "inductor")
 _DTYPES = {"float": torch.float32, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 
 
@@ -124,7 +125,13 @@ def plan_onnx(
         graph, "fp32", {"threads": config.threads} if config.threads else {}
     )
     want = tuple(t.clone() for t in ref(*graph.example_inputs))
-    candidates = list(candidate_specs(config, (graph.name,)))
+    # eager and inductor run a PyTorch module, which an ONNX file is not: they are left out, not "failed".
+    candidates = [c for c in candidate_specs(config, (graph.name,)) if c.backend not in TORCH_BACKENDS]
+    if not candidates:
+        raise ConfigError(
+            f"--backends {','.join(config.backends)}: eager and inductor run PyTorch modules; an ONNX file "
+            "runs on onnxruntime, openvino or tensorrt: name one of those"
+        )
     for cand in candidates:
         if cand.status != "pending":
             continue
@@ -171,7 +178,7 @@ def plan_onnx(
         "speedup_p50": ref_lat["p50"] / plan_lat["p50"],
         "speedup_p99": ref_lat["p99"] / plan_lat["p99"],
         "action_cos_min": cos_min,  # for an ONNX model: the worst output's cosine
-        "budget_met": plan_lat["p99"] <= config.budget_ms,
+        "budget_met": None if config.budget_ms is None else plan_lat["p99"] <= config.budget_ms,
         "iterations": config.iterations,
     }
     return candidates, best, result

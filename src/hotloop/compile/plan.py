@@ -389,7 +389,7 @@ def _plan(
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
         "plan_within_tolerance": violation is None,
-        "budget_met": plan_lat["p99"] <= config.budget_ms,
+        "budget_met": None if config.budget_ms is None else plan_lat["p99"] <= config.budget_ms,
         "shape": asdict(source.shape),
         "iterations": config.iterations,
         "prompt_buckets": [*(b.bucket for b in buckets), *_prompt_slots(source)],

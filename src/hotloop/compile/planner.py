@@ -37,7 +37,7 @@ DEFAULT_BACKENDS = ("eager", "inductor", "onnxruntime", "openvino", "tensorrt")
 class PlanConfig:
     """What to try and how hard to measure. `iterations` rounds time each candidate and the final pair."""
 
-    budget_ms: float
+    budget_ms: float | None  # None: no budget, the fastest plan within tolerance
     tolerance: Tolerance
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     precisions: tuple[str, ...] = ("fp32", "bf16")
@@ -54,7 +54,7 @@ class PlanConfig:
     fp32_layers: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.budget_ms > 0:
+        if self.budget_ms is not None and not self.budget_ms > 0:
             raise ConfigError(f"--budget-ms must be > 0 (got {self.budget_ms}); e.g. --budget-ms 100")
         if self.iterations < 1:
             raise ConfigError(f"--iters must be >= 1 (got {self.iterations})")

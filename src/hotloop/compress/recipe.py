@@ -164,6 +164,9 @@ class RecipeConfig:
     # Success is judged at a fixed simulated latency so that it measures the actions, not this machine's
     # load; `measured` replays each step's own inference time.
     eval_latency: str = "fixed:0"
+    # How the judged episodes execute the chunks: sync replans every control period (the most demanding
+    # of the actions); `chunk` runs a LeRobot checkpoint's n_action_steps per inference, as LeRobot does.
+    eval_strategy: str = "sync"
     task: str = "conveyor-pick"
     calibration_frames: int = 32
     eval_observations: int = 8
@@ -519,11 +522,13 @@ def judge(
                 workers=config.workers,
                 seed=config.seed,
                 latency=config.eval_latency,
+                strategy=config.eval_strategy,
             ),
             progress=config.progress,
         )
         figures["success"] = {
             "latency": config.eval_latency,
+            "strategy": config.eval_strategy,
             "episodes": run["episodes"],
             "success_rate": run["success_rate"],
             "success_ci95": run["success_ci95"],

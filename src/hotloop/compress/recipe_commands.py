@@ -29,6 +29,13 @@ def compress_cmd(
         str,
         typer.Option(help="simulated latency of the closed-loop runs, e.g. fixed:0, fixed:100 or measured"),
     ] = "fixed:0",
+    eval_strategy: Annotated[
+        str,
+        typer.Option(
+            help="how the closed-loop runs execute the chunks: sync (replan every period), chunk (an ACT or "
+            "Diffusion checkpoint's n_action_steps per inference), async..."
+        ),
+    ] = "sync",
     calibration_frames: Annotated[int, typer.Option(help="observations to calibrate / distill on")] = 32,
     eval_observations: Annotated[int, typer.Option(help="observations the action error is judged on")] = 8,
     distill_steps: Annotated[int, typer.Option(help="optimizer steps per distillation")] = 100,
@@ -93,6 +100,13 @@ def compress_cmd(
 
     steps = parse_recipe(recipe, family_recipe_steps(target))
     parse_latency(eval_latency)
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.strategies import default_strategies
+
+    if eval_strategy not in default_strategies().names():
+        raise ConfigError(
+            f"--eval-strategy {eval_strategy!r} is not known; use one of {', '.join(default_strategies().names())}"
+        )
     names = tuple(b.strip() for b in backends.split(",") if b.strip())
     check_backend_names(list(names))
     from hotloop.compile.calibration import read_mixed_plan
@@ -106,6 +120,7 @@ def compress_cmd(
         data=data,
         episodes=episodes,
         eval_latency=eval_latency,
+        eval_strategy=eval_strategy,
         calibration_frames=calibration_frames,
         eval_observations=eval_observations,
         distill_steps=distill_steps,

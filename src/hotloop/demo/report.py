@@ -122,18 +122,28 @@ def rung_compression(config: DemoConfig) -> Rung:
     )
 
 
+def rung_families(config: DemoConfig) -> Rung:
+    from hotloop.demo.families_rung import run_rung
+
+    out = run_rung(config.out_dir, config.full, progress=config.progress)
+    return Rung(
+        title=out["title"], summary=out["summary"], plots=[Path(p) for p in out["plots"]], html=out["html"]
+    )
+
+
 RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
     "harness": rung_harness,
     "vla": rung_vla,
     "compile": rung_compile,
     "closed-loop": rung_closed_loop,
     "compression": rung_compression,
+    "families": rung_families,
 }
 
 
-# The compression rung compiles and evaluates several candidates (minutes on 2 cores): it runs under
-# `--full` or when named with `--rung`, so the default demo stays a few minutes on a fresh machine.
-OPT_IN_RUNGS = ("compression",)
+# The compression and families rungs compile and evaluate several candidates (minutes on 2 cores): they
+# run under `--full` or when named with `--rung`, so the default demo stays a few minutes on a fresh machine.
+OPT_IN_RUNGS = ("compression", "families")
 
 
 def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[DemoConfig], Rung]]:

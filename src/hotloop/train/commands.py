@@ -65,10 +65,10 @@ def train_demo_cmd(
                    max_action_prefix)  # fmt: skip
         return
     if family == "diffusion":
-        if variant is not None or action_prefix_prob is not None or max_action_prefix is not None or ship:
+        if variant is not None or action_prefix_prob is not None or max_action_prefix is not None:
             raise ConfigError(
-                "--family diffusion trains a LeRobot checkpoint: --variant, --action-prefix-prob, "
-                "--max-action-prefix and --ship are for the pi demo policies; drop them"
+                "--family diffusion trains a LeRobot checkpoint: --variant, --action-prefix-prob and "
+                "--max-action-prefix are for the pi demo policies; drop them"
             )
         from hotloop.sim.tasks.gantry import check_views
 
@@ -83,6 +83,10 @@ def train_demo_cmd(
         diffusion_from_cli(
             out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
         )
+        if ship:
+            from hotloop.demos.checkpoints import ship as ship_checkpoint
+
+            typer.echo(f"shipped to {ship_checkpoint(out, 'diffusion')} (demo:conveyor-diffusion)")
         return
     variant = variant or "state"
     if variant not in ("state", "vision"):
@@ -162,12 +166,10 @@ def _train_act(
         )
         if value is not None
     ]
-    if ship:
-        given.append("--ship")
     if given:
         raise ConfigError(
             f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --family pi; an ACT demo is a "
-            "checkpoint folder (nothing is shipped): drop it"
+            "LeRobot checkpoint folder: drop it"
         )
     view_keys = None
     if views is not None:
@@ -180,6 +182,10 @@ def _train_act(
     run_from_cli(
         out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=view_keys
     )
+    if ship:
+        from hotloop.demos.checkpoints import ship as ship_checkpoint
+
+        typer.echo(f"shipped to {ship_checkpoint(out, 'act')} (demo:conveyor-act)")
 
 
 def add_commands(app: typer.Typer) -> None:

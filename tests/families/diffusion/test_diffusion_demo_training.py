@@ -36,11 +36,13 @@ def test_the_run_is_a_lerobot_checkpoint_hotloop_runs(trained: Path) -> None:
     config = json.loads((trained / "config.json").read_text())
     assert config["type"] == "diffusion" and config["vision_backbone"] == "resnet18"
     assert set(config["input_features"]) == {"observation.state", "observation.images.top"}
-    assert config["drop_n_last_frames"] == 7 and config["use_group_norm"] and config["crop_shape"] == [56, 56]
+    # 0, not LeRobot's default 7: the grasp is in the last frames of conveyor-pick's short episodes
+    assert config["drop_n_last_frames"] == 0 and config["use_group_norm"] and config["crop_shape"] == [56, 56]
     tensors = load_file(str(trained / "model.safetensors"))
     assert all(k.startswith("diffusion.") for k in tensors)
-    # torchvision's resnet18 widths, so LeRobot's own from_pretrained builds the same shapes
-    assert tensors["diffusion.rgb_encoder.0.backbone.7.1.conv2.weight"].shape == (512, 512, 3, 3)
+    # a quarter of torchvision's resnet18 widths (TrainDiffusionDemoConfig.backbone_widths), read back from
+    # the tensors
+    assert tensors["diffusion.rgb_encoder.0.backbone.7.1.conv2.weight"].shape == (128, 128, 3, 3)
     cfg, model = load_diffusion(trained)  # strict: every key and shape
     assert cfg.noise_scheduler_type == "DDPM" and cfg.num_inference_steps == 100
     pre, post = read_policy_processors(trained)
@@ -96,3 +98,22 @@ def test_the_command_refuses_pi_options_for_the_diffusion_family(tmp_path: Path)
     )
     assert res.exit_code == 2 and "--views" in res.output
     assert not any((tmp_path / n).exists() for n in "xyz")
+
+
+def test_training_frames_reach_the_episode_end_unless_dropped(trained: Path) -> None:
+    """drop_n_last_frames 0 (the demo's): every frame is a training frame, the grasp at the end included;
+    LeRobot's 7 leaves the last 7 of each episode out."""
+    from hotloop.datasets.lerobot_v3 import Dataset
+    from hotloop.train.diffusion_demo import _arrays
+
+    dataset = Dataset(trained / "dataset")
+    lengths = [
+        len(dataset.episode(i).action)
+        for i in range(len(dataset))
+        if dataset.episodes[i].get("success", True)
+    ]
+    kept = _arrays(dataset, TrainDiffusionDemoConfig())["index"]
+    assert len(kept) == sum(lengths)
+    assert {t for e, t in kept if e == 0} == set(range(lengths[0]))
+    dropped = _arrays(dataset, TrainDiffusionDemoConfig(drop_n_last_frames=7))["index"]
+    assert len(dropped) == sum(max(1, n - 7) for n in lengths)

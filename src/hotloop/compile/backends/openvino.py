@@ -41,6 +41,24 @@ def _core() -> Any:
     return ov.Core()
 
 
+def _reshape(model: Any, examples: Any, names: Any = None) -> None:
+    """Fix every input of `model` to its example's shape (by name when the graph names its inputs)."""
+    import openvino as ov
+
+    if names:
+        by_name = dict(zip(names, examples, strict=True))
+        shapes = {
+            port: ov.PartialShape(list(by_name[port.get_any_name()].shape))
+            for port in model.inputs
+            if port.get_any_name() in by_name
+        }
+    else:
+        shapes = {
+            port: ov.PartialShape(list(x.shape)) for port, x in zip(model.inputs, examples, strict=True)
+        }
+    model.reshape(shapes)
+
+
 class OpenVinoRunner(Runner):
     backend = "openvino"
 
@@ -147,6 +165,10 @@ class OpenVinoBackend:
             cache = getattr(graph, "conversions", None)  # pi sub-engines: converted once, any precision
             if graph.module is None:
                 model = _core().read_model(str(graph.path))  # type: ignore[attr-defined]
+                # An ONNX file's dynamic axes (batch, height, width) take the shapes --input states:
+                # OpenVINO's CPU plugin cannot compile some dynamic graphs ("to_shape was called on a
+                # dynamic shape"), and a static one is planned once.
+                _reshape(model, graph.example_inputs, getattr(graph, "input_names", None))
             elif cache is not None and "openvino" in cache:
                 model = cache["openvino"].clone()
             else:
@@ -154,12 +176,7 @@ class OpenVinoBackend:
                     warnings.simplefilter("ignore")
                     model = ov.convert_model(graph.module, example_input=tuple(graph.example_inputs))
                 # Traced shapes stay dynamic; fix them so the plugin plans memory once.
-                model.reshape(
-                    {
-                        port: ov.PartialShape(list(x.shape))
-                        for port, x in zip(model.inputs, graph.example_inputs, strict=True)
-                    }
-                )
+                _reshape(model, graph.example_inputs)
                 if cache is not None:
                     cache["openvino"] = model.clone()
             if precision == "bf16":

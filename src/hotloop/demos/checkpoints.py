@@ -1,0 +1,143 @@
+"""`demo:conveyor-act` and `demo:conveyor-diffusion`: demo policies shipped as LeRobot checkpoint folders.
+
+Each is a folder in the package assets in LeRobot's layout (`config.json`, `model.safetensors`, the
+policy pre/post-processors and their statistics), written by `hotloop train-demo --family act|diffusion
+--ship`. The target is that folder under a short name: every hook delegates to the family's checkpoint
+target (`hotloop.families.<family>.checkpoint_targets`), so the demo runs exactly what a user's own
+checkpoint of that family runs, and the folder doubles as an example of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hotloop.errors import ConfigError
+from hotloop.targets import TargetOptions
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# Target name (after "demo:") -> (the family that reads it, its folder under the package assets).
+SHIPPED: dict[str, tuple[str, str]] = {
+    "conveyor-act": ("act", "demo_conveyor_act"),
+    "conveyor-diffusion": ("diffusion", "demo_conveyor_diffusion"),
+}
+# What `--ship` copies: the checkpoint proper, then what documents how it was made.
+CHECKPOINT_FILES = (
+    "config.json",
+    "model.safetensors",
+    "policy_preprocessor.json",
+    "policy_postprocessor.json",
+)
+DOC_FILES = ("train.json", "demo.json", "loss.png")
+
+
+def _short(name: str) -> str:
+    return name.split(":", 1)[1] if name.startswith("demo:") else name
+
+
+def asset_dir(name: str) -> Path:
+    """The shipped checkpoint folder of `demo:NAME` (or NAME)."""
+    short = _short(name)
+    if short not in SHIPPED:
+        raise ConfigError(f"demo:{short} is not a shipped checkpoint demo; known: {', '.join(SHIPPED)}")
+    folder = ASSETS / SHIPPED[short][1]
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise ConfigError(
+            f"demo:{short}: its checkpoint {folder} is missing (config.json, model.safetensors); the package "
+            f"install is incomplete: reinstall hotloop, or train one with `hotloop train-demo --family "
+            f"{SHIPPED[short][0]} --ship`"
+        )
+    return folder
+
+
+def _targets(name: str) -> ModuleType:
+    from hotloop.families import CHECKPOINT_TARGETS
+
+    return importlib.import_module(CHECKPOINT_TARGETS[SHIPPED[_short(name)][0]])
+
+
+def build_bench(name: str, options: TargetOptions) -> Any:
+    case = _targets(name).build_bench(str(asset_dir(name)), options)
+    return dataclasses.replace(case, name=f"demo:{_short(name)}")
+
+
+def build_policy(name: str, options: TargetOptions) -> Any:
+    return _targets(name).build_policy(str(asset_dir(name)), options)
+
+
+def build_source(name: str, options: TargetOptions) -> Any:
+    return _targets(name).build_source(str(asset_dir(name)), options)
+
+
+def build_data(name: str, dataset: Any, options: TargetOptions, model: Any = None) -> Any:
+    return _targets(name).build_data(str(asset_dir(name)), dataset, options, model)
+
+
+def task_observations(name: str, options: TargetOptions, task: str, count: int) -> list[Any]:
+    """One start observation per seed (options.seed + i) of `task`, mapped to the checkpoint's views and
+    state by the closed loop's own adapter, as the model sees it (what compress calibrates and judges on)."""
+    from hotloop.closedloop.adapter import adapt, request_views
+    from hotloop.sim.tasks import make_task
+
+    policy = build_policy(name, options)
+    env = make_task(task)
+    request_views(env, policy)
+    adapted = adapt(policy, env.task_spec, policy_name=f"demo:{_short(name)}")
+    observations = []
+    try:
+        for i in range(count):
+            raw, _ = env.reset(seed=options.seed + i)
+            obs = adapted.observation(raw)
+            if hasattr(policy, "observe"):  # a policy with a history (Diffusion): it starts from this frame
+                policy.reset()
+                policy.observe(obs)
+                observations.append(policy.observation())
+            else:
+                observations.append(policy.observation(obs))
+    finally:
+        env.close()
+    return observations
+
+
+def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
+    """Copy a `train-demo --family FAMILY` run's checkpoint (and its processors' statistics files) into
+    the package assets (`assets`), where `demo:conveyor-FAMILY` loads it."""
+    import json
+    import shutil
+
+    short = f"conveyor-{family}"
+    src = Path(run_dir)
+    stats = []
+    for processor in ("policy_preprocessor.json", "policy_postprocessor.json"):
+        if (src / processor).is_file():
+            for step in json.loads((src / processor).read_text()).get("steps", []):
+                if step.get("state_file"):
+                    stats.append(step["state_file"])
+    files = [*CHECKPOINT_FILES, *stats]
+    missing = [f for f in files if not (src / f).is_file()]
+    if missing:
+        raise ConfigError(
+            f"{src} lacks {', '.join(missing)}; train it first: `hotloop train-demo --family {family} -o {src}`"
+        )
+    dest = Path(assets) / SHIPPED[short][1]
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in [*files, *(f for f in DOC_FILES if (src / f).is_file())]:
+        shutil.copyfile(src / name, dest / name)
+    return dest
+
+
+__all__ = [
+    "SHIPPED",
+    "asset_dir",
+    "build_bench",
+    "build_data",
+    "build_policy",
+    "build_source",
+    "ship",
+    "task_observations",
+]

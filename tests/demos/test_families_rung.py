@@ -1,0 +1,51 @@
+"""The families rung of `hotloop demo`: opt-in, and a real (tiny) run of its closed loop and compression."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hotloop.demo import families_rung
+from hotloop.demo.report import RUNGS, DemoConfig, run_demo, selected_rungs
+
+
+def test_families_rung_is_opt_in() -> None:
+    assert RUNGS["families"] not in selected_rungs(())
+    assert RUNGS["families"] in selected_rungs((), full=True)
+    assert selected_rungs(("families",)) == [RUNGS["families"]]
+    full, short = families_rung.rung_plan(True), families_rung.rung_plan(False)
+    assert full.episodes > short.episodes and 0.0 in full.latencies_ms and len(full.latencies_ms) >= 3
+    act = next(d for d in families_rung.DEMOS if d.target == "demo:conveyor-act")
+    assert "ensemble" in act.strategies  # ACT's temporal ensembling is one of its curves
+
+
+def test_families_rung_runs_closed_loop_and_compression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        families_rung,
+        "DEMOS",
+        (families_rung.FamilyDemo("demo:conveyor-act", ("sync", "chunk"), "quantize", "sync"),),
+    )
+    monkeypatch.setattr(
+        families_rung, "rung_plan", lambda full: families_rung.FamiliesPlan((0.0, 200.0), 2, 2, 2)
+    )
+    rungs = run_demo(DemoConfig(out_dir=tmp_path, progress=False, only=("families",)), log=lambda s: None)
+    assert len(rungs) == 1 and rungs[0].error is None, rungs[0].error
+    summary = json.loads((tmp_path / "families.json").read_text())
+    act = summary["policies"]["demo:conveyor-act"]
+    assert set(act["success"]) == {"sync", "chunk"}
+    for points in act["success"].values():
+        assert set(points) == {"0", "200"}
+        assert all(
+            p["episodes"] == 2 and 0.0 <= p["success_rate"] <= 1.0 and p["errors"] == 0
+            for p in points.values()
+        )
+    steps = [r["step"] for r in act["compression"]["rungs"]]
+    assert steps == ["reference", "quantize"]
+    assert all(r["episodes"] == 2 and r["action_cos"] > 0.99 for r in act["compression"]["rungs"])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["rungs"][0]["plots"] == ["demo_conveyor-act_closed_loop.png"]
+    assert (tmp_path / "demo_conveyor-act_closed_loop.png").stat().st_size > 0
