@@ -27,7 +27,7 @@ def test_families_rung_runs_closed_loop_and_compression(
     monkeypatch.setattr(
         families_rung,
         "DEMOS",
-        (families_rung.FamilyDemo("demo:conveyor-act", ("sync", "chunk"), "quantize", "sync"),),
+        (families_rung.FamilyDemo("demo:conveyor-act", ("sync", "chunk"), "quantize", "sync", 0.99),),
     )
     monkeypatch.setattr(
         families_rung, "rung_plan", lambda full: families_rung.FamiliesPlan((0.0, 200.0), 2, 2, 2)

@@ -106,17 +106,22 @@ def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeS
 
 def family_recipe_steps(target: str) -> tuple[str, ...]:
     """The recipe steps of `target`'s own family (`Capabilities.recipe_steps`), read without building it:
-    a LeRobot checkpoint folder's family from its config.json `type`, an artifact's from its manifest's
-    `kind`; () for the other targets, and for a folder whose type is unknown (refused later, by name)."""
+    a LeRobot checkpoint folder's family from its config.json `type` (a demo shipped as one: its family),
+    an artifact's from its manifest's `kind`; () for the other targets, and for a folder whose type is unknown (refused later, by name)."""
     import json
     from pathlib import Path
 
+    from hotloop.demos.checkpoints import SHIPPED
     from hotloop.families import FAMILIES, LEROBOT_TYPES, get_family, is_checkpoint_dir
 
     path = Path(target)
     family: str | None = None
+    if target.startswith("demo:") and target[5:] in SHIPPED:  # a demo shipped as a checkpoint folder
+        family = SHIPPED[target[5:]][0]
     try:
-        if (path / "manifest.json").is_file():
+        if family is not None:
+            pass
+        elif (path / "manifest.json").is_file():
             family = json.loads((path / "manifest.json").read_text()).get("kind")
         elif is_checkpoint_dir(path):
             family = LEROBOT_TYPES.get(json.loads((path / "config.json").read_text()).get("type"))

@@ -2,10 +2,12 @@
 LeRobot checkpoints, `demo:conveyor-act` and `demo:conveyor-diffusion`, in closed loop.
 
 Per policy: success against simulated latency for each way LeRobot (or hotloop) can execute it — `sync`
-(replan every control period), `chunk` (n_action_steps per inference, LeRobot's action queue), `async` (the next chunk computed while the robot
-moves) and, for ACT, `ensemble` (temporal ensembling, one inference per control period) — and its
+(replan every control period), `chunk` (n_action_steps per inference, LeRobot's action queue), `async`
+(the next chunk computed while the robot moves) and, for ACT, `ensemble` (temporal ensembling, one
+inference per control period) — and its
 compressed plan (`hotloop compress`) judged in closed loop beside its reference on the same seeds:
-ACT int8 + compile, Diffusion DDIM 10 + compile against its 100 DDPM steps.
+ACT int8 + compile, Diffusion DDIM 25 + compile against its 100 DDPM steps (DDIM 10 lost 16 points of
+success on 200 seeds, DDIM 25 none: docs/diffusion.md).
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ class FamilyDemo:
     strategies: tuple[str, ...]
     recipe: str  # the compressed plan judged in closed loop
     judge_strategy: str  # how the compressed plan's closed-loop runs execute (where the reference succeeds)
+    # The action cosine a rung must keep to continue. Loose on purpose: the rung reports the cosine and
+    # the success kept. A DDPM policy's chunks are stochastic: demo:conveyor-diffusion's DDPM 100 agrees
+    # with itself under another draw of step noise at cos 0.81, and DDIM's deterministic chunks at 0.45
+    # (grip commands of +-1 at different steps), so for it the closed loop is the judge.
+    min_cos: float
 
 
 DEMOS = (
-    FamilyDemo("demo:conveyor-act", ("sync", "chunk", "async", "ensemble"), "quantize,compile", "sync"),
-    FamilyDemo("demo:conveyor-diffusion", ("chunk", "async"), "ddim:10,compile", "chunk"),
+    FamilyDemo("demo:conveyor-act", ("sync", "chunk", "async", "ensemble"), "quantize,compile", "sync", 0.9),
+    FamilyDemo("demo:conveyor-diffusion", ("chunk", "async"), "ddim:25,compile", "chunk", 0.3),
 )
 
 
@@ -84,7 +91,7 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
                 )
             )
         )
-        table = {r["strategy"]["name"]: {} for r in runs}
+        table: dict[str, dict[str, Any]] = {r["strategy"]["name"]: {} for r in runs}
         for r in runs:
             table[r["strategy"]["name"]][f"{r['latency']['ms']:g}"] = {
                 "episodes": r["episodes"],
@@ -114,8 +121,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
             target=demo.target,
             recipe=parse_recipe(demo.recipe),
             eval_strategy=demo.judge_strategy,
-            # Loose on purpose: the rung reports the cosine and the success it kept; it does not gate.
-            tolerance=Tolerance(cos=0.9),
+            tolerance=Tolerance(cos=demo.min_cos),
             out=out,
             episodes=plan.recipe_episodes,
             calibration_frames=8,

@@ -69,7 +69,10 @@ def build_policy(name: str, options: TargetOptions) -> Any:
 
 
 def build_source(name: str, options: TargetOptions) -> Any:
-    return _targets(name).build_source(str(asset_dir(name)), options)
+    """The folder's compile source under the demo's name: an artifact compiled from it records
+    `demo:conveyor-...` as its target (baselines compare it with the demo's own runs)."""
+    source = _targets(name).build_source(str(asset_dir(name)), options)
+    return dataclasses.replace(source, target=f"demo:{_short(name)}")
 
 
 def build_data(name: str, dataset: Any, options: TargetOptions, model: Any = None) -> Any:
