@@ -38,11 +38,22 @@ def run_compression_rung(out_dir: Path, full: bool, progress: bool = True) -> di
     report = run_recipe(config)
     atomic_write_json(out_dir / "compression.json", report)
     plot = plot_recipe(report, out_dir / "compression.png")
+    summary = {"artifact": report["artifact"], **recipe_summary(report)}
+    return {
+        "title": f"Compression ladder: {TARGET}, reference -> fewer steps -> quantization -> compile",
+        "summary": summary,
+        "plots": [str(plot)],
+        "html": _html(summary, report),
+    }
+
+
+def recipe_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """A `run_recipe` report's figures per rung (reference first): latency, speed-up over the reference,
+    action cosine and the closed-loop success where it was judged."""
     rows = report["rows"]
     ref = rows[0]["latency_ms"]["p50"]
-    summary = {
+    return {
         "recipe": report["recipe"],
-        "artifact": report["artifact"],
         "stopped": report["stopped"],
         "rungs": [
             {
@@ -58,12 +69,6 @@ def run_compression_rung(out_dir: Path, full: bool, progress: bool = True) -> di
             }
             for r in rows
         ],
-    }
-    return {
-        "title": f"Compression ladder: {TARGET}, reference -> fewer steps -> quantization -> compile",
-        "summary": summary,
-        "plots": [str(plot)],
-        "html": _html(summary, report),
     }
 
 

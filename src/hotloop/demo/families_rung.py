@@ -115,6 +115,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
     """The compress recipe with a closed-loop judgement of every rung (reference first)."""
     from hotloop.compile.validate import Tolerance
     from hotloop.compress.recipe import RecipeConfig, parse_recipe, run_recipe
+    from hotloop.demo.compression_rung import recipe_summary
 
     report = run_recipe(
         RecipeConfig(
@@ -131,26 +132,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
             progress=progress,
         )
     )
-    rows = report["rows"]
-    ref = rows[0]["latency_ms"]["p50"]
-    return {
-        "recipe": report["recipe"],
-        "stopped": report["stopped"],
-        "rungs": [
-            {
-                "step": r["step"],
-                "num_steps": r["num_steps"],
-                "p50_ms": r["latency_ms"]["p50"],
-                "p99_ms": r["latency_ms"]["p99"],
-                "speedup_p50": ref / r["latency_ms"]["p50"] if r["latency_ms"]["p50"] else None,
-                "action_cos": r["action"]["cosine"],
-                "success_rate": r.get("success", {}).get("success_rate"),
-                "success_ci95": r.get("success", {}).get("success_ci95"),
-                "episodes": r.get("success", {}).get("episodes"),
-            }
-            for r in rows
-        ],
-    }
+    return recipe_summary(report)
 
 
 def _html(demo: FamilyDemo, table: dict[str, Any], plan: FamiliesPlan, compression: dict[str, Any]) -> str:
