@@ -17,6 +17,8 @@ def test_families_rung_is_opt_in() -> None:
     assert selected_rungs(("families",)) == [RUNGS["families"]]
     full, short = families_rung.rung_plan(True), families_rung.rung_plan(False)
     assert full.episodes > short.episodes and 0.0 in full.latencies_ms and len(full.latencies_ms) >= 3
+    for demo in families_rung.DEMOS:  # every recipe parses with its family's own steps (ddim:N)
+        assert [step.label for step in demo.recipe_steps()] == demo.recipe.split(",")
     act = next(d for d in families_rung.DEMOS if d.target == "demo:conveyor-act")
     assert "ensemble" in act.strategies  # ACT's temporal ensembling is one of its curves
 

@@ -32,6 +32,12 @@ class FamilyDemo:
     # (grip commands of +-1 at different steps), so for it the closed loop is the judge.
     min_cos: float
 
+    def recipe_steps(self) -> Any:
+        """The recipe parsed with the family's own steps (Diffusion's `ddim:N`)."""
+        from hotloop.compress.recipe import family_recipe_steps, parse_recipe
+
+        return parse_recipe(self.recipe, family_recipe_steps(self.target))
+
 
 DEMOS = (
     FamilyDemo("demo:conveyor-act", ("sync", "chunk", "async", "ensemble"), "quantize,compile", "sync", 0.9),
@@ -114,13 +120,13 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
 def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool) -> dict[str, Any]:
     """The compress recipe with a closed-loop judgement of every rung (reference first)."""
     from hotloop.compile.validate import Tolerance
-    from hotloop.compress.recipe import RecipeConfig, parse_recipe, run_recipe
+    from hotloop.compress.recipe import RecipeConfig, run_recipe
     from hotloop.demo.compression_rung import recipe_summary
 
     report = run_recipe(
         RecipeConfig(
             target=demo.target,
-            recipe=parse_recipe(demo.recipe),
+            recipe=demo.recipe_steps(),
             eval_strategy=demo.judge_strategy,
             tolerance=Tolerance(cos=demo.min_cos),
             out=out,
