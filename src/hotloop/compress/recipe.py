@@ -114,14 +114,12 @@ def family_recipe_steps(target: str) -> tuple[str, ...]:
     from hotloop.demos.checkpoints import SHIPPED
     from hotloop.families import FAMILIES, LEROBOT_TYPES, get_family, is_checkpoint_dir
 
+    if target.startswith("demo:") and target[5:] in SHIPPED:  # a demo shipped as a checkpoint folder
+        return tuple(get_family(SHIPPED[target[5:]][0]).capabilities.recipe_steps)
     path = Path(target)
     family: str | None = None
-    if target.startswith("demo:") and target[5:] in SHIPPED:  # a demo shipped as a checkpoint folder
-        family = SHIPPED[target[5:]][0]
     try:
-        if family is not None:
-            pass
-        elif (path / "manifest.json").is_file():
+        if (path / "manifest.json").is_file():
             family = json.loads((path / "manifest.json").read_text()).get("kind")
         elif is_checkpoint_dir(path):
             family = LEROBOT_TYPES.get(json.loads((path / "config.json").read_text()).get("type"))
