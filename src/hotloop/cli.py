@@ -87,6 +87,20 @@ def bench(
         typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    contend: Annotated[
+        int,
+        typer.Option(
+            help="also time TARGET beside N busy processes (blocks alternating with quiet ones): p50/p99 "
+            "inflation, as a robot computer's drivers would cause"
+        ),
+    ] = 0,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            help="leave N CPUs to other work: threads = usable CPUs - N, pinned to the others "
+            "(instead of --threads / --pin)"
+        ),
+    ] = None,
     roofline_cache: Annotated[
         Path | None,
         typer.Option(
@@ -121,14 +135,19 @@ def bench(
 
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
+    from hotloop.measure.placement import apply_reserve
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines
     from hotloop.targets import TargetOptions, check_device, find_target
 
+    threads, pin_cpus = apply_reserve(
+        reserve_cores, threads, parse_cpu_list(pin) if pin is not None else None
+    )
     config = BenchConfig(
         warmup=warmup,
         iterations=iters,
         threads=threads,
-        pin=parse_cpu_list(pin) if pin is not None else None,
+        pin=pin_cpus,
+        contend=contend,
         gc_enabled=gc,
         settle_ms=settle_ms,
         progress=not quiet,

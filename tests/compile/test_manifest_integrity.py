@@ -57,6 +57,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("sub_engines a dict", lambda m: m.update(sub_engines={}), "must be a non-empty list"),
     ("schema as text", lambda m: m.update(schema_version="1"), "must be the integer 1"),
     ("threads 0", lambda m: m.update(threads=0), "field 'threads'"),
+    ("pin a string", lambda m: m.update(pin="0-1"), "field 'pin'"),
+    ("pin empty", lambda m: m.update(pin=[]), "field 'pin'"),
     ("machine a list", lambda m: m.update(machine=[]), "field 'machine'"),
     (
         "features a string",

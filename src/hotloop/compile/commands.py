@@ -70,6 +70,23 @@ def compile_cmd(
     ] = 20,
     warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 3,
     threads: Annotated[int | None, typer.Option(help="intra-op threads for every backend")] = None,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            help="leave N CPUs to other work (a robot's drivers): plan, time and run with usable CPUs - N "
+            "threads pinned to the others; the artifact records both and Engine.load / serve apply them"
+        ),
+    ] = None,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="refuse to time when other processes keep more than this many CPUs busy at the start",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="time on a busy machine anyway (the load is recorded)")
+    ] = False,
     views: Annotated[int | None, typer.Option(help="camera views (pi targets)")] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (pi targets)")] = None,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
@@ -89,8 +106,12 @@ def compile_cmd(
     from hotloop.compile.validate import parse_tolerance
     from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.measure.contention import check_max_load, check_quiet
+    from hotloop.measure.placement import apply_reserve
 
     # Every bad value fails here, before any model is built or file written.
+    check_max_load(max_load)
+    threads, pin = apply_reserve(reserve_cores, threads, None)
     config = PlanConfig(
         budget_ms=budget_ms,
         tolerance=parse_tolerance(tolerance),
@@ -101,6 +122,7 @@ def compile_cmd(
         warmup=warmup,
         iterations=iters,
         threads=threads,
+        pin=pin,
         progress=not quiet,
         buckets=parse_buckets(buckets) if buckets is not None else (),
     )
@@ -115,11 +137,19 @@ def compile_cmd(
     check_output_dir(out, "-o")
     if json_path is not None:
         check_output_file(json_path, "--json")
+    start_load = check_quiet(max_load, force, "hotloop compile")
+    if (
+        pin is not None
+    ):  # before any library starts its worker threads: they keep the affinity they start with
+        import os
+
+        os.sched_setaffinity(0, pin)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    log(f"machine load at the start: {start_load.describe()}")
     if is_onnx_target(target):
         from hotloop.errors import ConfigError
 
@@ -138,6 +168,7 @@ def compile_cmd(
 
         graph = onnx_graph(onnx_path(target), list(input_spec or []), seed)
         candidates, best, result = plan_onnx(graph, config, log)
+        result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)
     else:
         from hotloop.errors import ConfigError
@@ -158,6 +189,7 @@ def compile_cmd(
             )
         plan = plan_policy(source, config, log)
         result = plan.result
+        result["machine_load"] = _load_record(start_load)
         art = write_artifact(source, plan, out, config)
     result["artifact"] = str(art)
     print_result(result)
@@ -172,6 +204,13 @@ def compile_cmd(
             err=True,
         )
         raise typer.Exit(EXIT_BUDGET_UNMET)
+
+
+def _load_record(start: Any) -> dict[str, Any]:
+    """The machine's load when planning started and ended: a figure timed on a busy machine says so."""
+    from hotloop.measure.contention import measure_load
+
+    return {"start": start.to_dict(), "end": measure_load(0.25).to_dict()}
 
 
 def _check_modes(modes: tuple[str, ...]) -> None:

@@ -23,7 +23,7 @@ from hotloop.compile.planner import (
     plan_summary,
     safe_prepare,
     stats_dict,
-    time_calls,
+    time_candidate,
 )
 from hotloop.compile.validate import compare_outputs
 from hotloop.errors import ConfigError
@@ -150,7 +150,7 @@ def plan_onnx(
                 f"output {worst.name!r} cos {worst.cosine:.6f} < {config.tolerance.cos:g}",
             )
             continue
-        cand.latency = time_calls(_call_on_buffers(runner), config.warmup, config.iterations)
+        time_candidate(cand, _call_on_buffers(runner), config)
         cand.status, cand.runner = "accepted", runner
     ok = [c for c in candidates if c.status == "accepted"]
     if not ok:
@@ -219,6 +219,7 @@ def write_onnx_artifact(
             budget_ms=config.budget_ms,
             tolerance=config.tolerance.spec,
             threads=config.threads,
+            pin=list(config.pin) if config.pin else None,
             measured={
                 k: result[k]
                 for k in (

@@ -34,7 +34,7 @@ from hotloop.compile.planner import (
     plan_summary,
     safe_prepare,
     stats_dict,
-    time_calls,
+    time_candidate,
 )
 from hotloop.compile.validate import compare_actions, compare_outputs
 from hotloop.errors import ConfigError
@@ -184,7 +184,8 @@ def check_candidate(
     if violation:
         cand.status, cand.reason = "rejected", violation
         return
-    cand.latency = time_calls(
+    time_candidate(
+        cand,
         stage_call(
             loop,
             cand.sub_engine,
@@ -192,8 +193,7 @@ def check_candidate(
             source.shape.num_steps,
             own_constants[loop.table] if loop is not None else None,
         ),
-        config.warmup,
-        config.iterations,
+        config,
     )
     cand.status, cand.reason, cand.runner = "accepted", "", runner
 
@@ -573,6 +573,7 @@ def write_artifact(
             budget_ms=config.budget_ms,
             tolerance=config.tolerance.spec,
             threads=config.threads,
+            pin=list(config.pin) if config.pin else None,
             measured={
                 k: plan.result[k]
                 for k in (

@@ -46,6 +46,9 @@ class PlanConfig:
     warmup: int = 3
     iterations: int = 20
     threads: int | None = None
+    pin: tuple[int, ...] | None = (
+        None  # CPUs the plan was timed on (--reserve-cores); the engine applies them
+    )
     progress: bool = True
     buckets: tuple[int, ...] = ()  # prompt-length buckets below the full prompt (pi targets); () = none
     # Quantized precisions (hotloop.compress): calibration observations for static int8, and the
@@ -92,6 +95,7 @@ class Candidate:
     action: ActionAgreement | None = None
     latency: LatencyStats | None = None
     compile_s: float | None = None
+    load_avg: float | None = None  # the 1-minute load average when it was timed
     runner: Runner | None = field(default=None, repr=False)
 
     @property
@@ -115,6 +119,7 @@ class Candidate:
             "action": self.action.to_dict() if self.action else None,
             "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,
             "compile_s": self.compile_s,
+            "load_avg": self.load_avg,
         }
 
 
@@ -164,6 +169,14 @@ def time_calls(fn: Callable[[], Any], warmup: int, iterations: int) -> LatencySt
         fn()
         samples.append((time.perf_counter_ns() - t0) / 1e6)
     return LatencyStats.from_samples(samples)
+
+
+def time_candidate(cand: Candidate, fn: Callable[[], Any], config: PlanConfig) -> None:
+    """Time `cand` and record the load it was timed under."""
+    import os
+
+    cand.latency = time_calls(fn, config.warmup, config.iterations)
+    cand.load_avg = round(os.getloadavg()[0], 3)
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], warmup: int, iterations: int) -> dict[str, list[float]]:
@@ -248,4 +261,5 @@ __all__ = [
     "most_accurate",
     "safe_prepare",
     "time_calls",
+    "time_candidate",
 ]

@@ -15,6 +15,7 @@ cap (`memory_cap_mb`, checked at load and after every call; see `hotloop.runtime
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +31,26 @@ from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
+
+_log = logging.getLogger(__name__)
+
+
+def _manifest_pin(manifest: dict[str, Any], root: Path) -> tuple[int, ...] | None:
+    """The CPUs the plan was made for (`compile --reserve-cores`), where this process may use them all;
+    otherwise none, said in the log (another machine's CPU ids mean nothing here)."""
+    pin = manifest.get("pin")
+    if not pin:
+        return None
+    usable = os.sched_getaffinity(0)
+    if not set(pin) <= usable:
+        _log.warning(
+            "%s: the plan was pinned to CPUs %s, which this process cannot all use (usable: %s); not pinned",
+            root,
+            pin,
+            sorted(usable),
+        )
+        return None
+    return tuple(pin)
 
 
 def check_load_options(path: str | Path, threads: int | None, pin: tuple[int, ...] | None) -> None:
@@ -111,6 +132,7 @@ class Engine:
             get_backend(backend).unavailable_reason()
         account = MemoryAccount(root, memory_cap_mb)
         account.load_started()
+        pin = pin if pin is not None else _manifest_pin(manifest, root)
         if pin is not None:
             os.sched_setaffinity(0, pin)
         threads = threads if threads is not None else manifest.get("threads")
