@@ -119,3 +119,23 @@ def test_an_artifact_keeps_the_umask(artifact: Path) -> None:
     assert (artifact.stat().st_mode & 0o777) == 0o777 & ~mask
     for f in artifact.rglob("*"):
         assert (f.stat().st_mode & 0o777) == ((0o777 if f.is_dir() else 0o666) & ~mask), f
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("input_shapes", [[1, 999]]), ("output_names", ["other"]), ("input_dtypes", ["float64"])],
+)
+def test_recorded_io_that_the_config_does_not_build_is_refused_at_load(
+    artifact: Path, tmp_path: Path, field: str, value: Any
+) -> None:
+    """Issue 24 defect 7: the I/O an entry records is checked against what its config builds."""
+    from hotloop.runtime.engine import Engine
+
+    def change(m: dict[str, Any]) -> None:
+        m["sub_engines"][0][field] = value
+
+    bad = _copy_with(artifact, tmp_path / "io", change)
+    name = json.loads((bad / "manifest.json").read_text())["sub_engines"][0]["name"]
+    with pytest.raises(CheckpointError, match=rf"sub-engine '{name}' records {field} .*recompile"):
+        Engine.load(bad, warmup=0)
+    Engine.load(artifact, warmup=0)  # the untouched artifact still loads
