@@ -310,6 +310,8 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
                             _settle(config.settle_ms / 1e3)
                         _time_once(cases[k], timers[k], records[k])
                     bar.update(1, "timed")
+        except KeyboardInterrupt:  # Ctrl-C while timing: what was measured is still the user's
+            raise BenchInterrupted(_partial_result(cases, records, busy, config)) from None
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -359,6 +361,49 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             "contend": config.contend,
         },
     )
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the timed iterations; `partial` holds the samples measured before it (a dict in
+    the shape of `BenchResult.to_dict()`'s raw parts, marked "interrupted": true), for `--json`."""
+
+    def __init__(self, partial: dict[str, Any]) -> None:
+        super().__init__()
+        self.partial = partial
+
+
+def _partial_result(
+    cases: list[BenchCase], records: list[_Samples], busy: _Samples, config: BenchConfig
+) -> dict[str, Any]:
+    """The raw samples of an interrupted run, with the summary of those that exist: an interrupted
+    measurement is still a measurement (a long run stopped at 90 % keeps its 90 %)."""
+    main = records[0]
+    done = len(main.total)
+    out: dict[str, Any] = {
+        "target": cases[0].name,
+        "interrupted": True,
+        "completed_iterations": done,
+        "iterations": config.iterations,
+        "warmup": config.warmup,
+        "latency_ms": LatencyStats.from_samples(main.total).to_dict() if done else None,
+        "samples_ms": main.total,
+        "stage_samples_ms": _stage_samples(main, done),
+        "env": machine_fingerprint(threads=config.threads),
+        "info": dict(cases[0].info),
+        "config": {
+            "warmup": config.warmup,
+            "iterations": config.iterations,
+            "threads": config.threads,
+            "pin": list(config.pin) if config.pin else None,
+            "gc_enabled": config.gc_enabled,
+            "contend": config.contend,
+        },
+    }
+    if len(cases) > 1:
+        out["compare"] = {"target": cases[1].name, "samples_ms": records[1].total}
+    if config.contend:
+        out["contention"] = {"processes": config.contend, "samples_ms": busy.total}
+    return out
 
 
 def _block_sizes(iterations: int, blocks: int) -> list[int]:
