@@ -58,11 +58,12 @@ class EvalRequest:
             ("--seed", self.seed, 0),
             ("--workers", self.workers, 0),
             ("--steps", self.num_steps, 1),
-            ("--execute-steps", self.execute_steps, 1),
-            ("--trigger-remaining", self.trigger_remaining, 0),
         ):
             if value is not None and value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        # A --policy-factory policy declares nothing before it is built.
+        target = self.target if self.policy_factory is None else None
+        check_chunk_options(target, self.execute_steps, self.trigger_remaining)
         if self.memory_cap_mb is not None:
             from hotloop.runtime.memory import check_cap
 
@@ -71,6 +72,42 @@ class EvalRequest:
             raise ConfigError(
                 f"--seed {self.seed} with --episodes {self.episodes} passes {MAX_SEED}, the largest seed"
             )
+
+
+def check_chunk_options(
+    target: str | None,
+    execute_steps: int | None,
+    trigger_remaining: int | None,
+    trigger_flag: str = "--trigger-remaining",
+) -> None:
+    """--execute-steps in [1, H], --trigger-remaining in [0, H - 1] for a policy of chunk length H:
+    checked before the policy loads where the target declares H (`TargetEntry.horizon`); otherwise the
+    lower bounds here and the upper ones at the policy's first chunk. `target` None: a policy that
+    declares nothing before it is built."""
+    from hotloop.errors import HotloopError
+    from hotloop.targets import find_target
+
+    horizon = None
+    if target is not None and (execute_steps is not None or trigger_remaining is not None):
+        try:
+            horizon = find_target(target).declared_horizon(target)
+        except HotloopError:
+            horizon = None  # an unknown target is named by the checks that need it
+    for flag, value, low, high in (
+        ("--execute-steps", execute_steps, 1, horizon),
+        (trigger_flag, trigger_remaining, 0, None if horizon is None else horizon - 1),
+    ):
+        if value is None:
+            continue
+        if high is not None and not low <= value <= high:
+            held = f"{horizon} action{'s' if horizon != 1 else ''}"
+            raise ConfigError(
+                f"{flag} must be in [{low}, {high}] (got {value}): {target}'s chunks hold {held}"
+            )
+        if value < low:
+            top = "its chunk length" if low == 1 else "its chunk length - 1"
+            whose = f"{target}'s" if target else "the"
+            raise ConfigError(f"{flag} must be from {low} to {top} for {whose} policy (got {value})")
 
 
 def resolved_difficulty(task: str, difficulty: str | None) -> str | None:

@@ -207,7 +207,7 @@ class EvalSweep:
     def requests(self) -> list[Any]:
         """The points to run (strategy x trigger x latency), every option checked first: a bad value
         is a ConfigError naming its flag before any episode runs."""
-        from hotloop.closedloop.eval_run import EvalRequest
+        from hotloop.closedloop.eval_run import EvalRequest, check_chunk_options
         from hotloop.closedloop.latency import parse_latency
         from hotloop.errors import ConfigError
         from hotloop.realtime.strategies import default_strategies
@@ -258,6 +258,7 @@ class EvalSweep:
             triggers = list(_parse_triggers(self.sweep_trigger))
         for k in triggers:
             flag = "--sweep-trigger" if self.sweep_trigger is not None else "--trigger-remaining"
+            check_chunk_options(self.target, self.execute_steps, k, flag)  # the policy's own range, first
             _check_strategy_options(
                 names,
                 self.execute_steps,

@@ -40,6 +40,11 @@ def build_policy(config_name: str, options: Any) -> ExpertPolicy:
     return ExpertPolicy()
 
 
+def declared_horizon(config_name: str) -> int:
+    """One action per inference (see `ExpertPolicy.infer`)."""
+    return 1
+
+
 def build_bench(config_name: str, options: Any) -> Any:
     raise ConfigError(
         "expert:scripted is a simulator expert, not a model: it has nothing to bench; use `hotloop eval`"
