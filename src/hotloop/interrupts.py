@@ -91,7 +91,11 @@ def exit_while_starting() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.signal(signal.SIGINT, _exit_130)
-    return lambda: signal.signal(signal.SIGINT, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def caused_by_interrupt(exc: BaseException) -> bool:

@@ -257,3 +257,29 @@ def test_any_truncated_parquet_reads_or_gives_one_line(ds: Path, which: str, kee
     path.write_bytes(original[: int(len(original) * keep)])
     _reads_or_names_it(ds)
     path.write_bytes(original)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compress", "pi05:tiny", "--recipe", "quantize", "--quiet", "--data"],
+        ["compile", "pi05:tiny", "--budget-ms", "1e5", "--backends", "eager", "--calibration"],
+    ],
+    ids=["compress", "compile"],
+)
+def test_compile_and_compress_refuse_a_state_column_features_do_not_describe(
+    ds: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """Issue 24, defect 7: data whose state rows are narrower than `features` says is refused by name
+    (it used to be read as it came, for a model sized by `features`)."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    _columns(ds, lambda t: t.set_column(0, "observation.state", _narrow(t, "observation.state")))
+    out = tmp_path / "art"
+    res = CliRunner().invoke(app, [*command[:2], "-o", str(out), *command[2:], str(ds)])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "observation.state rows hold 1 numbers but" in line, res.output
+    assert not out.exists()

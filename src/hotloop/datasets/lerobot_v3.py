@@ -395,9 +395,10 @@ def _check_data_path(info_path: Path, data_path: Any) -> None:
     """`data_path` is a pattern of chunk_index and file_index with small integer widths, nothing else."""
     import string
 
-    fix = f"'data_path' must be a pattern like {DATA_PATH!r} (got {data_path!r})"
+    shown = repr(data_path) if len(repr(data_path)) <= 80 else repr(data_path)[:77] + "..."
+    fix = f"'data_path' must be a pattern like {DATA_PATH!r} (got {shown})"
     if not isinstance(data_path, str) or len(data_path) > 1000:
-        raise DatasetError(f"{info_path}: {fix}"[:1200])
+        raise DatasetError(f"{info_path}: {fix}")
     try:
         fields = [
             (name, spec) for _, name, spec, _ in string.Formatter().parse(data_path) if name is not None
