@@ -25,6 +25,16 @@ from typing import Any
 from hotloop.closedloop.workers import EpisodeJob, run_episodes
 from hotloop.errors import ConfigError
 
+MAX_EPISODES = 1_000_000  # per point: days of simulation; beyond that, a typo
+WORKERS_PER_CPU = 4
+
+
+def max_workers() -> int:
+    """The most evaluation worker processes worth starting here."""
+    import os
+
+    return WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+
 
 @dataclass(frozen=True)
 class EvalRequest:
@@ -50,17 +60,29 @@ class EvalRequest:
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
 
     def __post_init__(self) -> None:
-        # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
-        from hotloop.targets import MAX_SEED
+        # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags), the
+        # high ones too: a typo's extra zeros must not first spend seconds loading the policy, or start
+        # hundreds of worker processes that each load it.
+        from hotloop.targets import MAX_SEED, OPTION_LIMITS
 
         for flag, value, low in (
             ("--episodes", self.episodes, 1),
             ("--seed", self.seed, 0),
             ("--workers", self.workers, 0),
-            ("--steps", self.num_steps, 1),
         ):
             if value is not None and value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if self.episodes > MAX_EPISODES:
+            raise ConfigError(f"--episodes must be from 1 to {MAX_EPISODES:,} (got {self.episodes:,})")
+        most = max_workers()
+        if self.workers > most:
+            raise ConfigError(
+                f"--workers must be from 0 to {most} (got {self.workers}): {WORKERS_PER_CPU} per CPU this "
+                "process may use; more only take turns, each holding its own copy of the policy"
+            )
+        steps = OPTION_LIMITS["num_steps"]  # what the target would refuse once loaded, said now
+        if self.num_steps is not None and not 1 <= self.num_steps <= steps:
+            raise ConfigError(f"--steps must be an integer from 1 to {steps} (got {self.num_steps})")
         # A --policy-factory policy declares nothing before it is built.
         target = self.target if self.policy_factory is None else None
         check_chunk_options(target, self.execute_steps, self.trigger_remaining)
