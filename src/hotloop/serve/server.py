@@ -23,10 +23,11 @@ buffered; at most `--max-connections` clients are connected at once; error repli
 at most `ERROR_CHARS` characters of what a client sent.
 
 Memory a client can make the server hold: a message is read only up to `max_message_bytes` (the frame
-header declares its length; fragments are counted as they come), at most `MAX_QUEUE` received messages
-wait per connection (then the server stops reading that socket), and one decoded observation waits in the
-connection's slot. So each connection holds at most about (`MAX_QUEUE` + 2) x `--max-message-mb`, and the
-server `--max-connections` times that.
+header declares its length; fragments are counted as they come); once more than `MAX_QUEUE` received
+messages wait, the server stops reading that socket; one decoded observation waits in the connection's
+slot. So a connection holds at most about `HELD_MESSAGES` x `--max-message-mb` (the queue, the message
+being read, the one being checked, the slot's), and the server `--max-connections` times that, which it
+logs at start.
 
 Per-connection state: a policy that keeps episode state of its own (Diffusion Policy's observation
 history) exposes `new_session()`, a view of it with that state fresh and the model shared; each connection
@@ -61,6 +62,7 @@ log = logging.getLogger("hotloop.serve")
 # Received messages that may wait per connection before the server stops reading its socket (websockets'
 # max_queue, counted in frames): a client that floods while its replies are not read holds no more.
 MAX_QUEUE = 2
+HELD_MESSAGES = MAX_QUEUE + 4  # the most messages of one connection in memory at once (module docstring)
 MAX_MESSAGE_MB = 1024  # the largest --max-message-mb: an observation bigger than 1 GiB is a mistake
 ERROR_CHARS = 1000  # the longest error reply or log line that carries a client's words
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -222,7 +224,7 @@ class PolicyServer:
             ) from None
         self.port = int(self._ws_server.sockets[0].getsockname()[1])
         log.info("serving %s on ws://%s:%d", self.served.name, self.config.host, self.port)
-        per_connection = (MAX_QUEUE + 2) * self.config.max_message_bytes
+        per_connection = HELD_MESSAGES * self.config.max_message_bytes
         log.info(
             "client messages: at most %.1f MiB each, %d connections, about %.0f MiB in all at worst",
             self.config.max_message_bytes / 2**20,
