@@ -475,7 +475,7 @@ class PolicyServer:
                 # deadline.
                 raise
             except Exception as exc:
-                watchdog.fault(f"{type(exc).__name__}: {exc}")
+                watchdog.fault(clip(f"{type(exc).__name__}: {exc}", ERROR_CHARS))  # kept as an event
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
                 raise
@@ -549,8 +549,10 @@ def check_fallback_engine(served: ServedPolicy, fallback: ServedPolicy) -> None:
 def _discard_late_result(future: asyncio.Future[Any]) -> None:
     """A main result that came after the fallback answered its request: retrieved (so asyncio logs no
     'exception never retrieved') and dropped."""
-    if not future.cancelled() and future.exception() is not None:
-        log.info("a late inference failed after the fallback answered: %s", future.exception())
+    exc = None if future.cancelled() else future.exception()
+    if exc is not None:
+        cause = exc.__cause__ if isinstance(exc, _Refused) else exc
+        log.info("a late inference failed after the fallback answered: %s", clip(str(cause), ERROR_CHARS))
 
 
 def _peer(ws: Any) -> str:
