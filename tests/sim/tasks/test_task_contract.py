@@ -227,3 +227,74 @@ def test_builtin_tasks_satisfy_the_protocol():
         assert isinstance(env, HotloopTask) and check_task_object(env, "reach") is env
     finally:
         env.close()
+
+
+MIRROR_SCENE = """
+<mujoco>
+  <asset>
+    <material name="mirror" reflectance="0.9" rgba="0.3 0.3 0.3 1"/>
+  </asset>
+  <worldbody>
+    <light pos="0 0 3" dir="0 0 -1"/>
+    <geom type="plane" size="2 2 0.1" material="mirror"/>
+    <geom type="box" pos="0.3 0 0.3" size="0.1 0.1 0.3" rgba="1 0.2 0.2 1"/>
+  </worldbody>
+</mujoco>
+"""
+
+
+class MirrorEnv:
+    """The least a MuJoCo gymnasium env offers the views: `unwrapped.model` and `unwrapped.data`."""
+
+    def __init__(self):
+        import mujoco
+
+        self.model = mujoco.MjModel.from_xml_string(MIRROR_SCENE)
+        self.data = mujoco.MjData(self.model)
+        mujoco.mj_forward(self.model, self.data)
+        self.unwrapped = self
+
+
+def test_a_profile_rotates_its_cameras_and_turns_reflections_on_only_when_asked():
+    from hotloop.sim.tasks.gym_profiles import GymProfile
+    from hotloop.sim.tasks.mj_views import FreeCamera
+
+    env = MirrorEnv()
+    cams = (
+        ("east", FreeCamera((0, 0, 0.2), 2.0, 0.0, -25.0)),
+        ("west", FreeCamera((0, 0, 0.2), 2.0, 180.0, -25.0)),
+    )
+    images = {}
+    for reflections in (False, True):
+        views = GymProfile(cameras=cams, reflections=reflections).views(env, 32)
+        try:
+            images[reflections] = views.render()
+        finally:
+            views.close()
+    plain, mirrored = images[False], images[True]
+    assert sorted(plain) == ["east", "west"] and plain["east"].shape == (32, 32, 3)
+    assert not np.array_equal(plain["east"], plain["west"])  # the box seen from opposite sides
+    assert not np.array_equal(plain["east"], mirrored["east"])  # the floor reflects the box only when asked
+    assert GymProfile().reflections is False
+
+
+def test_a_task_written_for_a_newer_protocol_is_refused(plugins):
+    task = make_task("drift")
+    try:
+        task.hotloop_task_protocol = 2
+        with pytest.raises(ConfigError, match="written for task protocol 2; this hotloop has version 1"):
+            check_task_object(task, "drift")
+    finally:
+        task.close()
+
+
+def test_eval_reports_duplicate_starts(plugins, tmp_path):
+    result = tmp_path / "eval.json"
+    r = CliRunner().invoke(
+        _app(),
+        ["eval", "expert:scripted", "--task", "drift", "--task-kwargs", '{"starts": 1}', "--episodes", "3"]
+        + ["--workers", "0", "--latency", "fixed:0", "--json", str(result), "--quiet"],
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(result.read_text())["duplicate_starts"] == 2
+    assert "2 of 3 episodes" in r.output and "not independent trials" in r.output
