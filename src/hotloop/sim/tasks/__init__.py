@@ -12,7 +12,8 @@ answered with the known names (exit 2 at the CLI). Three kinds of task names:
   or an object with the task interface (`hotloop.sim.tasks.protocol.HotloopTask`). `make` is also
   given `task_name=` and `image_size=` when its signature names them. The contract: docs/tasks.md.
 
-A plugin cannot take a built-in task's name: the built-in runs, and a warning names the plugin.
+A plugin cannot take a built-in task's name: the built-in runs, and `check_task` (which `record` and
+`eval` call first, once) warns, naming the plugin.
 """
 
 from __future__ import annotations
@@ -137,7 +138,6 @@ def make_task(
         raise ConfigError(f"task {name!r} renders its own views; choosing views is for the built-in tasks")
     if kwargs:
         raise ConfigError(f"task {name!r} takes no --task-kwargs (gym: and plugin tasks do)")
-    _warn_if_shadowed(name)
     entry = default_tasks().get(name)
     config_cls = _resolve(entry.config)
     config = config_cls()
