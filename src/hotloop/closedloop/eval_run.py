@@ -17,6 +17,7 @@ strategies or a latency sweep)::
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -240,6 +241,14 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(140, Console().width)).print(table)
+    for r in runs:
+        if r.get("duplicate_starts"):  # an env with a finite set of starts: fewer independent trials
+            print(
+                f"note: {r['duplicate_starts']} of {r['completed']} episodes ({run_label(r)}, "
+                f"{r['latency']['spec']}) began in the start state of an earlier episode; they are repeats, "
+                "not independent trials",
+                file=sys.stderr,
+            )
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:

@@ -121,6 +121,12 @@ class EpisodeRunner:
             if job.fallback_target
             else None
         )
+        from hotloop.closedloop.adapter import reads_images
+
+        # Render only for a policy that looks (a state-only expert's episodes render nothing).
+        self.render = reads_images(self.policy) or (
+            self.fallback_policy is not None and reads_images(self.fallback_policy)
+        )
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -144,6 +150,7 @@ class EpisodeRunner:
                 fallback_policy=self.fallback_policy,
                 frame_ticks=getattr(self.policy, "frame_ticks", 0),
                 on_frame=getattr(self.policy, "on_frame", None),
+                render=self.render,
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
