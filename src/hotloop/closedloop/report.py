@@ -45,12 +45,18 @@ def build_runs(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], i
 
 
 def _group(run: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What a plot's cells share: target and task first, then each option that is not at its default."""
+    import dataclasses
+
     req = run["request"]
-    return tuple(
+    defaults = {f.name: f.default for f in dataclasses.fields(EvalRequest)}
+    first = [("target", req["target"]), ("task", req["task"])]
+    rest = [
         (k, v)
         for k, v in sorted(req.items())
-        if k not in _PLOTTED and k not in ("episodes", "seed", "workers") and v is not None
-    )
+        if k not in (*_PLOTTED, "target", "task", "episodes", "seed", "workers") and v != defaults.get(k)
+    ]
+    return tuple(first + rest)
 
 
 def _group_title(group: tuple[tuple[str, Any], ...]) -> str:
@@ -71,6 +77,8 @@ def write_report(out: Path, print_tables: bool = True) -> dict[str, Any]:
     for run in runs:
         groups.setdefault(_group(run), []).append(run)
     plots: list[tuple[str, Path | None, list[dict[str, Any]]]] = []
+    for stale in (out / "plots").glob("[0-9][0-9]-*.png"):  # an earlier report's, now rebuilt
+        stale.unlink()
     for i, (group, members) in enumerate(groups.items()):
         title = _group_title(group)
         if print_tables:

@@ -69,12 +69,32 @@ def _import_ray() -> Any:
     return ray
 
 
+def probe(text: str, address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on an address nothing listens at: `ray.init` would retry it for many minutes."""
+    import socket
+
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    if hostport in ("local", "auto") or ":" not in hostport:
+        return
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise ConfigError(
+            f"--cluster {text}: cannot reach {hostport} ({reason}); check the address and that "
+            "`ray start --head` runs there"
+        ) from None
+
+
 def connect(text: str) -> tuple[Any, bool]:
     """`ray.init` for `--cluster text`; returns (ray, whether this call started the connection)."""
     address = parse_cluster(text)
     ray = _import_ray()
     if ray.is_initialized():
         return ray, False
+    probe(text, address)
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     try:
         ray.init(
