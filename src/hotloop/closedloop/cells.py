@@ -23,8 +23,12 @@ _NOT_IN_KEY = ("episodes", "seed", "workers")
 
 
 def cell_key(request: EvalRequest) -> str:
-    """16 hex digits of SHA-256 over the request's episode-defining fields, in a canonical JSON."""
-    fields = {k: v for k, v in asdict(request).items() if k not in _NOT_IN_KEY}
+    """16 hex digits of SHA-256 over the request's episode-defining fields, in a canonical JSON. Fields at
+    their default are left out, so an option added to EvalRequest later keeps every stored key."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(EvalRequest)}
+    fields = {k: v for k, v in asdict(request).items() if k not in _NOT_IN_KEY and v != defaults[k]}
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
