@@ -16,7 +16,8 @@ ray = pytest.importorskip("ray", reason="the cluster extra is not installed (pip
 
 from hotloop.closedloop.cells import Cell  # noqa: E402
 from hotloop.closedloop.eval_run import EvalRequest  # noqa: E402
-from hotloop.closedloop.executors import ExecOptions, episodes_of, execute  # noqa: E402
+from hotloop.closedloop.execution import ExecOptions  # noqa: E402
+from hotloop.closedloop.executors import episodes_of, execute  # noqa: E402
 from hotloop.closedloop.spec import expand  # noqa: E402
 from hotloop.closedloop.store import ROWS_FILE, read_rows  # noqa: E402
 

@@ -15,8 +15,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hotloop.closedloop.eval_run import EvalRequest
+from hotloop.closedloop.eval_run import EvalRequest, job_for
 from hotloop.closedloop.workers import EpisodeJob
+
+__all__ = ["Cell", "Episode", "cell_key", "check_unique", "job_for"]
 
 # EvalRequest fields that say how many episodes run and where, not what an episode is.
 _NOT_IN_KEY = ("episodes", "seed", "workers")
@@ -31,34 +33,6 @@ def cell_key(request: EvalRequest) -> str:
     fields = {k: v for k, v in asdict(request).items() if k not in _NOT_IN_KEY and v != defaults[k]}
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
-    """The worker's job for `request` (the seed of each episode is passed apart, per episode)."""
-    from hotloop.realtime.watchdog import parse_fallback
-
-    fallback, fallback_target = parse_fallback(request.fallback)
-    return EpisodeJob(
-        target=request.target,
-        task=request.task,
-        difficulty=request.difficulty,
-        strategy=request.strategy,
-        latency=request.latency,
-        execute_steps=request.execute_steps,
-        trigger_remaining=request.trigger_remaining,
-        num_steps=request.num_steps,
-        policy_factory=request.policy_factory,
-        threads=threads,
-        task_kwargs=request.task_kwargs,
-        blend=request.blend,
-        fallback=fallback,
-        fallback_target=fallback_target,
-        deadline_ms=request.deadline_ms,
-        guidance_weight=request.guidance_weight,
-        pipeline=request.pipeline,
-        memory_cap_mb=request.memory_cap_mb,
-        ensemble_coeff=request.ensemble_coeff,
-    )
 
 
 @dataclass(frozen=True)

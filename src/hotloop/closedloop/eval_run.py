@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hotloop.closedloop.workers import run_episodes
+from hotloop.closedloop.workers import EpisodeJob, run_episodes
 from hotloop.errors import ConfigError
 
 
@@ -73,6 +73,34 @@ class EvalRequest:
             )
 
 
+def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
+    """The worker's job for `request` (the seed of each episode is passed apart, per episode)."""
+    from hotloop.realtime.watchdog import parse_fallback
+
+    fallback, fallback_target = parse_fallback(request.fallback)
+    return EpisodeJob(
+        target=request.target,
+        task=request.task,
+        difficulty=request.difficulty,
+        strategy=request.strategy,
+        latency=request.latency,
+        execute_steps=request.execute_steps,
+        trigger_remaining=request.trigger_remaining,
+        num_steps=request.num_steps,
+        policy_factory=request.policy_factory,
+        threads=threads,
+        task_kwargs=request.task_kwargs,
+        blend=request.blend,
+        fallback=fallback,
+        fallback_target=fallback_target,
+        deadline_ms=request.deadline_ms,
+        guidance_weight=request.guidance_weight,
+        pipeline=request.pipeline,
+        memory_cap_mb=request.memory_cap_mb,
+        ensemble_coeff=request.ensemble_coeff,
+    )
+
+
 def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
     """The difficulty an episode really runs at: the one asked for, or the task's default."""
     if difficulty is not None:
@@ -92,7 +120,6 @@ def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
 
 
 def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
-    from hotloop.closedloop.cells import job_for
     from hotloop.closedloop.latency import parse_latency
     from hotloop.progress import Progress
 
@@ -127,7 +154,6 @@ def assemble_run(
 ) -> dict[str, Any]:
     """One point's result from its episode records (in seed order), wherever they ran: the local pool,
     a Ray cluster, or a sweep's results store read back (`env`: the machine, when not this one)."""
-    from hotloop.closedloop.cells import job_for
     from hotloop.closedloop.evaluator import summarize
     from hotloop.closedloop.latency import parse_latency
     from hotloop.measure.fingerprint import machine_fingerprint

@@ -323,7 +323,7 @@ def exec_options(
     """`ExecOptions` from the command's flags, each checked against the others."""
     import math
 
-    from hotloop.closedloop.executors import ExecOptions
+    from hotloop.closedloop.execution import ExecOptions
     from hotloop.errors import ConfigError
 
     if cluster is None:
@@ -362,8 +362,8 @@ def _run_on_cluster(requests: list[Any], options: Any) -> tuple[list[dict[str, A
     """Every point at once on the cluster; returns (runs in request order, interrupted, some refused)."""
     from hotloop.closedloop.cells import Cell
     from hotloop.closedloop.eval_run import assemble_run
+    from hotloop.closedloop.execution import print_summary
     from hotloop.closedloop.executors import episodes_of, execute
-    from hotloop.closedloop.sweep_run import print_summary
 
     cells = [Cell.of(r) for r in requests]
     rows: dict[str, list[dict[str, Any]]] = {}

@@ -9,29 +9,10 @@ episode is already in the store; `--resume` runs the rest).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from hotloop.closedloop.executors import ExecOptions
-
-
-def print_summary(summary: dict[str, Any]) -> None:
-    """The executor's cost, on stderr (stdout holds the tables)."""
-    n = summary["episodes"]
-    if not n:
-        return
-    nodes = ", ".join(f"{k} {v}" for k, v in summary["per_node"].items())
-    pct = summary.get("overhead_pct_of_episode")
-    overhead = summary["overhead_per_episode_s"]
-    typer.echo(
-        f"{summary['executor']} ({summary['slots']} worker{'s' if summary['slots'] != 1 else ''}): {n} episodes in "
-        f"{summary['wall_s']:.1f} s, {summary['episodes_per_s']:.2f} episodes/s; scheduling overhead "
-        f"{1000 * overhead:.0f} ms per episode"
-        + (f" ({pct:.1f}% of an episode)" if pct is not None else "")
-        + f"; per node: {nodes}",
-        err=True,
-    )
+from hotloop.closedloop.execution import ExecOptions, print_summary
 
 
 def run_spec(spec: Path, out: Path, resume: bool, options: ExecOptions) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.closedloop.cells import Cell, Episode
-from hotloop.closedloop.executors import ExecOptions, ExecResult, ExecStats, Row, make_row
+from hotloop.closedloop.execution import ExecOptions, ExecResult, ExecStats, Row, make_row
 from hotloop.closedloop.workers import EpisodeJob
 from hotloop.errors import ConfigError, HotloopError
 
@@ -38,8 +38,8 @@ RUNNERS_KEPT = 2  # (target, task) builds an actor keeps; older ones are closed
 REPLACEMENTS_PER_SLOT = 2
 
 
-def parse_cluster(text: str) -> str | None:
-    """The address for `ray.init` ("local": start one here; None: `RAY_ADDRESS`), or a ConfigError."""
+def parse_cluster(text: str) -> str:
+    """The address for `ray.init` ("local": start one here), or a ConfigError naming the flag."""
     if text == "ray":
         address = os.environ.get("RAY_ADDRESS")
         if not address:
