@@ -203,7 +203,8 @@ def test_bad_cluster_input_is_one_line_and_exit_2_with_nothing_lost(cluster, tmp
         app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--cluster", "ray:127.0.0.1:1"]
     )
     assert unreachable.exit_code == 2 and "127.0.0.1:1" in unreachable.output
-    assert len(unreachable.output.strip().splitlines()) <= 2  # the "sweep: N cells" line, then the error
+    assert len(unreachable.output.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # checked before the store is made: a retry needs no --resume
     bad = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o2"), "--cluster", "spark://x"])
     assert bad.exit_code == 2 and "spark://x" in bad.output
     memory = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o3"), "--ray-memory-mb", "100"])

@@ -23,9 +23,10 @@ def run_spec(spec: Path, out: Path, resume: bool, options: ExecOptions) -> None:
 
     cells = load_spec(spec, options.workers)
     if options.cluster is not None:
-        from hotloop.cluster.ray_executor import parse_cluster
+        from hotloop.cluster.ray_executor import parse_cluster, probe
 
-        parse_cluster(options.cluster)  # a malformed --cluster fails before the store is touched
+        # A malformed or unreachable --cluster fails before the store is touched.
+        probe(options.cluster, parse_cluster(options.cluster))
     store = ResultsStore.open(out, cells, resume)
     try:
         todo = episodes_of(cells, store.done(), options)
