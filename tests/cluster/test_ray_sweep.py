@@ -207,5 +207,10 @@ def test_bad_cluster_input_is_one_line_and_exit_2_with_nothing_lost(cluster, tmp
     assert not (tmp_path / "o").exists()  # checked before the store is made: a retry needs no --resume
     bad = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o2"), "--cluster", "spark://x"])
     assert bad.exit_code == 2 and "spark://x" in bad.output
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({**SMALL, "latency": ["fixed:0", "fast"]}))
+    value = runner.invoke(app, ["sweep", str(typo), "--out", str(tmp_path / "o4"), "--cluster", cluster])
+    assert value.exit_code == 2 and "'fast'" in value.output and "latency=fast" in value.output
+    assert len(value.output.strip().splitlines()) == 1 and not (tmp_path / "o4").exists()
     memory = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o3"), "--ray-memory-mb", "100"])
     assert memory.exit_code == 2 and "--ray-memory-mb" in memory.output and "--cluster" in memory.output

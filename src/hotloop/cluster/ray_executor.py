@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,17 +267,22 @@ def _run(
         return remote.options(**actor_options).remote()
 
     slots = [_Slot(new_actor()) for _ in range(n_slots)] if todo else []
-    queue: list[Episode] = list(todo)  # in cell order; an actor takes the first of its own cell
+    # Per cell, in cell order: an actor takes the next episode of the cell it ran last, else of the first
+    # cell it has not refused (O(cells) per episode, not O(episodes)).
+    queue: dict[str, deque[Episode]] = {}
+    for ep in todo:
+        queue.setdefault(ep.cell, deque()).append(ep)
     pending: dict[Any, tuple[int, int, Episode]] = {}  # ref -> (slot, generation, episode)
     refused: dict[str, str] = {}
     interrupted = False
 
     def take(slot: _Slot) -> Episode | None:
-        usable = [i for i, e in enumerate(queue) if e.cell not in slot.refused]
-        if not usable:
-            return None
-        same = next((i for i in usable if queue[i].cell == slot.cell), usable[0])
-        return queue.pop(same)
+        if slot.cell is not None and slot.cell not in slot.refused and queue.get(slot.cell):
+            return queue[slot.cell].popleft()
+        for cell, episodes in queue.items():
+            if episodes and cell not in slot.refused:
+                return episodes.popleft()
+        return None
 
     def submit() -> None:
         for i, slot in enumerate(slots):
@@ -337,9 +342,9 @@ def _run(
                         slot.refused = slot.refused | {ep.cell}
                         if all(ep.cell in s.refused for s in slots if s.actor is not None):
                             refused.setdefault(ep.cell, out["why"])
-                            queue[:] = [e for e in queue if e.cell != ep.cell]  # no actor will take these
+                            queue.pop(ep.cell, None)  # no actor will take these
                         else:
-                            queue.insert(0, ep)  # for an actor that has not refused it
+                            queue[ep.cell].appendleft(ep)  # for an actor that has not refused it
                     elif out["kind"] == "config_error":
                         raise ConfigError(f"{labels[ep.cell]}: {out['why']}")
                     else:
