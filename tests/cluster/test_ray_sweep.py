@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -43,9 +44,13 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     small = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
-    c = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
-    c.add_node(**small, resources={"second_node": 1})  # a node process of its own, joining the head
-    c.wait_for_nodes()
+    # The nodes' workers import the test fakes (tests/sim/fakes.py) by name, as local workers do.
+    fakes = str(Path(__file__).resolve().parents[1] / "sim")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (fakes, os.environ.get("PYTHONPATH")) if p))
+        c = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+        c.add_node(**small, resources={"second_node": 1})  # a node process of its own, joining the head
+        c.wait_for_nodes()
     yield f"ray:{c.address}"
     c.shutdown()
 
@@ -91,6 +96,28 @@ def test_ray_gives_the_local_episodes_on_two_nodes_after_a_worker_is_killed(clus
     assert any(r["pid"] not in killed for r in rows)
 
 
+def test_an_episode_that_kills_its_worker_twice_is_an_error_row_and_the_sweep_goes_on(cluster):
+    # fakes:crashing kills its process (os._exit) at the first inference of seed 4, not of seed 3: Ray
+    # restarts the actor and retries the episode once, it dies again, and that is the bound.
+    request = EvalRequest(
+        target="demo:conveyor",
+        task="reach",
+        latency="fixed:0",
+        episodes=2,
+        seed=3,
+        policy_factory="fakes:crashing",
+    )
+    cells = [Cell.of(request)]
+    rows: list[dict] = []
+    options = ExecOptions(cluster=cluster, progress=False)
+    result = execute(cells, episodes_of(cells, set(), options), rows.append, options)
+    assert not result.interrupted and sorted(r["seed"] for r in rows) == [3, 4]
+    by_seed = {r["seed"]: r for r in rows}
+    assert by_seed[3]["outcome"] != "error"
+    assert by_seed[4]["outcome"] == "error" and "seed 4" in by_seed[4]["record"]["error"]
+    assert not by_seed[4]["record"]["failed"]  # a crash is not a policy failure
+
+
 def test_a_node_without_the_artifacts_cpu_feature_refuses_it_by_name(cluster, tmp_path):
     art = tmp_path / "art"
     art.mkdir()
@@ -130,10 +157,15 @@ def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cl
     before = read_rows(out / ROWS_FILE)
     assert 6 <= len(before) < 36
 
-    resumed = _hotloop("sweep", str(spec), "--out", str(out), "--cluster", cluster, "--resume", "--quiet")
-    stdout, stderr = resumed.communicate(timeout=240)
-    assert resumed.returncode == 0, stderr
-    assert f"36 episodes, {len(before)} already stored, {36 - len(before)} to run" in stderr
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    resumed = CliRunner().invoke(
+        app, ["sweep", str(spec), "--out", str(out), "--cluster", cluster, "--resume", "--quiet"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert f"36 episodes, {len(before)} already stored, {36 - len(before)} to run" in resumed.output
     lines = (out / ROWS_FILE).read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
     keys = [(r["cell"], r["seed"]) for r in rows]
@@ -143,10 +175,6 @@ def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cl
 
     results = json.loads((out / "results.json").read_text())
     (out / "results.json").unlink()
-    from typer.testing import CliRunner
-
-    from hotloop.cli import app
-
     report = CliRunner().invoke(app, ["report", str(out)])
     assert report.exit_code == 0, report.output
     rebuilt = json.loads((out / "results.json").read_text())
