@@ -109,7 +109,7 @@ def test_an_episode_that_kills_its_worker_twice_is_an_error_row_and_the_sweep_go
     )
     cells = [Cell.of(request)]
     rows: list[dict] = []
-    options = ExecOptions(cluster=cluster, progress=False)
+    options = ExecOptions(cluster=cluster, progress=False, max_workers=1)  # one worker: CI's CPU time
     result = execute(cells, episodes_of(cells, set(), options), rows.append, options)
     assert not result.interrupted and sorted(r["seed"] for r in rows) == [3, 4]
     by_seed = {r["seed"]: r for r in rows}
@@ -125,7 +125,7 @@ def test_a_node_without_the_artifacts_cpu_feature_refuses_it_by_name(cluster, tm
     (art / "manifest.json").write_text(json.dumps(manifest))
     cells = [Cell.of(EvalRequest(target=str(art), task="reach", latency="fixed:0", episodes=2))]
     rows: list[dict] = []
-    options = ExecOptions(cluster=cluster, progress=False)
+    options = ExecOptions(cluster=cluster, progress=False, max_workers=1)
     result = execute(cells, episodes_of(cells, set(), options), rows.append, options)
     assert rows == []  # not run, not an eager fallback, not an error row a resume would skip
     (why,) = result.refused.values()
@@ -202,10 +202,12 @@ def test_eval_on_the_cluster_writes_what_the_local_pool_writes(cluster, tmp_path
         "--sweep-latency",
         "0,200",
         "--episodes",
-        "2",
+        "1",
         "--quiet",
     ]
-    on_ray = CliRunner().invoke(app, [*args, "--cluster", cluster, "--json", str(tmp_path / "a.json")])
+    on_ray = CliRunner().invoke(
+        app, [*args, "--cluster", cluster, "--max-workers", "1", "--json", str(tmp_path / "a.json")]
+    )
     assert on_ray.exit_code == 0, on_ray.output
     local = CliRunner().invoke(app, [*args, "--workers", "0", "--json", str(tmp_path / "b.json")])
     assert local.exit_code == 0, local.output

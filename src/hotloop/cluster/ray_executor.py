@@ -98,7 +98,7 @@ def connect(text: str) -> tuple[Any, bool]:
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     try:
         ray.init(
-            address=None if address == "local" else address,
+            address=address,  # "local" starts a new head here even when RAY_ADDRESS is set
             logging_level="WARNING",
             log_to_driver=False,
             configure_logging=True,
