@@ -162,7 +162,19 @@ def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cl
     from hotloop.cli import app
 
     resumed = CliRunner().invoke(
-        app, ["sweep", str(spec), "--out", str(out), "--cluster", cluster, "--resume", "--quiet"]
+        app,
+        [
+            "sweep",
+            str(spec),
+            "--out",
+            str(out),
+            "--cluster",
+            cluster,
+            "--resume",
+            "--max-workers",
+            "1",
+            "--quiet",
+        ],
     )
     assert resumed.exit_code == 0, resumed.output
     assert f"36 episodes, {len(before)} already stored, {36 - len(before)} to run" in resumed.output
