@@ -17,6 +17,7 @@ strategies or a latency sweep)::
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -132,36 +133,12 @@ def check_chunk_options(
             raise ConfigError(f"{flag} must be from {low} to {top} for {whose} policy (got {value})")
 
 
-def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
-    """The difficulty an episode really runs at: the one asked for, or the task's default."""
-    if difficulty is not None:
-        return difficulty
-    import importlib
-
-    from hotloop.sim.tasks import default_tasks
-
-    registry = default_tasks()
-    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
-        return None
-    entry = registry.get(task)
-    if not entry.difficulties:
-        return None
-    module, attr = entry.config.split(":")
-    return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
-
-
-def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
-    from hotloop.closedloop.evaluator import summarize
-    from hotloop.closedloop.latency import parse_latency
-    from hotloop.measure.fingerprint import machine_fingerprint
-    from hotloop.progress import Progress
-    from hotloop.realtime.strategies import make_strategy
+def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
+    """The worker's job for `request` (the seed of each episode is passed apart, per episode)."""
     from hotloop.realtime.watchdog import parse_fallback
 
-    latency = parse_latency(request.latency)
     fallback, fallback_target = parse_fallback(request.fallback)
-    threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
-    job = EpisodeJob(
+    return EpisodeJob(
         target=request.target,
         task=request.task,
         difficulty=request.difficulty,
@@ -182,6 +159,33 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         memory_cap_mb=request.memory_cap_mb,
         ensemble_coeff=request.ensemble_coeff,
     )
+
+
+def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
+    """The difficulty an episode really runs at: the one asked for, or the task's default."""
+    if difficulty is not None:
+        return difficulty
+    import importlib
+
+    from hotloop.sim.tasks import default_tasks
+
+    registry = default_tasks()
+    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
+        return None
+    entry = registry.get(task)
+    if not entry.difficulties:
+        return None
+    module, attr = entry.config.split(":")
+    return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
+
+
+def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.progress import Progress
+
+    latency = parse_latency(request.latency)
+    threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
+    job = job_for(request, threads)
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
     k = "" if request.trigger_remaining is None else f" k={request.trigger_remaining}"
@@ -197,6 +201,26 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     with bar:
         records, interrupted = run_episodes(job, seeds, request.workers, on_result)
+    return assemble_run(request, records, interrupted, time.perf_counter() - t0, threads)
+
+
+def assemble_run(
+    request: EvalRequest,
+    records: list[dict[str, Any]],
+    interrupted: bool,
+    wall_s: float,
+    threads: int | None,
+    env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One point's result from its episode records (in seed order), wherever they ran: the local pool,
+    a Ray cluster, or a sweep's results store read back (`env`: the machine, when not this one)."""
+    from hotloop.closedloop.evaluator import summarize
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.realtime.strategies import make_strategy
+
+    latency = parse_latency(request.latency)
+    job = job_for(request, threads)
     described = [r.pop("run") for r in records if "run" in r]  # the same from every episode that ran
     run_info = described[0] if described else {"adaptation": None, "length_unit": None}
     # The strategy as it ran (the policy's horizon and declared defaults), or with a placeholder horizon
@@ -224,11 +248,11 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         **summarize(records),
         **extra,
         "interrupted": interrupted,
-        "wall_s": round(time.perf_counter() - t0, 2),
+        "wall_s": round(wall_s, 2),
         "seeds": [r["seed"] for r in records],  # interrupted: only those that ran
         "request": asdict(request),
         "per_episode": records,
-        "env": machine_fingerprint(threads),
+        "env": env if env is not None else machine_fingerprint(threads),
     }
 
 
@@ -259,13 +283,13 @@ def _with_unit(value: float, unit: str | None, per: str = "") -> str:
     return f"{value:.3g} {unit if unit is not None else 'action units'}{per}"
 
 
-def print_table(runs: list[dict[str, Any]]) -> None:
+def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation") -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="closed-loop evaluation")
+    table = Table(title=title)
     for col in (
         "strategy",
         "latency",
@@ -299,6 +323,14 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(140, Console().width)).print(table)
+    for r in runs:
+        if r.get("duplicate_starts"):  # an env with a finite set of starts: fewer independent trials
+            print(
+                f"note: {r['duplicate_starts']} of {r['completed']} episodes ({run_label(r)}, "
+                f"{r['latency']['spec']}) began in the start state of an earlier episode; they are repeats, "
+                "not independent trials",
+                file=sys.stderr,
+            )
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:

@@ -18,6 +18,12 @@ class ExpertPolicy:
     def __init__(self) -> None:
         self.expert: Any = None
 
+    @property
+    def reads_images(self) -> bool:
+        """Experts read the task's state through the task itself, so the evaluator renders no view for
+        them; an expert that does look at `obs["images"]` says `reads_images = True`."""
+        return bool(getattr(self.expert, "reads_images", False))
+
     def bind_task(self, env: Any) -> None:
         from hotloop.sim.tasks import make_expert
 
