@@ -140,6 +140,8 @@ def test_compile_refuses_a_busy_machine_before_any_work(
     assert not out.exists()
     res = runner.invoke(app, [*COMPILE, "-o", str(out), "--max-load", "nan"])
     assert res.exit_code == 2 and "--max-load must be >= 0" in res.output
+    res = runner.invoke(app, ["compile", "pi05:tinyy", "-o", str(out), "--max-load", "0.5"])
+    assert res.exit_code == 2 and "pi05:tinyy" in res.output and "busy" not in res.output  # the typo first
 
 
 def test_compile_force_records_the_load_and_reserve_cores_is_applied_on_load(

@@ -155,6 +155,11 @@ def compile_cmd(
     check_output_dir(out, "-o")
     if json_path is not None:
         check_output_file(json_path, "--json")
+    # What to compile is checked before the machine's load: a mistyped target is the first thing to say.
+    if is_onnx_target(target):
+        onnx_path(target)
+    else:
+        compilable_entry(target)
     start_load = check_quiet(max_load, force, "hotloop compile")
     if (
         pin is not None
