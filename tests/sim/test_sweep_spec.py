@@ -19,8 +19,8 @@ from hotloop.errors import ConfigError
 def test_axes_expand_and_a_trigger_axis_leaves_one_cell_per_strategy_without_one():
     cells = expand(
         {
-            "target": "expert:scripted",
-            "task": "reach",
+            "target": "demo:conveyor",  # its chunks hold several actions, so a trigger axis is valid
+            "task": "conveyor-pick",
             "strategy": ["sync", "async"],
             "latency": ["fixed:0", "fixed:100"],
             "trigger_remaining": [2, 3],

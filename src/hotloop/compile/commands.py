@@ -124,11 +124,12 @@ def compile_cmd(
     check_search(search)
     threads, pin = apply_reserve(reserve_cores, threads, None)
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    notes: list[str] = []  # said once the input is known to be good (a bad one gets one line)
     chosen_backends = tuple(_split(backends))
     if not chosen_backends:
         chosen_backends = tuple(backend_names())
         if search == "fast" and not is_onnx_target(target):
-            chosen_backends = fast_default_backends(chosen_backends, log)
+            chosen_backends = fast_default_backends(chosen_backends, notes.append)
     config = PlanConfig(
         budget_ms=budget_ms,
         tolerance=parse_tolerance(tolerance),
@@ -171,7 +172,8 @@ def compile_cmd(
         import torch
 
         torch.set_num_threads(threads)
-    log(f"machine load at the start: {start_load.describe()}")
+    # Said once the model is built: input refused on the way stays one line.
+    notes.insert(0, f"machine load at the start: {start_load.describe()}")
     if is_onnx_target(target):
         from hotloop.errors import ConfigError
 
@@ -199,6 +201,8 @@ def compile_cmd(
                 f"calibration: {len(onnx_calib.calibrate)} samples to calibrate, {len(onnx_calib.held_out)} "
                 "held out to judge every candidate on"
             )
+        for note in notes:
+            log(note)
         candidates, best, result = plan_onnx(graph, config, log, onnx_calib)
         result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)
@@ -238,6 +242,8 @@ def compile_cmd(
                 "(`hotloop record --task conveyor-pick --episodes 8 -o FRAMES`) and add --calibration FRAMES "
                 "--precisions fp32,int8"
             )
+        for note in notes:
+            log(note)
         plan = plan_policy(source, config, log)
         result = plan.result
         result["machine_load"] = _load_record(start_load)
