@@ -31,6 +31,8 @@ CHECKPOINT_FILES = (
     "policy_preprocessor.json",
     "policy_postprocessor.json",
 )
+# Part of the checkpoint where the family writes it: the VLM sizes no tensor shows (SmolVLA).
+EXTRA_FILES = ("vlm_config.json",)
 DOC_FILES = ("train.json", "demo.json", "loss.png")
 
 
@@ -112,15 +114,21 @@ def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
     import shutil
 
     short = f"conveyor-{family}"
+    if short not in SHIPPED:
+        raise ConfigError(f"--ship: no demo:{short} target ships; known: {', '.join(SHIPPED)}")
     src = Path(run_dir)
-    stats = []
+    stats, folders = [], []
     for processor in ("policy_preprocessor.json", "policy_postprocessor.json"):
         if (src / processor).is_file():
             for step in json.loads((src / processor).read_text()).get("steps", []):
                 if step.get("state_file"):
                     stats.append(step["state_file"])
-    files = [*CHECKPOINT_FILES, *stats]
+                tokenizer = (step.get("config") or {}).get("tokenizer_name")
+                if step.get("registry_name") == "tokenizer_processor" and tokenizer:
+                    folders.append(tokenizer)  # saved beside the processors (SmolVLA's prompt)
+    files = [*CHECKPOINT_FILES, *stats, *(f for f in EXTRA_FILES if (src / f).is_file())]
     missing = [f for f in files if not (src / f).is_file()]
+    missing += [f"{d}/" for d in folders if not (src / d).is_dir()]
     if missing:
         raise ConfigError(
             f"{src} lacks {', '.join(missing)}; train it first: `hotloop train-demo --family {family} -o {src}`"
@@ -131,6 +139,8 @@ def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
     dest.mkdir(parents=True)
     for name in [*files, *(f for f in DOC_FILES if (src / f).is_file())]:
         shutil.copyfile(src / name, dest / name)
+    for folder in folders:
+        shutil.copytree(src / folder, dest / folder)
     return dest
 
 
