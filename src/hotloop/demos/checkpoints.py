@@ -1,8 +1,9 @@
-"""`demo:conveyor-act` and `demo:conveyor-diffusion`: demo policies shipped as LeRobot checkpoint folders.
+"""`demo:conveyor-act`, `demo:conveyor-diffusion` and `demo:conveyor-smolvla`: demo policies shipped as
+LeRobot checkpoint folders.
 
 Each is a folder in the package assets in LeRobot's layout (`config.json`, `model.safetensors`, the
-policy pre/post-processors and their statistics), written by `hotloop train-demo --family act|diffusion
---ship`. The target is that folder under a short name: every hook delegates to the family's checkpoint
+policy pre/post-processors and their statistics; SmolVLA's also `vlm_config.json` and the tokenizer
+folder), written by `hotloop train-demo --family act|diffusion|smolvla --ship`. The target is that folder under a short name: every hook delegates to the family's checkpoint
 target (`hotloop.families.<family>.checkpoint_targets`), so the demo runs exactly what a user's own
 checkpoint of that family runs, and the folder doubles as an example of one.
 """
@@ -23,6 +24,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 SHIPPED: dict[str, tuple[str, str]] = {
     "conveyor-act": ("act", "demo_conveyor_act"),
     "conveyor-diffusion": ("diffusion", "demo_conveyor_diffusion"),
+    "conveyor-smolvla": ("smolvla", "demo_conveyor_smolvla"),
 }
 # What `--ship` copies: the checkpoint proper, then what documents how it was made.
 CHECKPOINT_FILES = (

@@ -22,9 +22,10 @@ What is this demo's own:
 - every weight is trained from scratch (nothing may be downloaded): config.json says so
   (`load_vlm_weights`, `freeze_vision_encoder` and `train_expert_only` false), and the weights start from
   the recipe of hotloop's named SmolVLA targets (matrices N(0, 1/fan_in), norm scales near 1);
-- the sizes: 64 px views (no resize), patch 8 and pixel shuffle 2 (16 tokens a view), a 2-layer vision
-  tower 64 wide, 4 text layers 128 wide (4 heads, 2 key/value heads), a 96-wide expert: about 1.2 M
-  parameters; chunk 10, 10 flow steps;
+- the sizes: 64 px views (no resize), patch 16 and pixel shuffle 2 (4 tokens a view), a 2-layer vision
+  tower 64 wide, 4 text layers 128 wide (4 heads, 2 key/value heads), a 96-wide expert: 1.24 M
+  parameters; chunk 10 of which 5 run per inference, 10 flow steps; max_state_dim / max_action_dim equal
+  to the state and action widths (no zero padding);
 - the tokenizer: a word-level vocabulary of the dataset's prompts plus SmolVLM's special tokens, saved as
   transformers saves a fast tokenizer (SmolVLM2's 49,280-token vocabulary would be most of the model);
 - the optimiser (`hotloop.train.loop`: AdamW, warm-up and cosine decay, clipping at 10 as LeRobot's preset)
