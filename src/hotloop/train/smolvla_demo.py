@@ -63,7 +63,7 @@ class TrainSmolVLADemoConfig:
     views: tuple[str, ...] = ("top", "wrist")
     image_size: int = 64  # resize_imgs_with_padding (the recorded views are 64 px: no resize)
     # Patch 16 and pixel shuffle 2: 16 patches, 4 tokens a view. The state already holds the box pose and
-    # velocity, and patch 8 (16 tokens a view) cost 4x the vision work and 2.3x the prefix per step.
+    # velocity, and patch 8 (16 tokens a view) took about 2.5x as long per training step.
     patch: int = 16
     scale: int = 2
     vision_width: int = 64
