@@ -353,6 +353,11 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
                 "diffusion",
                 "the shipped LeRobot Diffusion Policy checkpoint trained on conveyor-pick from the top view",
             ),
+            (
+                "smolvla",
+                "the shipped LeRobot SmolVLA checkpoint (1.2 M parameters) trained on conveyor-pick from the top "
+                "and wrist views and the prompt",
+            ),
         )
     ),
 )

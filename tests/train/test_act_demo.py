@@ -202,6 +202,6 @@ def test_train_demo_refuses_pi_options_for_act(tmp_path: Path) -> None:
                          (["--action-prefix-prob", "0.5"], "--action-prefix-prob")):  # fmt: skip
         res = runner.invoke(app, ["train-demo", "--family", "act", "-o", str(tmp_path / "x"), *extra])
         assert res.exit_code == 2 and named in res.output and "--family pi" in res.output
-    res = runner.invoke(app, ["train-demo", "--family", "smolvla", "-o", str(tmp_path / "y")])
-    assert res.exit_code == 2 and "--family 'smolvla' is not known" in res.output
+    res = runner.invoke(app, ["train-demo", "--family", "pi0fast", "-o", str(tmp_path / "y")])
+    assert res.exit_code == 2 and "--family 'pi0fast' is not known" in res.output
     assert not (tmp_path / "y").exists()

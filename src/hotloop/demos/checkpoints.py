@@ -1,8 +1,9 @@
-"""`demo:conveyor-act` and `demo:conveyor-diffusion`: demo policies shipped as LeRobot checkpoint folders.
+"""`demo:conveyor-act`, `demo:conveyor-diffusion` and `demo:conveyor-smolvla`: demo policies shipped as
+LeRobot checkpoint folders.
 
 Each is a folder in the package assets in LeRobot's layout (`config.json`, `model.safetensors`, the
-policy pre/post-processors and their statistics), written by `hotloop train-demo --family act|diffusion
---ship`. The target is that folder under a short name: every hook delegates to the family's checkpoint
+policy pre/post-processors and their statistics; SmolVLA's also `vlm_config.json` and the tokenizer
+folder), written by `hotloop train-demo --family act|diffusion|smolvla --ship`. The target is that folder under a short name: every hook delegates to the family's checkpoint
 target (`hotloop.families.<family>.checkpoint_targets`), so the demo runs exactly what a user's own
 checkpoint of that family runs, and the folder doubles as an example of one.
 """
@@ -23,6 +24,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 SHIPPED: dict[str, tuple[str, str]] = {
     "conveyor-act": ("act", "demo_conveyor_act"),
     "conveyor-diffusion": ("diffusion", "demo_conveyor_diffusion"),
+    "conveyor-smolvla": ("smolvla", "demo_conveyor_smolvla"),
 }
 # What `--ship` copies: the checkpoint proper, then what documents how it was made.
 CHECKPOINT_FILES = (
@@ -31,6 +33,8 @@ CHECKPOINT_FILES = (
     "policy_preprocessor.json",
     "policy_postprocessor.json",
 )
+# Part of the checkpoint where the family writes it: the VLM sizes no tensor shows (SmolVLA).
+EXTRA_FILES = ("vlm_config.json",)
 DOC_FILES = ("train.json", "demo.json", "loss.png")
 
 
@@ -131,15 +135,21 @@ def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
     import shutil
 
     short = f"conveyor-{family}"
+    if short not in SHIPPED:
+        raise ConfigError(f"--ship: no demo:{short} target ships; known: {', '.join(SHIPPED)}")
     src = Path(run_dir)
-    stats = []
+    stats, folders = [], []
     for processor in ("policy_preprocessor.json", "policy_postprocessor.json"):
         if (src / processor).is_file():
             for step in json.loads((src / processor).read_text()).get("steps", []):
                 if step.get("state_file"):
                     stats.append(step["state_file"])
-    files = [*CHECKPOINT_FILES, *stats]
+                tokenizer = (step.get("config") or {}).get("tokenizer_name")
+                if step.get("registry_name") == "tokenizer_processor" and tokenizer:
+                    folders.append(tokenizer)  # saved beside the processors (SmolVLA's prompt)
+    files = [*CHECKPOINT_FILES, *stats, *(f for f in EXTRA_FILES if (src / f).is_file())]
     missing = [f for f in files if not (src / f).is_file()]
+    missing += [f"{d}/" for d in folders if not (src / d).is_dir()]
     if missing:
         raise ConfigError(
             f"{src} lacks {', '.join(missing)}; train it first: `hotloop train-demo --family {family} -o {src}`"
@@ -150,6 +160,8 @@ def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
     dest.mkdir(parents=True)
     for name in [*files, *(f for f in DOC_FILES if (src / f).is_file())]:
         shutil.copyfile(src / name, dest / name)
+    for folder in folders:
+        shutil.copytree(src / folder, dest / folder)
     return dest
 
 

@@ -26,8 +26,8 @@ def train_demo_cmd(
     family: Annotated[
         str,
         typer.Option(
-            help="pi: the pi0.5 demo policies (--variant); act / diffusion: a LeRobot ACT / Diffusion Policy "
-            "checkpoint folder trained on recorded views (a target: `hotloop eval OUT`)"
+            help="pi: the pi0.5 demo policies (--variant); act / diffusion / smolvla: a LeRobot ACT / Diffusion "
+            "Policy / SmolVLA checkpoint folder trained on recorded views (a target: `hotloop eval OUT`)"
         ),
     ] = "pi",
     variant: Annotated[
@@ -46,28 +46,28 @@ def train_demo_cmd(
     views: Annotated[
         str | None,
         typer.Option(
-            help="vision variant, act, diffusion: camera views to train on, comma-separated (default top,wrist; "
-            "diffusion: top)"
+            help="vision variant, act, diffusion, smolvla: camera views to train on, comma-separated (default "
+            "top,wrist; diffusion: top)"
         ),
     ] = None,
 ) -> None:
-    """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion a
-    LeRobot ACT / Diffusion Policy checkpoint) on expert episodes, on CPU."""
+    """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion /
+    smolvla a LeRobot ACT / Diffusion Policy / SmolVLA checkpoint) on expert episodes, on CPU."""
     import dataclasses
 
     from hotloop.errors import ConfigError
     from hotloop.io import check_output_dir
 
-    if family not in ("pi", "act", "diffusion"):
-        raise ConfigError(f"--family {family!r} is not known; use pi, act or diffusion")
+    if family not in ("pi", "act", "diffusion", "smolvla"):
+        raise ConfigError(f"--family {family!r} is not known; use pi, act, diffusion or smolvla")
     if family == "act":
         _train_act(out, steps, episodes, dataset, seed, threads, ship, variant, views, action_prefix_prob,
                    max_action_prefix)  # fmt: skip
         return
-    if family == "diffusion":
+    if family in ("diffusion", "smolvla"):
         if variant is not None or action_prefix_prob is not None or max_action_prefix is not None:
             raise ConfigError(
-                "--family diffusion trains a LeRobot checkpoint: --variant, --action-prefix-prob and "
+                f"--family {family} trains a LeRobot checkpoint: --variant, --action-prefix-prob and "
                 "--max-action-prefix are for the pi demo policies; drop them"
             )
         from hotloop.sim.tasks.gantry import check_views
@@ -78,15 +78,18 @@ def train_demo_cmd(
             else tuple(check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views"))
         )
         check_output_dir(out, "-o")
-        from hotloop.train.diffusion_demo import run_from_cli as diffusion_from_cli
+        if family == "diffusion":
+            from hotloop.train.diffusion_demo import run_from_cli as family_from_cli
+        else:
+            from hotloop.train.smolvla_demo import run_from_cli as family_from_cli
 
-        diffusion_from_cli(
+        family_from_cli(
             out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
         )
         if ship:
             from hotloop.demos.checkpoints import ship as ship_checkpoint
 
-            typer.echo(f"shipped to {ship_checkpoint(out, 'diffusion')} (demo:conveyor-diffusion)")
+            typer.echo(f"shipped to {ship_checkpoint(out, family)} (demo:conveyor-{family})")
         return
     variant = variant or "state"
     if variant not in ("state", "vision"):
