@@ -317,6 +317,13 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             wrap="hotloop.demos.conveyor_vision:wrap_engine_policy",
         ),
     ),
+    (
+        "demo:detector",
+        TargetEntry(
+            "the shipped learned box detector of conveyor-pick (a CNN; --pipeline detector:model=learned)",
+            "hotloop.demos.detector:build_bench",
+        ),
+    ),
     *(
         (
             f"demo:conveyor-{family}",
