@@ -77,9 +77,9 @@ def choose(points: list[CurvePoint], metric: str, budget_ms: float | None) -> Cu
     ]
     best: CurvePoint | None = None
     for p in fits:
-        if best is None or better(metric, float(p.accuracy), float(best.accuracy)):  # type: ignore[arg-type]
-            best = p
-        elif p.accuracy == best.accuracy and (p.deploy_p99 or 0.0) < (best.deploy_p99 or 0.0):
+        acc, best_acc = float(p.accuracy), None if best is None else float(best.accuracy)  # type: ignore[arg-type]
+        faster = best is not None and acc == best_acc and (p.deploy_p99 or 0.0) < (best.deploy_p99 or 0.0)
+        if best_acc is None or better(metric, acc, best_acc) or faster:
             best = p
     return best
 
