@@ -128,7 +128,7 @@ def resample(images: np.ndarray, resolution: int) -> np.ndarray:
     import torch
     import torch.nn.functional as F
 
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
+    x = torch.from_numpy(np.array(images, dtype=np.float32)).permute(0, 3, 1, 2).div_(255.0)
     if x.shape[-1] != resolution:
         mode = "area" if resolution < x.shape[-1] else "bilinear"
         kwargs = {} if mode == "area" else {"align_corners": False}

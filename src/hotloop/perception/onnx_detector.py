@@ -147,7 +147,7 @@ def to_input(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     import torch
     import torch.nn.functional as F
 
-    x = torch.from_numpy(np.ascontiguousarray(image)).float().div_(255.0)
+    x = torch.from_numpy(np.array(image, dtype=np.float32)).div_(255.0)
     x = x[None, None] if x.ndim == 2 else x.permute(2, 0, 1)[None]
     if tuple(x.shape[-2:]) != size:
         mode = "area" if size[0] * size[1] < x.shape[-2] * x.shape[-1] else "bilinear"
