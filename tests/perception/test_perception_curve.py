@@ -6,6 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from hotloop.cli import app
+from hotloop.errors import ConfigError
 from hotloop.perception.curve import CurvePoint, choose
 from hotloop.perception.detector_data import render_frames
 from hotloop.perception.learned_detector import DetectorConfig, DetectorModel, build_network
@@ -137,3 +138,38 @@ def test_box_agreement_matches_boxes_in_native_pixels():
     shifted[0, 0, [0, 2]] += 5.0  # one box off by its width at native scale
     assert box_agreement(ref, shifted, (2.0, 2.0)) == pytest.approx(0.5)
     assert box_agreement(ref, np.zeros((1, 0, 5)), (1.0, 1.0)) == 0.0
+
+
+def test_int8_plan_falls_back_from_the_head_until_the_gate_holds(tmp_path, frames_file):
+    from hotloop.perception.detector_data import load_frames
+    from hotloop.perception.learned_detector import load_detector
+    from hotloop.perception.quantize import parse_tolerance, quantize_detector
+    from hotloop.sim.tasks.conveyor import BOX_HALF
+    from hotloop.sim.tasks.gantry import BELT_TOP
+
+    model = load_detector()  # the shipped demo:detector
+    frames = load_frames(frames_file)
+    gate = parse_tolerance("iou:1.0")  # bit-exact boxes: only float32 layers can promise that
+    manifest = quantize_detector(model, 32, frames, frames, gate, tmp_path / "plan", BELT_TOP + BOX_HALF)
+    convs = manifest["conv_layers"]
+    attempts = manifest["attempts"]
+    assert attempts[0]["fp32_layers"] == [] and attempts[0]["iou"] < 1.0  # all-int8 moves the boxes
+    assert manifest["gate"]["passed"] and manifest["fp32_layers"][0] == convs[-1] == "/head/Conv"
+    assert manifest["fp32_modules"][0] == "head"
+    assert all(a["iou"] < 1.0 for a in attempts[:-1]) and attempts[-1]["iou"] == 1.0
+    assert (tmp_path / "plan" / "model.onnx").is_file()
+    with pytest.raises(ConfigError, match="centre-mm:X"):
+        parse_tolerance("mm:3")
+
+
+def test_curve_draws_the_int8_plan_beside_fp32(tmp_path, frames_file):
+    out = tmp_path / "c.json"
+    args = ["perception-curve", "demo:detector", "--data", str(frames_file), "--resolutions", "32"]
+    args += ["--iters", "3", "--warmup", "0", "--int8", str(tmp_path / "plans"), "--tolerance", "iou:0.5"]
+    r = runner.invoke(app, [*args, "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    q = json.loads(out.read_text())["points"][0]["extra"]["int8"]
+    assert q["gate"]["passed"] and q["gate"]["iou"] >= 0.5 and q["latency_ms"]["p50"] > 0
+    assert q["speed_ratio_p50"] > 0 and 0.0 <= q["accuracy"] <= 1.0
+    manifest = json.loads((tmp_path / "plans" / "32px" / "manifest.json").read_text())
+    assert manifest["speed"]["interleaved"] and manifest["tolerance"] == "iou:0.5"
