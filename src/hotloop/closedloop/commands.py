@@ -95,7 +95,8 @@ def eval_cmd(
     pipeline: Annotated[
         str | None,
         typer.Option(
-            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]; "
+            "detector:model=learned[,resolution=N] for the learned box detector"
         ),
     ] = None,
     memory_cap_mb: Annotated[
