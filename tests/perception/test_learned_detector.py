@@ -65,6 +65,13 @@ def test_the_shipped_detector_beats_the_colour_threshold_on_held_out_seeds():
     assert learned.centre_mm_p50 is not None and colour.centre_mm_p50 is not None
     assert learned.centre_mm_p50 < 4.0 and learned.centre_mm_p50 <= colour.centre_mm_p50 + 0.5
     assert learned.iou > 0.75
+    # As a bench target: one detection on a rendered start frame (seed 1: the box starts in view; in
+    # seed 0 it starts just left of the image and the detector rightly finds nothing).
+    from hotloop.measure.stages import null_timer
+    from hotloop.targets import TargetOptions, default_targets
+
+    case = default_targets().get("demo:detector").build_bench("demo:detector", TargetOptions(seed=1))
+    assert case.run(null_timer()).position is not None and case.info["resolution"] == 64
 
 
 def test_pipeline_spec_takes_the_model_and_its_resolution():
