@@ -173,3 +173,21 @@ def test_curve_draws_the_int8_plan_beside_fp32(tmp_path, frames_file):
     assert q["speed_ratio_p50"] > 0 and 0.0 <= q["accuracy"] <= 1.0
     manifest = json.loads((tmp_path / "plans" / "32px" / "manifest.json").read_text())
     assert manifest["speed"]["interleaved"] and manifest["tolerance"] == "iou:0.5"
+    # The plan runs in the chain's perception layer (ONNX Runtime at its own 32 px) like the float32 one.
+    from hotloop.perception.detector_data import load_frames
+    from hotloop.perception.pipeline import make_detector, parse_pipeline
+
+    frames = load_frames(frames_file)
+    i = int(np.flatnonzero(frames.visible & frames.on_belt)[0])
+    plan = make_detector(
+        parse_pipeline(f"detector:model={tmp_path / 'plans' / '32px'}"), frames.camera, 0.062
+    )
+    fp32 = make_detector(parse_pipeline("detector:model=learned,resolution=32"), frames.camera, 0.062)
+    a, b = plan.detect(frames.images[i]).position, fp32.detect(frames.images[i]).position
+    assert a is not None and b is not None and np.linalg.norm(a - b) < 0.01
+    with pytest.raises(ConfigError, match="built for 32 px"):
+        make_detector(
+            parse_pipeline(f"detector:model={tmp_path / 'plans' / '32px'},resolution=48"),
+            frames.camera,
+            0.062,
+        )

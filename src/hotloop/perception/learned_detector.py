@@ -208,13 +208,48 @@ def load_detector(folder: str | Path | None = None) -> DetectorModel:
 
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_detector"
+PLAN_KIND = "detector-int8-plan"
+
+
+class PlanModel:
+    """A detector plan `perception-curve --int8` wrote (model.onnx + manifest.json), run by ONNX Runtime at
+    its one input resolution; `DetectorModel`'s interface for the pipeline."""
+
+    def __init__(self, folder: Path) -> None:
+        import onnxruntime as ort
+
+        manifest = json.loads((folder / "manifest.json").read_text())
+        raw = dict(manifest["detector"]["config"])
+        raw["resolutions"] = tuple(raw.get("resolutions", DetectorConfig.resolutions))
+        self.config = DetectorConfig(**{**raw, "resolution": int(manifest["resolution"])})
+        self.meta = manifest
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(folder / "model.onnx"), so, providers=["CPUExecutionProvider"]
+        )
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return np.concatenate([self.session.run(None, {"image": row[None]})[0] for row in x])
+
+
+def load_any(folder: str | Path | None) -> Any:
+    """The detector in `folder`: a trained detector (`load_detector`) or an int8 plan (`PlanModel`)."""
+    if folder is not None and (Path(folder) / "manifest.json").is_file():
+        meta = json.loads((Path(folder) / "manifest.json").read_text())
+        if meta.get("kind") != PLAN_KIND:
+            raise ConfigError(
+                f"{folder} holds a manifest.json that is not a detector plan (kind {meta.get('kind')!r})"
+            )
+        return PlanModel(Path(folder))
+    return load_detector(folder)
 
 
 @dataclass
 class LearnedBoxDetector:
     """The learned detector in the pipeline's perception layer (`ColourBoxDetector`'s interface)."""
 
-    model: DetectorModel
+    model: Any  # DetectorModel, or a PlanModel (ONNX Runtime at its own resolution)
     camera: Any  # PinholeCamera at the camera image's size
     plane_z: float
     resolution: int

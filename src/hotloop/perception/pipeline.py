@@ -36,8 +36,9 @@ latency is recorded (`frames` in the record and summary, with the estimate's age
 each decision cycle's perception entry is the latency of the newest frame it used.
 
 Perception model (`model=`, detector only): `colour` (the default, `ColourBoxDetector`), `learned` (the
-shipped CNN `demo:detector`, `hotloop.perception.learned_detector`) or the folder of one `hotloop
-train-demo --variant detector` wrote; `resolution=N` sets the learned detector's input size (the camera
+shipped CNN `demo:detector`, `hotloop.perception.learned_detector`), the folder of one `hotloop
+train-demo --variant detector` wrote, or an int8 plan folder `perception-curve --int8` wrote (run by ONNX
+Runtime at its own resolution); `resolution=N` sets the learned detector's input size (the camera
 image is resampled to N px; default the detector's own, 64).
 
 Spec: `KIND[:key=value,...]`, KIND `detector` or `truth`; keys: perception, estimation, control
@@ -471,9 +472,14 @@ def make_detector(config: PipelineConfig, camera: Any, plane_z: float) -> Any:
 
     if config.model == "colour":
         return ColourBoxDetector(camera, plane_z)
-    from hotloop.perception.learned_detector import LearnedBoxDetector, load_detector
+    from hotloop.perception.learned_detector import LearnedBoxDetector, PlanModel, load_any
 
-    model = load_detector(None if config.model == "learned" else config.model)
+    model = load_any(None if config.model == "learned" else config.model)
+    if isinstance(model, PlanModel) and config.resolution and config.resolution != model.config.resolution:
+        raise ConfigError(
+            f"--pipeline resolution={config.resolution}: the plan in {config.model} was built for "
+            f"{model.config.resolution} px; drop resolution= or use that plan's size"
+        )
     return LearnedBoxDetector(model, camera, plane_z, config.resolution or model.config.resolution)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.perception.learned_detector import PLAN_KIND
 
 TOLERANCE_KINDS = ("iou", "centre-mm")
 
@@ -191,7 +192,7 @@ def quantize_detector(
             break
         excluded.append(nodes[len(nodes) - 1 - len(excluded)])  # the next layer from the output end
     manifest = {
-        "kind": "detector-int8-plan",
+        "kind": PLAN_KIND,
         "precision": "int8" if len(excluded) < len(nodes) else "float32",
         "resolution": resolution,
         "input": {"name": "image", "shape": [1, 3, resolution, resolution]},
