@@ -128,3 +128,17 @@ def test_the_chain_with_the_learned_detector_tracks_the_box_from_pixels():
     err = np.linalg.norm(np.asarray(inner.seen)[:, 4:6] - np.asarray(truths)[:, 4:6], axis=1)
     assert len(err) >= 5 and np.median(err) < 0.008 and err.max() < 0.03
     assert policy.take_episode()["detections"] >= len(err) - 1
+
+
+def test_frames_from_a_recorded_dataset_carry_the_same_labels(tmp_path):
+    from hotloop.datasets.recorder import record
+
+    record("conveyor-pick", 1, tmp_path / "ds", seed=3)
+    recorded = load_frames(tmp_path / "ds")  # a folder: read as a dataset `hotloop record` wrote
+    rendered = render_frames([3], size=64, recovery_starts=0.0, progress=False)
+    n = min(len(recorded), len(rendered))
+    assert n >= 5 and recorded.size == 64
+    np.testing.assert_array_equal(recorded.images[:3], rendered.images[:3])
+    # The recorded state has no box rotation (taken upright): equal while the box rides the belt upright.
+    np.testing.assert_allclose(recorded.centre[:3], rendered.centre[:3], atol=1e-4)
+    np.testing.assert_allclose(recorded.bbox[:3], rendered.bbox[:3], atol=2e-3)
