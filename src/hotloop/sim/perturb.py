@@ -115,7 +115,7 @@ class Perturber:
         model: Any = getattr(env, "model", None)
         if scene and (model is None or not hasattr(env, "config") or "top" not in _camera_names(model)):
             raise ConfigError(
-                f"--perturb {', '.join(scene)} change the MuJoCo scene of a built-in gantry task; task "
+                f"--perturb {', '.join(scene)}: scene perturbations change the MuJoCo scene of a built-in gantry task; task "
                 f"{getattr(env, 'task_name', env)!r} takes the sensor and time ones only"
             )
         if "belt-speed" in self.items and not hasattr(env, "belt_speed"):
