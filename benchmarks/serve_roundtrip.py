@@ -50,11 +50,12 @@ class EchoPolicy:
         return {"actions": np.broadcast_to(obs["state"], (HORIZON, STATE_DIM)).copy()}
 
 
-def _serve(port_queue: Any) -> None:
+def _serve(port_queue: Any, max_connections: int) -> None:
     from hotloop.serve.policies import serve_policy
     from hotloop.serve.server import PolicyServer, ServeConfig
 
-    server = PolicyServer(serve_policy("echo", EchoPolicy()), ServeConfig(port=0))
+    config = ServeConfig(port=0, max_connections=max_connections)
+    server = PolicyServer(serve_policy("echo", EchoPolicy()), config)
 
     async def main() -> None:
         await server.start()
@@ -189,7 +190,8 @@ def main() -> int:
         args.json.touch()
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
-    server = ctx.Process(target=_serve, args=(ports,), daemon=True)
+    # Room for every client and the single-client run (`hotloop serve --max-connections`).
+    server = ctx.Process(target=_serve, args=(ports, args.clients + 1), daemon=True)
     server.start()
     try:
         port = ports.get(timeout=120)

@@ -8,6 +8,9 @@ import pytest
 
 # MuJoCo reads its GL backend at import: headless EGL on machines without a display.
 os.environ.setdefault("MUJOCO_GL", "egl")
+# `hotloop compile` refuses to time on a busy machine; the tests run beside each other (xdist), and time
+# nothing they assert on. The refusal itself is tested with its own --max-load.
+os.environ.setdefault("HOTLOOP_MAX_LOAD", "inf")
 
 
 @pytest.fixture

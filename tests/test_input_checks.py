@@ -45,7 +45,7 @@ def test_an_onnx_input_that_cannot_fit_is_refused_before_any_work(onnx_model: Pa
 
 
 @pytest.mark.parametrize(
-    "flag,value", [("--steps", "4"), ("--views", "2"), ("--buckets", "4"), ("--calibration", "data")]
+    "flag,value", [("--steps", "4"), ("--views", "2"), ("--buckets", "4"), ("--mixed-plan", "plan.json")]
 )
 def test_policy_options_on_an_onnx_target_are_refused(
     onnx_model: Path, tmp_path: Path, flag: str, value: str

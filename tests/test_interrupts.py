@@ -61,3 +61,86 @@ def test_a_nested_block_shares_the_outer_count(run_in_child):
 def test_stop_at_next_boundary_never_raises(run_in_child):
     err = run_in_child(__file__, "stop_at_next_boundary_never_raises")
     assert "stopping after the episode in progress" in err
+
+
+# ---- Ctrl-C while `hotloop` starts (issue 24, defect 6) -------------------------------------------------
+
+
+def _interrupt_cli_when_imported(module: str, *args: str) -> tuple[int, list[str]]:
+    """Start `python -X importtime -m hotloop ARGS`, press Ctrl-C as soon as the child has imported
+    `module` (its import-time line, written the moment that import ends, is the cue: the press lands in
+    the middle of the start-up, not at a guessed time), and return the exit code and the stderr lines
+    that are not import timings."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "hotloop", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stderr is not None
+    lines = []
+    pressed = False
+    for line in child.stderr:
+        lines.append(line.rstrip("\n"))
+        if not pressed and line.startswith("import time:") and line.split("|")[-1].strip() == module:
+            child.send_signal(signal.SIGINT)
+            pressed = True
+    code = child.wait(timeout=120)
+    assert pressed, f"{module} was never imported"
+    return code, [x for x in lines if not x.startswith("import time:")]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "typer.main",  # while the command line itself is imported
+        "mujoco._enums",  # inside the command, while `import mujoco` is under way
+    ],
+)
+def test_ctrl_c_while_starting_exits_130_with_one_line(module: str) -> None:
+    code, err = _interrupt_cli_when_imported(
+        module, "eval", "expert:scripted", "--episodes", "1", "--workers", "0", "--quiet"
+    )
+    assert code == 130 and err == ["interrupted"], (code, err)
+
+
+def test_an_interrupted_bench_writes_the_samples_it_took(tmp_path) -> None:
+    """Issue 24, defect 9: Ctrl-C during the timed iterations writes what was measured to --json (marked
+    interrupted, with its count) and exits 130; the press comes at the progress line for 10 % timed."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "bench.json"
+    iters = 10_000  # the press lands at 1,000: a tenth of a second on a quiet machine, 90 % still to go
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hotloop", "bench", "toy:mlp", "--warmup", "0", "--iters", str(iters),
+         "--threads", "1", "--json", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert child.stderr is not None
+    lines = []
+    for line in child.stderr:
+        lines.append(line.rstrip("\n"))
+        if "(10%)" in line:
+            child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=120) == 130, lines
+    data = json.loads(out.read_text())
+    done = data["completed_iterations"]
+    assert data["interrupted"] is True and data["iterations"] == iters
+    assert iters // 10 <= done < iters and len(data["samples_ms"]) == done
+    assert data["latency_ms"]["p50"] == pytest.approx(sorted(data["samples_ms"])[done // 2], rel=0.5)
+    assert all(len(v) == done for v in data["stage_samples_ms"].values())
+    assert lines[-1] == f"interrupted after {done} of {iters} timed iterations; wrote them to {out}"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import sys
-from pathlib import Path
-from typing import Annotated
+from hotloop.interrupts import INTERRUPTED, exit_while_starting
 
-import typer
+_restore_sigint = exit_while_starting()  # first: Ctrl-C during the imports below is one line, exit 130
 
-from hotloop.cli_errors import user_errors
-from hotloop.errors import UnknownNameError
+import dataclasses  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Any  # noqa: E402
+
+import typer  # noqa: E402
+
+from hotloop.cli_errors import user_errors  # noqa: E402
+from hotloop.errors import UnknownNameError  # noqa: E402
 
 app = typer.Typer(
     name="hotloop",
@@ -87,6 +91,20 @@ def bench(
         typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    contend: Annotated[
+        int,
+        typer.Option(
+            help="also time TARGET beside N busy processes (blocks alternating with quiet ones): p50/p99 "
+            "inflation, as a robot computer's drivers would cause"
+        ),
+    ] = 0,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            help="leave N CPUs to other work: threads = usable CPUs - N, pinned to the others "
+            "(instead of --threads / --pin)"
+        ),
+    ] = None,
     roofline_cache: Annotated[
         Path | None,
         typer.Option(
@@ -120,15 +138,20 @@ def bench(
     from rich.console import Console
 
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
-    from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list, run_bench
+    from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list
+    from hotloop.measure.placement import apply_reserve
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines
     from hotloop.targets import TargetOptions, check_device, find_target
 
+    threads, pin_cpus = apply_reserve(
+        reserve_cores, threads, parse_cpu_list(pin) if pin is not None else None
+    )
     config = BenchConfig(
         warmup=warmup,
         iterations=iters,
         threads=threads,
-        pin=parse_cpu_list(pin) if pin is not None else None,
+        pin=pin_cpus,
+        contend=contend,
         gc_enabled=gc,
         settle_ms=settle_ms,
         progress=not quiet,
@@ -164,7 +187,7 @@ def bench(
             if other_entry is not None and compare
             else None
         )
-        result = run_bench(case, config, other)
+        result = _run_bench_keeping_samples(case, config, other, json_path)
     console = Console()
     console.print(bench_table(result))
     if result.roofline:
@@ -180,6 +203,25 @@ def bench(
     if plot is not None:
         console.print(f"wrote {plot_latency(result, plot)}")
     against.finish(data, cmp, console)
+
+
+def _run_bench_keeping_samples(case: Any, config: Any, other: Any, json_path: Path | None) -> Any:
+    """`run_bench`; on Ctrl-C during the timed iterations the samples measured so far go to --json
+    (marked "interrupted": true, with their count) before exit code 130, instead of being lost."""
+    from hotloop.interrupts import first_interrupt_only
+    from hotloop.io import atomic_write_json
+    from hotloop.measure.bench import BenchInterrupted, run_bench
+
+    with first_interrupt_only():  # a second Ctrl-C cannot cut the save short
+        try:
+            return run_bench(case, config, other)
+        except BenchInterrupted as stop:
+            done = stop.partial["completed_iterations"]
+            where = ""
+            if json_path is not None:
+                where = f"; wrote them to {atomic_write_json(json_path, stop.partial)}"
+            typer.echo(f"interrupted after {done} of {config.iterations} timed iterations{where}", err=True)
+            raise typer.Exit(130) from None
 
 
 def _parse_buckets(text: str | None) -> tuple[int, ...] | None:
@@ -286,6 +328,7 @@ COMMAND_MODULES = (
 )
 for _module in COMMAND_MODULES:
     importlib.import_module(_module).add_commands(app)
+_restore_sigint()  # from here a command's own Ctrl-C handling applies (see `main`, `user_errors`)
 
 
 def _usage_line(exc: Exception) -> str:
@@ -321,6 +364,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except typer.Abort:
         typer.echo("aborted", err=True)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:  # while the commands are assembled, before any of them runs
+        print(INTERRUPTED, file=sys.stderr)
         raise SystemExit(130) from None
     except UnknownNameError as exc:  # raised outside a command (should not happen), still one line
         print(f"error: {exc}", file=sys.stderr)

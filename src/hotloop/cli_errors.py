@@ -1,4 +1,5 @@
-"""How every command reports bad input: one line naming the value and the fix, exit code 2."""
+"""How every command reports bad input: one line naming the value and the fix, exit code 2 (and an
+unhandled Ctrl-C: one line, exit code 130)."""
 
 from __future__ import annotations
 
@@ -23,5 +24,17 @@ def user_errors(fn: F) -> F:
         except HotloopError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C the command did not handle itself: one line, not a silent 130
+            from hotloop.interrupts import INTERRUPTED
+
+            typer.echo(INTERRUPTED, err=True)
+            raise typer.Exit(130) from None
+        except ImportError as exc:  # Ctrl-C inside a C extension's import (MuJoCo's) comes out as this
+            from hotloop.interrupts import INTERRUPTED, caused_by_interrupt
+
+            if not caused_by_interrupt(exc):
+                raise
+            typer.echo(INTERRUPTED, err=True)
+            raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]

@@ -8,6 +8,10 @@ the first press does not make the next one raise again in the outer block's save
 
 Work made of short units (recording expert episodes) uses `stop_at_next_boundary()` instead: Ctrl-C
 never raises there, the loop stops after the unit in progress and writes the rest.
+
+While the command line starts (its imports take a second on a busy machine) nothing is at stake:
+`exit_while_starting()` makes Ctrl-C there exit 130 with one line instead of a traceback from inside
+an import.
 """
 
 from __future__ import annotations
@@ -72,3 +76,37 @@ def stop_at_next_boundary(what: str) -> Iterator[Callable[[], bool]]:
         yield lambda: presses[0] > 0
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+INTERRUPTED = "interrupted"  # the one line a Ctrl-C with nothing to save prints (exit code 130)
+
+
+def _exit_130(signum: int, frame: FrameType | None) -> Any:
+    print(INTERRUPTED, file=sys.stderr, flush=True)
+    raise SystemExit(130)  # not a KeyboardInterrupt: it leaves the import machinery without a traceback
+
+
+def exit_while_starting() -> Callable[[], None]:
+    """Ctrl-C exits 130 with one line until the returned function puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGINT, _exit_130)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C is somewhere in `exc`'s chain: a C extension's module initialisation (MuJoCo's,
+    through pybind11) turns a KeyboardInterrupt raised inside it into "ImportError: initialization
+    failed", which is the user's Ctrl-C, not a broken install."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

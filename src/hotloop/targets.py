@@ -160,6 +160,10 @@ class TargetEntry:
     # observations of `count` episodes (seeds options.seed + i) of the target's own task, as its model
     # sees them; None: the target has no task of its own (its compression is judged on random inputs).
     task_observations: str | None = None
+    # "module:function" called as function(name) -> int | None: the length of the action chunks the
+    # policy returns, read from its files without building it, so that `hotloop eval` checks
+    # --execute-steps / --trigger-remaining against it before seconds of loading. None: known only then.
+    horizon: str | None = None
 
     def _arg(self, name: str) -> str:
         return name if self.full_name else name.split(":", 1)[1]
@@ -186,6 +190,13 @@ class TargetEntry:
         if self.task_observations is None:
             raise ConfigError(f"target {name!r} has no task of its own")
         return _resolve(self.task_observations)(self._arg(name), options, task, count)  # type: ignore[no-any-return]
+
+    def declared_horizon(self, name: str) -> int | None:
+        """The policy's chunk length without building it, or None where only the built policy knows."""
+        if self.horizon is None:
+            return None
+        value = _resolve(self.horizon)(self._arg(name))
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
     def build_source(self, name: str, options: TargetOptions) -> Any:
         if self.source is None:
@@ -291,6 +302,7 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             "the task's scripted expert (privileged state, horizon 1): what the task allows at a latency",
             "hotloop.sim.expert_policy:build_bench",
             "hotloop.sim.expert_policy:build_policy",
+            horizon="hotloop.sim.expert_policy:declared_horizon",
         ),
     ),
     (
@@ -303,6 +315,7 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             data=_DEMO_DATA,
             task_observations=_DEMO_TASK_OBSERVATIONS,
             wrap="hotloop.demos.conveyor:wrap_engine_policy",
+            horizon="hotloop.demos.conveyor:declared_horizon",
         ),
     ),
     (
@@ -315,6 +328,7 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             data=_DEMO_DATA,
             task_observations=_DEMO_TASK_OBSERVATIONS,
             wrap="hotloop.demos.conveyor_vision:wrap_engine_policy",
+            horizon="hotloop.demos.conveyor_vision:declared_horizon",
         ),
     ),
     (
@@ -334,6 +348,7 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
                 source=f"{_DEMO_CHECKPOINTS}:build_source",
                 data=f"{_DEMO_CHECKPOINTS}:build_data",
                 task_observations=f"{_DEMO_CHECKPOINTS}:task_observations",
+                horizon=f"{_DEMO_CHECKPOINTS}:declared_horizon",
             ),
         )
         for family, description in (
@@ -385,7 +400,15 @@ def find_target(name: str) -> TargetEntry:
             f"checkpoint (no {' and no '.join(missing)}); give an artifact from `hotloop compile`, a "
             "checkpoint folder (.../pretrained_model) or a target name (see `hotloop targets`)"
         )
-    return default_targets().get(name)
+    registry = default_targets()
+    if name not in registry and ("/" in name or path.exists()):
+        # A path, not a name: say what a folder target needs instead of listing the names.
+        what = "is a file" if path.exists() else "does not exist"
+        raise ConfigError(
+            f"{name} {what}; a target is a folder (a compiled artifact with manifest.json, or a LeRobot "
+            "checkpoint with config.json and model.safetensors) or a target name (see `hotloop targets`)"
+        )
+    return registry.get(name)
 
 
 def default_targets() -> Registry[TargetEntry]:

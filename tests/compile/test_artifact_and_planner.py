@@ -349,3 +349,69 @@ def test_onnx_file_with_only_pytorch_backends_is_refused(tmp_path: Path) -> None
     )
     assert res.exit_code == 2 and "an ONNX file runs on onnxruntime, openvino or tensorrt" in res.output
     assert not (tmp_path / "a").exists()
+
+
+def _calibration_folder(folder: Path) -> Path:
+    """Smooth images (what a camera gives, unlike white noise) as PNG files, and one .npy stack."""
+    from PIL import Image
+
+    folder.mkdir()
+    gen = torch.Generator().manual_seed(1)
+    for k in range(6):
+        low = torch.rand(1, 3, 6, 8, generator=gen)
+        img = torch.nn.functional.interpolate(low, size=(96, 128), mode="bilinear", align_corners=False)
+        pixels = (img[0].permute(1, 2, 0).numpy() * 255).astype("uint8")
+        Image.fromarray(pixels).save(folder / f"frame{k}.png")
+    import numpy as np
+
+    np.save(folder / "more.npy", torch.rand(2, 1, 3, 96, 128, generator=gen).numpy())
+    return folder
+
+
+def test_onnx_static_int8_from_a_folder_of_images_and_arrays(tmp_path: Path) -> None:
+    """--calibration on an ONNX file: static int8 candidates are calibrated on the folder's inputs and
+    every candidate is judged on its held-out samples; the artifact names the data."""
+    model = _dynamic_fpn_onnx(tmp_path / "fpn.onnx")
+    calib = _calibration_folder(tmp_path / "calib")
+    out, js = tmp_path / "art", tmp_path / "plan.json"
+    res = runner.invoke(
+        app,
+        ["compile", str(model), "--input", "x:1,3,96,128", "-o", str(out), "--json", str(js), "--iters", "2",
+         "--precisions", "fp32,int8", "--backends", "onnxruntime,openvino", "--calibration", str(calib),
+         "--tolerance", "cos:0.9", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    result = json.loads(js.read_text())
+    int8 = {c["backend"]: c for c in result["candidates"] if c["precision"] == "int8"}
+    assert set(int8) == {"onnxruntime", "openvino"}
+    for cand in int8.values():  # prepared from the calibration data and judged, not refused
+        assert cand["status"] in ("accepted", "rejected"), cand
+        assert cand["outputs"] and 0.9 < cand["outputs"][0]["cosine"] < 1.0, cand
+    assert result["checked_on"] == "2 held-out calibration samples"  # 8 samples: every fourth held out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["calibration"]["samples"] == 6 and len(manifest["calibration"]["sha256"]) == 64
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda d: None, "no .npz, .npy or image files"),
+        (lambda d: __import__("numpy").save(d / "a.npy", __import__("numpy").zeros((1, 3, 8, 8))), "a.npy: shape"),
+        (lambda d: (d / "b.png").write_bytes(b"not an image"), "not a readable image"),
+        (lambda d: __import__("numpy").savez(d / "c.npz", y=__import__("numpy").zeros((1, 3, 96, 128))),
+         "no array named x"),
+    ],
+)  # fmt: skip
+def test_onnx_calibration_bad_folder_exits_2(tmp_path: Path, make: object, needle: str) -> None:
+    model = _dynamic_fpn_onnx(tmp_path / "fpn.onnx")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    make(calib)  # type: ignore[operator]
+    out = tmp_path / "art"
+    res = runner.invoke(
+        app,
+        ["compile", str(model), "--input", "x:1,3,96,128", "-o", str(out), "--precisions", "fp32,int8",
+         "--calibration", str(calib), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 2 and needle in " ".join(res.output.split()), res.output
+    assert not out.exists()

@@ -25,7 +25,7 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("m") / "art"
     res = CliRunner().invoke(
         app,
-        ["compile", "toy:mlp", "-o", str(out), "--budget-ms", "1e5", "--backends", "eager,onnxruntime",
+        ["compile", "toy:mlp", "-o", str(out), "--budget-ms", "1e5", "--backends", "onnxruntime",
          "--precisions", "fp32", "--iters", "1", "--warmup", "0", "--threads", "1"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -57,6 +57,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("sub_engines a dict", lambda m: m.update(sub_engines={}), "must be a non-empty list"),
     ("schema as text", lambda m: m.update(schema_version="1"), "must be the integer 1"),
     ("threads 0", lambda m: m.update(threads=0), "field 'threads'"),
+    ("pin a string", lambda m: m.update(pin="0-1"), "field 'pin'"),
+    ("pin empty", lambda m: m.update(pin=[]), "field 'pin'"),
     ("machine a list", lambda m: m.update(machine=[]), "field 'machine'"),
     (
         "features a string",
@@ -117,3 +119,23 @@ def test_an_artifact_keeps_the_umask(artifact: Path) -> None:
     assert (artifact.stat().st_mode & 0o777) == 0o777 & ~mask
     for f in artifact.rglob("*"):
         assert (f.stat().st_mode & 0o777) == ((0o777 if f.is_dir() else 0o666) & ~mask), f
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("input_shapes", [[1, 999]]), ("output_names", ["other"]), ("input_dtypes", ["float64"])],
+)
+def test_recorded_io_that_the_config_does_not_build_is_refused_at_load(
+    artifact: Path, tmp_path: Path, field: str, value: Any
+) -> None:
+    """Issue 24 defect 7: the I/O an entry records is checked against what its config builds."""
+    from hotloop.runtime.engine import Engine
+
+    def change(m: dict[str, Any]) -> None:
+        m["sub_engines"][0][field] = value
+
+    bad = _copy_with(artifact, tmp_path / "io", change)
+    name = json.loads((bad / "manifest.json").read_text())["sub_engines"][0]["name"]
+    with pytest.raises(CheckpointError, match=rf"sub-engine '{name}' records {field} .*recompile"):
+        Engine.load(bad, warmup=0)
+    Engine.load(artifact, warmup=0)  # the untouched artifact still loads

@@ -77,6 +77,21 @@ def test_serve_toy_to_the_openpi_client(openpi_python):
         ),
         (["toy:mlpp"], "Did you mean"),
         (["."], "neither a compiled artifact"),
+        (
+            ["toy:mlp", "--max-message-mb", "nan"],
+            "--max-message-mb must be > 0 and at most 1024 MiB (got nan)",
+        ),
+        (
+            ["toy:mlp", "--max-message-mb", "inf"],
+            "--max-message-mb must be > 0 and at most 1024 MiB (got inf)",
+        ),
+        (["toy:mlp", "--max-message-mb", "1e300"], "at most 1024 MiB (got 1e+300)"),
+        (["toy:mlp", "--max-connections", "0"], "--max-connections must be >= 1"),
+        (["toy:mlp", "--host", ""], "--host is empty, which would listen on every interface"),
+        (
+            ["expert:scripted"],
+            "the scripted expert reads the simulator's own state, which a robot does not send",
+        ),
     ],
 )
 def test_bad_input_is_one_line(args, message):
@@ -93,3 +108,13 @@ def test_port_in_use(tmp_path):
         result = runner.invoke(app, ["serve", "toy:mlp", "--port", str(port)])
     assert result.exit_code == 2, result.output
     assert f"cannot listen on 127.0.0.1:{port}" in result.output and "pick another --port" in result.output
+
+
+def test_api_key_file_that_is_not_text(tmp_path):
+    key = tmp_path / "key"
+    key.write_bytes(b"\xff\xfe\x00 not utf-8")
+    result = runner.invoke(app, ["serve", "toy:mlp", "--api-key-file", str(key)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: --api-key-file {key} is not UTF-8 text; put the token in it " + (
+        "as plain text (e.g. from `openssl rand -hex 32`)"
+    )

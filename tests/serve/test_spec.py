@@ -1,9 +1,20 @@
-"""Observation checks: exact keys and shapes, casts within a kind, finite values, text entries."""
+"""Observation checks: exact keys and shapes, casts within a kind and range, finite values, text entries,
+the RTC keys, and how much of a client's value a message repeats."""
+
+import warnings
 
 import numpy as np
 import pytest
 
-from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, spec_of, zero_observation
+from hotloop.realtime.rtc import rtc_observation_spec
+from hotloop.serve.spec import (
+    ECHO_CHARS,
+    ArraySpec,
+    ObservationError,
+    check_observation,
+    spec_of,
+    zero_observation,
+)
 
 SPEC = {
     "images/top": ArraySpec((4, 4, 3), "uint8"),
@@ -67,3 +78,65 @@ def test_optional_entries_and_free_axes():
     with pytest.raises(ObservationError, match=r"has shape \(3, 5\)"):
         check_observation({**good(), "rtc_prev_actions": np.zeros((3, 5))}, spec)
     assert "rtc_prev_actions" not in zero_observation(spec)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        # Same-kind casts that would wrap or overflow: uint16 256 -> uint8 0, float64 1e300 -> float32 inf.
+        ({"images": {"top": np.full((4, 4, 3), 256, np.uint16)}}, r"\[256, 256\], beyond the range of uint8"),
+        ({"images": {"top": np.arange(48, dtype=np.uint32).reshape(4, 4, 3) * 10}}, r"\[0, 470\]"),
+        ({"state": np.array([0.0, 1e300, 1.0])}, "1e\\+300, beyond the range of float32"),
+        ({"state": [0, -(2**63), 1]}, None),  # int64 fits float32's range: accepted (rounded)
+    ],
+)
+def test_values_beyond_the_spec_dtype_are_refused_without_numpy_warnings(change, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning (overflow in cast) fails the test
+        if match is None:
+            assert check_observation({**good(), **change}, SPEC)["state"][1] == np.float32(-(2**63))
+            return
+        with pytest.raises(ObservationError, match=match):
+            check_observation({**good(), **change}, SPEC)
+
+
+RTC_SPEC = {"state": ArraySpec((3,), "float32"), **rtc_observation_spec(2)}
+
+
+@pytest.mark.parametrize(
+    ("rtc", "match"),
+    [
+        ({"rtc_prev_actions": np.zeros((0, 2))}, "'rtc_prev_actions' has no rows"),
+        ({"rtc_prev_actions": np.zeros((3, 2)), "rtc_delay": -1}, "'rtc_delay' is -1"),
+        ({"rtc_prev_actions": np.zeros((3, 2)), "rtc_delay": np.uint64(2**63)}, "beyond the range of int64"),
+        ({"rtc_prev_actions": np.zeros((3, 2)), "rtc_max_guidance_weight": -5.0}, "is -5; send a guidance"),
+        (
+            {"rtc_prev_actions": np.zeros((3, 2)), "rtc_mode": "fast"},
+            "'rtc_mode' is 'fast'; send one of guided",
+        ),
+        ({"rtc_prev_actions": np.zeros((3, 3))}, r"has shape \(3, 3\)"),
+    ],
+)
+def test_rtc_keys_are_checked_as_the_samplers_take_them(rtc, match):
+    with pytest.raises(ObservationError, match=match):
+        check_observation({"state": np.zeros(3), **rtc}, RTC_SPEC)
+
+
+def test_rtc_keys_the_samplers_take_pass():
+    rtc = {"rtc_prev_actions": np.zeros((1, 2)), "rtc_delay": 0, "rtc_max_guidance_weight": 0.0}
+    for mode in ("guided", "prefix", "soft-prefix"):
+        out = check_observation({"state": np.zeros(3), **rtc, "rtc_mode": mode}, RTC_SPEC)
+        assert out["rtc_mode"] == mode and out["rtc_delay"].dtype == np.int64
+
+
+def test_a_clients_values_are_echoed_clipped():
+    huge = "k" * 1_000_000
+    cases = [
+        ({**good(), huge: np.zeros(1)}, "unknown key"),
+        ({**good(), **{f"extra{i}": 0 for i in range(10_000)}}, "and 9995 more"),
+        ({"state": np.zeros(3), "rtc_prev_actions": np.zeros((1, 2)), "rtc_mode": huge}, "'rtc_mode' is"),
+    ]
+    for obs, needle in cases:
+        with pytest.raises(ObservationError, match=needle) as err:
+            check_observation(obs, RTC_SPEC if "rtc_mode" in obs else SPEC)
+        assert len(str(err.value)) < 3 * ECHO_CHARS + 200, len(str(err.value))

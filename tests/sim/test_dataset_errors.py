@@ -108,7 +108,90 @@ CASES: list[tuple[str, Damage, str]] = [
     ("no episodes", lambda r: (r / EPISODES).unlink(), r"no episode files under meta/episodes/"),
     ("no tasks", lambda r: (r / "meta/tasks.parquet").unlink(), r"tasks.parquet is missing"),
     ("bad stats", lambda r: (r / "meta/stats.json").write_text("nope"), r"stats.json is not valid JSON"),
+    # issue 24, defects 6 and 7: values that used to crash deep inside, or be read in silence
+    (
+        "huge data_path width",
+        lambda r: _info(r, data_path="data/chunk-{chunk_index:999999999d}/file-{file_index:03d}.parquet"),
+        r"'data_path' pads chunk_index to 999999999 digits; at most 20",
+    ),
+    (
+        "data_path field",
+        lambda r: _info(r, data_path="data/{chunk_index.real}.parquet"),
+        r"'data_path' must be a pattern like",
+    ),
+    (
+        "shape not a width",
+        lambda r: _info(r, features={**_features(r), "action": {"dtype": "float32", "shape": "1"}}),
+        r"features\['action'\]\['shape'\] must be \[N\]",
+    ),
+    (
+        "stats mean text",
+        lambda r: _stats(r, "observation.state", mean="abc"),
+        r"observation.state.mean must be a list of 2 finite numbers",
+    ),
+    (
+        "stats std too short",
+        lambda r: _stats(r, "action", std=[]),
+        r"action.std must be a list of 1 finite numbers",
+    ),
+    ("stats entry a list", lambda r: _stats(r, "action", whole=[1.0]), r"'action' must be an object"),
+    (
+        "state narrower than features",
+        lambda r: _columns(
+            r, lambda t: t.set_column(0, "observation.state", _narrow(t, "observation.state"))
+        ),
+        r"episode 0: observation.state rows hold 1 numbers but meta/info.json's features say 2",
+    ),
+    (
+        "features wider than state",
+        lambda r: (
+            (r / "meta/stats.json").unlink(),  # (stats of the old width are refused first)
+            _info(r, features={**_features(r), "action": {"dtype": "float32", "shape": [3]}}),
+        ),
+        r"episode 0: action rows hold 1 numbers but meta/info.json's features say 3",
+    ),
+    (
+        "episode row twice",
+        lambda r: _rows(r / EPISODES, lambda rows: rows + rows[:1]),
+        r"episode_index 0 listed more than once \(1 episode\(s\)\)",
+    ),
+    (
+        "frames twice",
+        lambda r: _rows(r / DATA, lambda rows: rows + [x for x in rows if x["episode_index"] == 0]),
+        r"episode 0 has 6 frames in its data file but its episode row says length 3",
+    ),
 ]
+
+
+def _features(root: Path) -> dict[str, Any]:
+    return dict(json.loads((root / "meta" / "info.json").read_text())["features"])
+
+
+def _stats(root: Path, key: str, whole: Any = None, **fields: Any) -> None:
+    path = root / "meta" / "stats.json"
+    stats = json.loads(path.read_text())
+    stats[key] = whole if whole is not None else {**stats[key], **fields}
+    path.write_text(json.dumps(stats))
+
+
+def _rows(path: Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    pq.write_table(pa.Table.from_pylist(change(table.to_pylist()), schema=table.schema), path)
+
+
+def _columns(root: Path, change: Callable[[Any], Any]) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.read_table(root / DATA)), root / DATA)
+
+
+def _narrow(table: Any, column: str) -> Any:
+    import pyarrow as pa
+
+    return pa.array([row[:1] for row in table.column(column).to_pylist()], type=pa.list_(pa.float32()))
 
 
 @pytest.mark.parametrize(("label", "damage", "match"), CASES, ids=[c[0] for c in CASES])
@@ -174,3 +257,29 @@ def test_any_truncated_parquet_reads_or_gives_one_line(ds: Path, which: str, kee
     path.write_bytes(original[: int(len(original) * keep)])
     _reads_or_names_it(ds)
     path.write_bytes(original)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compress", "pi05:tiny", "--recipe", "quantize", "--quiet", "--data"],
+        ["compile", "pi05:tiny", "--budget-ms", "1e5", "--backends", "eager", "--calibration"],
+    ],
+    ids=["compress", "compile"],
+)
+def test_compile_and_compress_refuse_a_state_column_features_do_not_describe(
+    ds: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """Issue 24, defect 7: data whose state rows are narrower than `features` says is refused by name
+    (it used to be read as it came, for a model sized by `features`)."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    _columns(ds, lambda t: t.set_column(0, "observation.state", _narrow(t, "observation.state")))
+    out = tmp_path / "art"
+    res = CliRunner().invoke(app, [*command[:2], "-o", str(out), *command[2:], str(ds)])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "observation.state rows hold 1 numbers but" in line, res.output
+    assert not out.exists()

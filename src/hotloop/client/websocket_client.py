@@ -80,6 +80,13 @@ class PolicyClient:
 
         payload = self._packer.pack(obs)  # a bad type fails here, before anything is sent
         ws = self._ws if self._ws is not None else self._connect()
+        limit = self.metadata.get("max_message_bytes")
+        if isinstance(limit, int) and len(payload) > limit:
+            # The server would close the connection on it (code 1009, before reading it): say so here.
+            raise ServerError(
+                f"error: the observation is {len(payload)} bytes, over the server's limit of {limit} "
+                "(--max-message-mb); not sent: send smaller images"
+            )
         start = time.perf_counter()
         try:
             ws.send(payload)

@@ -231,6 +231,15 @@ def request_views(env: Any, policy: Any) -> tuple[str, ...]:
     return tuple(wanted)
 
 
+def reads_images(policy: Any) -> bool:
+    """Whether `policy` looks at camera images: an adapted policy only when it maps a view; a policy that
+    says `reads_images = False` (a state-only scripted expert) never; any other policy, to be safe, does.
+    The evaluator renders views only for a policy that reads them."""
+    if isinstance(policy, AdaptedPolicy):
+        return bool(policy.adaptation.views)
+    return bool(getattr(policy, "reads_images", True))
+
+
 def policy_spec_of(policy: Any) -> PolicySpec | None:
     spec = getattr(policy, "spec", None)
     return spec if isinstance(spec, PolicySpec) else None

@@ -13,6 +13,14 @@ import typer
 
 from hotloop.cli_errors import user_errors
 
+CLUSTER_OPTION = typer.Option(
+    help="run on Ray: ray:local (start one here), ray://HOST:PORT, ray:HOST:PORT, or ray (RAY_ADDRESS); "
+    "default: the local worker pool (docs/sweep.md)"
+)
+RAY_CPUS_OPTION = typer.Option(help="CPUs each Ray worker holds (its torch threads)")
+RAY_MEMORY_OPTION = typer.Option(help="memory each Ray worker reserves, MiB (scheduling)")
+MAX_WORKERS_OPTION = typer.Option(help="at most this many Ray workers (default: as many as the CPUs hold)")
+
 
 def eval_cmd(
     target: Annotated[
@@ -133,6 +141,10 @@ def eval_cmd(
             envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
         ),
     ] = None,
+    cluster: Annotated[str | None, CLUSTER_OPTION] = None,
+    ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
+    ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
+    max_workers: Annotated[int | None, MAX_WORKERS_OPTION] = None,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks.
 
@@ -174,12 +186,57 @@ def eval_cmd(
             baseline=baseline,
             fail_on_regression=fail_on_regression,
             history=history,
+            cluster=cluster,
+            ray_cpus_per_worker=ray_cpus_per_worker,
+            ray_memory_mb=ray_memory_mb,
+            max_workers=max_workers,
         )
     )
 
 
+def sweep_cmd(
+    spec: Annotated[Path, typer.Argument(help="the grid: a .yaml or .json file (docs/sweep.md)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="the results store and report folder")],
+    resume: Annotated[
+        bool, typer.Option("--resume", help="run only the episodes the --out folder does not hold yet")
+    ] = False,
+    workers: Annotated[int, typer.Option(help="local worker processes (0 = in this process)")] = 2,
+    cluster: Annotated[str | None, CLUSTER_OPTION] = None,
+    ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
+    ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
+    max_workers: Annotated[int | None, MAX_WORKERS_OPTION] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """A closed-loop grid (axes x values, a seed range per cell) on the local pool or a Ray cluster.
+
+    Every finished episode is appended to OUT/episodes.jsonl as it arrives; --resume runs only what is
+    missing. The tables go to stdout; OUT/results.json, OUT/plots/ and OUT/report.html are rebuilt from
+    the store at the end (and by `hotloop report OUT`). Exit codes as `hotloop eval`.
+    """
+    from hotloop.closedloop.sweep import exec_options
+    from hotloop.closedloop.sweep_run import run_spec
+
+    if workers < 0:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(f"--workers must be >= 0 (got {workers})")
+    options = exec_options(cluster, workers, ray_cpus_per_worker, ray_memory_mb, max_workers, quiet)
+    run_spec(spec, out, resume, options)
+
+
+def report_cmd(
+    out: Annotated[Path, typer.Argument(help="a `hotloop sweep` --out folder")],
+) -> None:
+    """Rebuild a sweep's tables, results.json, plots and report.html from its results store alone."""
+    from hotloop.closedloop.report import write_report
+
+    write_report(out)
+
+
 def add_commands(app: typer.Typer) -> None:
     app.command("eval")(user_errors(eval_cmd))
+    app.command("sweep")(user_errors(sweep_cmd))
+    app.command("report")(user_errors(report_cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ strategies or a latency sweep)::
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +25,16 @@ from typing import Any
 
 from hotloop.closedloop.workers import EpisodeJob, run_episodes
 from hotloop.errors import ConfigError
+
+MAX_EPISODES = 1_000_000  # per point: days of simulation; beyond that, a typo
+WORKERS_PER_CPU = 4
+
+
+def max_workers() -> int:
+    """The most evaluation worker processes worth starting here."""
+    import os
+
+    return WORKERS_PER_CPU * len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)
@@ -51,19 +62,32 @@ class EvalRequest:
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
 
     def __post_init__(self) -> None:
-        # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags).
-        from hotloop.targets import MAX_SEED
+        # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags), the
+        # high ones too: a typo's extra zeros must not first spend seconds loading the policy, or start
+        # hundreds of worker processes that each load it.
+        from hotloop.targets import MAX_SEED, OPTION_LIMITS
 
         for flag, value, low in (
             ("--episodes", self.episodes, 1),
             ("--seed", self.seed, 0),
             ("--workers", self.workers, 0),
-            ("--steps", self.num_steps, 1),
-            ("--execute-steps", self.execute_steps, 1),
-            ("--trigger-remaining", self.trigger_remaining, 0),
         ):
             if value is not None and value < low:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
+        if self.episodes > MAX_EPISODES:
+            raise ConfigError(f"--episodes must be from 1 to {MAX_EPISODES:,} (got {self.episodes:,})")
+        most = max_workers()
+        if self.workers > most:
+            raise ConfigError(
+                f"--workers must be from 0 to {most} (got {self.workers}): {WORKERS_PER_CPU} per CPU this "
+                "process may use; more only take turns, each holding its own copy of the policy"
+            )
+        steps = OPTION_LIMITS["num_steps"]  # what the target would refuse once loaded, said now
+        if self.num_steps is not None and not 1 <= self.num_steps <= steps:
+            raise ConfigError(f"--steps must be an integer from 1 to {steps} (got {self.num_steps})")
+        # A --policy-factory policy declares nothing before it is built.
+        target = self.target if self.policy_factory is None else None
+        check_chunk_options(target, self.execute_steps, self.trigger_remaining)
         if self.memory_cap_mb is not None:
             from hotloop.runtime.memory import check_cap
 
@@ -74,36 +98,48 @@ class EvalRequest:
             )
 
 
-def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
-    """The difficulty an episode really runs at: the one asked for, or the task's default."""
-    if difficulty is not None:
-        return difficulty
-    import importlib
+def check_chunk_options(
+    target: str | None,
+    execute_steps: int | None,
+    trigger_remaining: int | None,
+    trigger_flag: str = "--trigger-remaining",
+) -> None:
+    """--execute-steps in [1, H], --trigger-remaining in [0, H - 1] for a policy of chunk length H:
+    checked before the policy loads where the target declares H (`TargetEntry.horizon`); otherwise the
+    lower bounds here and the upper ones at the policy's first chunk. `target` None: a policy that
+    declares nothing before it is built."""
+    from hotloop.errors import HotloopError
+    from hotloop.targets import find_target
 
-    from hotloop.sim.tasks import default_tasks
+    horizon = None
+    if target is not None and (execute_steps is not None or trigger_remaining is not None):
+        try:
+            horizon = find_target(target).declared_horizon(target)
+        except HotloopError:
+            horizon = None  # an unknown target is named by the checks that need it
+    for flag, value, low, high in (
+        ("--execute-steps", execute_steps, 1, horizon),
+        (trigger_flag, trigger_remaining, 0, None if horizon is None else horizon - 1),
+    ):
+        if value is None:
+            continue
+        if high is not None and not low <= value <= high:
+            held = f"{horizon} action{'s' if horizon != 1 else ''}"
+            raise ConfigError(
+                f"{flag} must be in [{low}, {high}] (got {value}): {target}'s chunks hold {held}"
+            )
+        if value < low:
+            top = "its chunk length" if low == 1 else "its chunk length - 1"
+            whose = f"{target}'s" if target else "the"
+            raise ConfigError(f"{flag} must be from {low} to {top} for {whose} policy (got {value})")
 
-    registry = default_tasks()
-    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
-        return None
-    entry = registry.get(task)
-    if not entry.difficulties:
-        return None
-    module, attr = entry.config.split(":")
-    return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
 
-
-def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
-    from hotloop.closedloop.evaluator import summarize
-    from hotloop.closedloop.latency import parse_latency
-    from hotloop.measure.fingerprint import machine_fingerprint
-    from hotloop.progress import Progress
-    from hotloop.realtime.strategies import make_strategy
+def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
+    """The worker's job for `request` (the seed of each episode is passed apart, per episode)."""
     from hotloop.realtime.watchdog import parse_fallback
 
-    latency = parse_latency(request.latency)
     fallback, fallback_target = parse_fallback(request.fallback)
-    threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
-    job = EpisodeJob(
+    return EpisodeJob(
         target=request.target,
         task=request.task,
         difficulty=request.difficulty,
@@ -125,6 +161,33 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         ensemble_coeff=request.ensemble_coeff,
         perturb=request.perturb,
     )
+
+
+def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
+    """The difficulty an episode really runs at: the one asked for, or the task's default."""
+    if difficulty is not None:
+        return difficulty
+    import importlib
+
+    from hotloop.sim.tasks import default_tasks
+
+    registry = default_tasks()
+    if task not in registry:  # a task from elsewhere (a gymnasium env, a plugin): no difficulty levels
+        return None
+    entry = registry.get(task)
+    if not entry.difficulties:
+        return None
+    module, attr = entry.config.split(":")
+    return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
+
+
+def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.progress import Progress
+
+    latency = parse_latency(request.latency)
+    threads = 1 if request.workers >= 1 else None  # one core per worker; 2 workers fill 2 cores
+    job = job_for(request, threads)
     job.scheduler_config()  # bad --blend / --fallback / --deadline-ms: fail before any episode
     seeds = [request.seed + i for i in range(request.episodes)]
     k = "" if request.trigger_remaining is None else f" k={request.trigger_remaining}"
@@ -140,6 +203,26 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     with bar:
         records, interrupted = run_episodes(job, seeds, request.workers, on_result)
+    return assemble_run(request, records, interrupted, time.perf_counter() - t0, threads)
+
+
+def assemble_run(
+    request: EvalRequest,
+    records: list[dict[str, Any]],
+    interrupted: bool,
+    wall_s: float,
+    threads: int | None,
+    env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One point's result from its episode records (in seed order), wherever they ran: the local pool,
+    a Ray cluster, or a sweep's results store read back (`env`: the machine, when not this one)."""
+    from hotloop.closedloop.evaluator import summarize
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.measure.fingerprint import machine_fingerprint
+    from hotloop.realtime.strategies import make_strategy
+
+    latency = parse_latency(request.latency)
+    job = job_for(request, threads)
     described = [r.pop("run") for r in records if "run" in r]  # the same from every episode that ran
     run_info = described[0] if described else {"adaptation": None, "length_unit": None}
     # The strategy as it ran (the policy's horizon and declared defaults), or with a placeholder horizon
@@ -171,11 +254,11 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
         **summarize(records),
         **extra,
         "interrupted": interrupted,
-        "wall_s": round(time.perf_counter() - t0, 2),
+        "wall_s": round(wall_s, 2),
         "seeds": [r["seed"] for r in records],  # interrupted: only those that ran
         "request": asdict(request),
         "per_episode": records,
-        "env": machine_fingerprint(threads),
+        "env": env if env is not None else machine_fingerprint(threads),
     }
 
 
@@ -208,13 +291,13 @@ def _with_unit(value: float, unit: str | None, per: str = "") -> str:
     return f"{value:.3g} {unit if unit is not None else 'action units'}{per}"
 
 
-def print_table(runs: list[dict[str, Any]]) -> None:
+def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation") -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="closed-loop evaluation")
+    table = Table(title=title)
     for col in (
         "strategy",
         "latency",
@@ -248,6 +331,14 @@ def print_table(runs: list[dict[str, Any]]) -> None:
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(140, Console().width)).print(table)
+    for r in runs:
+        if r.get("duplicate_starts"):  # an env with a finite set of starts: fewer independent trials
+            print(
+                f"note: {r['duplicate_starts']} of {r['completed']} episodes ({run_label(r)}, "
+                f"{r['latency']['spec']}) began in the start state of an earlier episode; they are repeats, "
+                "not independent trials",
+                file=sys.stderr,
+            )
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:

@@ -24,6 +24,7 @@ from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
 from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
 from hotloop.realtime.strategies import Strategy
+from hotloop.sim.tasks.protocol import check_observation, start_digest
 
 SAMPLE_TICKS = 5  # the end effector is sampled every 5 ticks (10 ms) for the jerk metric
 
@@ -39,10 +40,18 @@ class SimPlant:
     failed: bool = False
     frame_ticks: int = 0  # > 0: a camera frame every this many ticks goes to `on_frame` (rendered)
     on_frame: Callable[[dict[str, Any]], None] | None = None
+    render: bool = True  # False: the policy reads no image (a state-only expert), so none is rendered
     _action: np.ndarray | None = None
 
     def observe(self) -> dict[str, Any]:
-        return dict(self.env.observe())
+        obs = dict(self.env.observe()) if self.render else dict(self.env.observe(render=False))
+        return check_observation(obs, getattr(self.env, "task_name", "the task"), self.env.tick)
+
+    def frame(self) -> dict[str, Any]:
+        """A rendered observation whatever the policy reads (a camera-rate perception layer's frame)."""
+        return check_observation(
+            dict(self.env.observe()), getattr(self.env, "task_name", "the task"), self.env.tick
+        )
 
     def hold_action(self) -> np.ndarray:
         return np.asarray(self.env.hold_action())
@@ -62,9 +71,9 @@ class SimPlant:
             if env.tick % self.sample == 0:
                 self.ee.append(env.ee_pos())
             if self.frame_ticks and env.tick % self.frame_ticks == 0 and self.on_frame is not None:
-                self.on_frame(self.observe())  # the camera runs whatever the policy is doing
-            if self.success or self.failed:
-                return True
+                self.on_frame(self.frame())  # the camera runs whatever the policy is doing
+            if self.success or self.failed or env.timed_out:
+                return True  # timed out: the task's own end (a gym env's truncation) comes first
         return False
 
 
@@ -80,14 +89,18 @@ def run_episode(
     fallback_policy: Any = None,
     frame_ticks: int = 0,
     on_frame: Callable[[dict[str, Any]], None] | None = None,
+    render: bool = True,
 ) -> dict[str, Any]:
     """Run one episode; returns its record (see `summarize` for the fields). `trace=True` adds
     `trace`: one (start_tick, end_tick, chunk_id, action_index) per executed segment, index -1 = hold,
     `inference_ticks`: one (obs_tick, ready_tick) per inference, and `actions_by_tick` (one commanded
     action per physics tick). `config` sets blending and the watchdog (defaults: latest-only, hold).
     `on_frame`: called with a rendered observation every `frame_ticks` ticks from tick 0 (a camera-rate
-    perception layer, see perception/pipeline.py)."""
-    env.reset(seed=seed)
+    perception layer, see perception/pipeline.py). `render=False`: the policy reads no image, so the
+    observations it gets are not rendered (`hotloop.closedloop.adapter.reads_images`).
+    A non-finite observation raises `TaskFault` (the episode is an error, not a failure)."""
+    obs, _ = env.reset(seed=seed)
+    check_observation(obs, getattr(env, "task_name", "the task"), 0)
     policy.reset()
     if fallback_policy is not None:
         fallback_policy.reset()
@@ -101,6 +114,7 @@ def run_episode(
         action_dim=env.action_space.shape[0],
         config=config,
         fallback_policy=fallback_policy,
+        action_bounds=(np.asarray(env.action_space.low), np.asarray(env.action_space.high)),
     )
     engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
     plant = SimPlant(
@@ -109,9 +123,11 @@ def run_episode(
         sample=min(SAMPLE_TICKS, env.config.ticks_per_control),
         frame_ticks=frame_ticks if on_frame is not None else 0,
         on_frame=on_frame,
+        render=render,
     )
+    start = start_digest(obs)
     if plant.frame_ticks and on_frame is not None:
-        on_frame(plant.observe())  # the frame at tick 0
+        on_frame(plant.frame())  # the frame at tick 0
     segments: list[tuple[int, int, int, int]] = []
     by_tick: list[np.ndarray] = []
     engine_ticks = 0  # ticks commanded from the fallback engine's chunks
@@ -130,6 +146,7 @@ def run_episode(
     latencies, measured, jumps = engine.latencies_ms, engine.measured_ms, scheduler.jumps
     record: dict[str, Any] = {
         "seed": seed,
+        "start": start,
         "success": bool(success),
         "failed": bool(failed),
         "timed_out": not success and not failed,
@@ -155,6 +172,13 @@ def run_episode(
         record["actions_by_tick"] = np.asarray(by_tick)
         record["events"] = list(scheduler.watchdog.events)
     return record
+
+
+def duplicate_starts(records: list[dict[str, Any]]) -> int:
+    """Episodes whose start state an earlier episode already had (an env with a finite set of
+    configurations): they are not independent trials."""
+    starts = [r["start"] for r in records if r.get("start")]
+    return len(starts) - len(set(starts))
 
 
 def failed_record(seed: int, error: str) -> dict[str, Any]:
@@ -188,6 +212,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     mean jump (m) of the commanded position at chunk boundaries, over all boundaries of all episodes;
     chunk_jump_per_s = those jumps summed, per second of episode time (m/s): the per-boundary mean
     alone flatters a strategy that replans often (more, smaller jumps), this one does not.
+    `duplicate_starts`: completed episodes that began in the start state of an earlier one.
     """
     crashed = [r for r in records if r.get("error")]
     ran = [r for r in records if not r.get("error")]
@@ -206,6 +231,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "failures": n - wins,
         "errors": len(crashed),
         "error_seeds": [r["seed"] for r in crashed],
+        "duplicate_starts": duplicate_starts(ran),
         "success_rate": wins / n if n else 0.0,
         "success_ci95": [lo, hi],
         "task_time_s": mean_std(times),

@@ -200,6 +200,21 @@ class EvalSweep:
     history: Path | None = None
     perturb: str | None = None  # --perturb: applied to every point
     sweep_perturb: str | None = None  # --sweep-perturb: one point per perturbation, beside an unperturbed one
+    cluster: str | None = None  # None: the local worker pool; "ray:local", "ray://HOST:PORT", ...
+    ray_cpus_per_worker: float = 1.0
+    ray_memory_mb: float | None = None
+    max_workers: int | None = None
+
+    def exec_options(self) -> Any:
+        """The executor for this run, checked (a Ray option without --cluster is an error, not ignored)."""
+        return exec_options(
+            self.cluster,
+            self.workers,
+            self.ray_cpus_per_worker,
+            self.ray_memory_mb,
+            self.max_workers,
+            self.quiet,
+        )
 
     @property
     def single(self) -> bool:
@@ -209,7 +224,7 @@ class EvalSweep:
     def requests(self) -> list[Any]:
         """The points to run (strategy x trigger x latency), every option checked first: a bad value
         is a ConfigError naming its flag before any episode runs."""
-        from hotloop.closedloop.eval_run import EvalRequest
+        from hotloop.closedloop.eval_run import EvalRequest, check_chunk_options
         from hotloop.closedloop.latency import parse_latency
         from hotloop.errors import ConfigError
         from hotloop.realtime.strategies import default_strategies
@@ -260,6 +275,7 @@ class EvalSweep:
             triggers = list(_parse_triggers(self.sweep_trigger))
         for k in triggers:
             flag = "--sweep-trigger" if self.sweep_trigger is not None else "--trigger-remaining"
+            check_chunk_options(self.target, self.execute_steps, k, flag)  # the policy's own range, first
             _check_strategy_options(
                 names,
                 self.execute_steps,
@@ -302,6 +318,80 @@ class EvalSweep:
         return requests
 
 
+def exec_options(
+    cluster: str | None,
+    workers: int,
+    cpus_per_worker: float,
+    memory_mb: float | None,
+    max_workers: int | None,
+    quiet: bool,
+) -> Any:
+    """`ExecOptions` from the command's flags, each checked against the others."""
+    import math
+
+    from hotloop.closedloop.execution import ExecOptions
+    from hotloop.errors import ConfigError
+
+    if cluster is None:
+        for flag, value, default in (
+            ("--ray-cpus-per-worker", cpus_per_worker, 1.0),
+            ("--ray-memory-mb", memory_mb, None),
+            ("--max-workers", max_workers, None),
+        ):
+            if value != default:
+                raise ConfigError(
+                    f"{flag} {value:g} sizes Ray workers; add --cluster ray:local (or ray://HOST:PORT) or drop it"
+                )
+    else:
+        from hotloop.cluster.ray_executor import parse_cluster
+
+        parse_cluster(cluster)
+        if not (math.isfinite(cpus_per_worker) and cpus_per_worker > 0):
+            raise ConfigError(
+                f"--ray-cpus-per-worker {cpus_per_worker:g}: give a positive number of CPUs, e.g. 1"
+            )
+        if memory_mb is not None and not (math.isfinite(memory_mb) and memory_mb > 0):
+            raise ConfigError(f"--ray-memory-mb {memory_mb:g}: give a positive number of MiB, e.g. 2048")
+        if max_workers is not None and max_workers < 1:
+            raise ConfigError(f"--max-workers {max_workers}: give at least 1")
+    return ExecOptions(
+        workers=workers,
+        cluster=cluster,
+        cpus_per_worker=cpus_per_worker,
+        memory_mb=memory_mb,
+        max_workers=max_workers,
+        progress=not quiet,
+    )
+
+
+def _run_on_cluster(requests: list[Any], options: Any) -> tuple[list[dict[str, Any]], bool, bool]:
+    """Every point at once on the cluster; returns (runs in request order, interrupted, some refused)."""
+    from hotloop.closedloop.cells import Cell
+    from hotloop.closedloop.eval_run import assemble_run
+    from hotloop.closedloop.execution import print_summary
+    from hotloop.closedloop.executors import episodes_of, execute
+
+    cells = [Cell.of(r) for r in requests]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    result = execute(
+        cells,
+        episodes_of(cells, set(), options),
+        lambda row: rows.setdefault(row["cell"], []).append(row),
+        options,
+    )
+    print_summary(result.summary)
+    runs = []
+    for cell in cells:
+        got = sorted(rows.get(cell.key, []), key=lambda r: r["seed"])
+        wall = sum(r.get("episode_s") or 0.0 for r in got)
+        runs.append(
+            assemble_run(
+                cell.request, [r["record"] for r in got], len(got) < len(cell.seeds), wall, options.threads()
+            )
+        )
+    return runs, result.interrupted, bool(result.refused)
+
+
 def run_sweep(sweep: EvalSweep) -> None:
     """Run every point of `sweep`; exit codes as `hotloop eval` documents them."""
     from hotloop.closedloop.eval_run import plot_sweep, print_table, run_eval, run_label
@@ -309,6 +399,7 @@ def run_sweep(sweep: EvalSweep) -> None:
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
     requests = sweep.requests()
+    options = sweep.exec_options()
     check_output_file(sweep.json_path, "--json")
     check_plot_file(sweep.plot, "--plot", {"--json": sweep.json_path})
     from hotloop.closedloop.baseline import EvalBaseline
@@ -337,8 +428,12 @@ def run_sweep(sweep: EvalSweep) -> None:
             write_failed.append(str(e))
 
     # The first Ctrl-C stops the point in progress; later presses cannot cut short the save below.
+    refused = False
     with first_interrupt_only():
-        for request in requests:
+        if options.cluster is not None:
+            runs, interrupted, refused = _run_on_cluster(requests, options)
+            write()
+        for request in requests if options.cluster is None else []:
             result = run_eval(request, progress=not sweep.quiet)
             runs.append(result)
             write()  # after every point: Ctrl-C later keeps what finished
@@ -370,7 +465,7 @@ def run_sweep(sweep: EvalSweep) -> None:
     if interrupted:
         typer.echo("interrupted: wrote the episodes that finished", err=True)
         raise typer.Exit(130)
-    if write_failed:
+    if write_failed or refused:
         raise typer.Exit(1)
     crashed = [(r, s) for r in runs for s in r["error_seeds"]]
     if crashed:

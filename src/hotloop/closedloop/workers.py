@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import os
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +26,10 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from hotloop.errors import ConfigError, HotloopError, MemoryCapError
+
+# A record's key for where and how long it ran ({"pid", "episode_s", "build_s"}), set by the worker and
+# taken off by `run_episodes` before anyone else sees the record (`on_timing` gets it).
+EXEC_KEY = "_exec"
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,12 @@ class EpisodeRunner:
             if job.fallback_target
             else None
         )
+        from hotloop.closedloop.adapter import reads_images
+
+        # Render only for a policy that looks (a state-only expert's episodes render nothing).
+        self.render = reads_images(self.policy) or (
+            self.fallback_policy is not None and reads_images(self.fallback_policy)
+        )
         self._run = run_episode
 
         def strategy_for(horizon: int) -> Any:
@@ -149,6 +161,7 @@ class EpisodeRunner:
                 fallback_policy=self.fallback_policy,
                 frame_ticks=getattr(self.policy, "frame_ticks", 0),
                 on_frame=getattr(self.policy, "on_frame", None),
+                render=self.render,
             )
             if hasattr(self.policy, "take_episode"):
                 record["pipeline"] = self.policy.take_episode()
@@ -187,6 +200,7 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
 
 def _worker(conn: Connection, job: EpisodeJob) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    t0 = time.perf_counter()
     try:
         runner = EpisodeRunner(job)
     except HotloopError as e:  # bad input: the parent prints the message as it is
@@ -195,13 +209,17 @@ def _worker(conn: Connection, job: EpisodeJob) -> None:
     except BaseException as e:  # noqa: BLE001 - report why the worker cannot start
         conn.send(("init_error", _describe(e), False))
         return
-    conn.send(("ready", None, None))
+    conn.send(("ready", time.perf_counter() - t0, None))
     while True:
         seed = conn.recv()
         if seed is None:
             return
         try:
-            conn.send(("done", seed, runner.run(seed)))
+            t1 = time.perf_counter()
+            record = runner.run(seed)
+            # Where and how long, for the sweep's cost summary; the parent takes it off the record.
+            record[EXEC_KEY] = {"pid": os.getpid(), "episode_s": time.perf_counter() - t1}
+            conn.send(("done", seed, record))
         except HotloopError as e:
             conn.send(("config_error", seed, str(e)))
             return
@@ -227,6 +245,7 @@ class _Worker:
     conn: Connection
     seed: int | None = None
     ready: bool = False
+    build_s: float | None = None  # until its first episode is reported
 
 
 def run_episodes(
@@ -234,12 +253,15 @@ def run_episodes(
     seeds: list[int],
     workers: int = 2,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    on_timing: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Play every seed; returns (records in seed order, interrupted)."""
+    """Play every seed; returns (records in seed order, interrupted). `on_timing` gets, just before
+    `on_result` of the same episode, where and how long it ran: {"pid", "episode_s", "build_s"} (build_s:
+    the worker's env and policy build, on its first episode; 0 after)."""
     from hotloop.interrupts import first_interrupt_only
 
     with first_interrupt_only():
-        return _run_episodes(job, seeds, workers, on_result)
+        return _run_episodes(job, seeds, workers, on_result, on_timing)
 
 
 def _run_episodes(
@@ -247,19 +269,29 @@ def _run_episodes(
     seeds: list[int],
     workers: int,
     on_result: Callable[[dict[str, Any]], None] | None,
+    on_timing: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     results: dict[int, dict[str, Any]] = {}
 
-    def finish(record: dict[str, Any]) -> None:
+    def finish(record: dict[str, Any], build_s: float | None = None) -> None:
+        timing = record.pop(EXEC_KEY, None) or {"pid": None, "episode_s": None}
+        if on_timing is not None:
+            on_timing({**timing, "build_s": build_s or 0.0})
         results[record["seed"]] = record
         if on_result is not None:
             on_result(record)
 
     if workers <= 0:
+        t0 = time.perf_counter()
         runner = EpisodeRunner(job)
+        build_s: float | None = time.perf_counter() - t0
         try:
             for seed in seeds:
-                finish(runner.run(seed))
+                t1 = time.perf_counter()
+                record = runner.run(seed)
+                record[EXEC_KEY] = {"pid": os.getpid(), "episode_s": time.perf_counter() - t1}
+                finish(record, build_s)
+                build_s = None
         except KeyboardInterrupt:
             return [results[s] for s in seeds if s in results], True
         finally:
@@ -302,9 +334,11 @@ def _run_episodes(
                     else:
                         if kind == "ready":
                             w.ready = True
+                            w.build_s = a
                             give(w)
                         elif kind == "done":
-                            finish(b)
+                            finish(b, w.build_s)
+                            w.build_s = None
                             give(w)
                         elif kind == "init_error":
                             if b:  # a configuration error: every worker would hit it

@@ -302,6 +302,13 @@ def check_manifest(manifest: Any, root: Path, path: Path) -> None:
     threads = manifest.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise _fail(path, "threads", "null or an integer >= 1", threads)
+    pin = manifest.get("pin")
+    if pin is not None and (
+        not isinstance(pin, list)
+        or not pin
+        or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in pin)
+    ):
+        raise _fail(path, "pin", "null or a non-empty list of CPU ids", pin)
 
 
 def check_machine_fits(manifest: dict[str, Any], where: Path | str = MANIFEST) -> None:

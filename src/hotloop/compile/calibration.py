@@ -242,6 +242,38 @@ def compression_plan_config(
     return replace(config, calibration=calib, fp32_layers=fp32_layers)
 
 
+DEMO_TASK = "conveyor-pick"  # the built-in task the shipped demo policies were trained on
+
+
+def task_calibration(target: str, source: Any, count: int, seed: int) -> CalibrationSet | None:
+    """Calibration frames a target trained on a built-in task records by itself: one start frame of
+    its task per seed (belt speed and box position vary), as its model sees them. None for a target
+    without a task of its own (it needs --calibration)."""
+    from hotloop.targets import TargetOptions, find_target
+
+    entry = find_target(target)
+    if entry.task_observations is None:
+        return None
+    observations = entry.build_task_observations(target, TargetOptions(seed=seed), DEMO_TASK, count)
+    family = source.family
+    obs = family.stack(observations)
+    h = hashlib.sha256(f"{target};{DEMO_TASK};seeds {seed}..{seed + count - 1}\n".encode())
+    for f in dataclasses.fields(obs):
+        value = getattr(obs, f.name)
+        for t in value if isinstance(value, tuple | list) else [value]:
+            if isinstance(t, Tensor):
+                h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return CalibrationSet(
+        obs=obs,
+        actions=torch.zeros(0),
+        frames=tuple((seed + i, 0) for i in range(count)),
+        sha256=h.hexdigest(),
+        dataset=f"{DEMO_TASK} start frames, seeds {seed}-{seed + count - 1}",
+        dropped_duplicates=0,
+        family=family,
+    )
+
+
 def read_mixed_plan(path: Path) -> dict[str, list[str]]:
     import json
 

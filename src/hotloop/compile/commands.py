@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +71,23 @@ def compile_cmd(
     ] = 20,
     warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 3,
     threads: Annotated[int | None, typer.Option(help="intra-op threads for every backend")] = None,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            help="leave N CPUs to other work (a robot's drivers): plan, time and run with usable CPUs - N "
+            "threads pinned to the others; the artifact records both and Engine.load / serve apply them"
+        ),
+    ] = None,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="refuse to time when other processes keep more than this many CPUs busy at the start",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="time on a busy machine anyway (the load is recorded)")
+    ] = False,
     views: Annotated[int | None, typer.Option(help="camera views (pi targets)")] = None,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (pi targets)")] = None,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
@@ -79,33 +97,55 @@ def compile_cmd(
             help="prompt-length buckets for the prefix, e.g. 32,64,128 (pi targets; the full prompt is always one)"
         ),
     ] = None,
+    search: Annotated[
+        str,
+        typer.Option(
+            help="fast: fastest-expected candidates first, skip what this machine's roofline says cannot win, "
+            "stop timing the slow, no inductor by default where OpenVINO runs; full: every candidate, fully timed"
+        ),
+    ] = "fast",
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import backend_names
     from hotloop.compile.planner import PlanConfig
+
+    # Every bad value fails here, before any model is built or file written.
+    from hotloop.compile.search import check_search, fast_default_backends
     from hotloop.compile.sources import compilable_entry, is_onnx_target, onnx_path
     from hotloop.compile.validate import parse_tolerance
     from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.measure.contention import check_max_load, check_quiet
+    from hotloop.measure.placement import apply_reserve
 
-    # Every bad value fails here, before any model is built or file written.
+    check_max_load(max_load)
+    check_search(search)
+    threads, pin = apply_reserve(reserve_cores, threads, None)
+    log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    chosen_backends = tuple(_split(backends))
+    if not chosen_backends:
+        chosen_backends = tuple(backend_names())
+        if search == "fast" and not is_onnx_target(target):
+            chosen_backends = fast_default_backends(chosen_backends, log)
     config = PlanConfig(
         budget_ms=budget_ms,
         tolerance=parse_tolerance(tolerance),
-        backends=tuple(_split(backends) or backend_names()),
+        backends=chosen_backends,
+        search=search,
         precisions=tuple(_split(precisions) or ("fp32", "bf16")),
         inductor_modes=tuple(_split([inductor_modes])),
         variants=tuple(_split([variants])),
         warmup=warmup,
         iterations=iters,
         threads=threads,
+        pin=pin,
         progress=not quiet,
         buckets=parse_buckets(buckets) if buckets is not None else (),
     )
     _check_modes(config.inductor_modes)
-    if "int8" in config.precisions and calibration is None:
+    if "int8" in config.precisions and calibration is None and not _has_own_task(target):
         from hotloop.errors import ConfigError
 
         raise ConfigError(
@@ -115,17 +155,28 @@ def compile_cmd(
     check_output_dir(out, "-o")
     if json_path is not None:
         check_output_file(json_path, "--json")
+    # What to compile is checked before the machine's load: a mistyped target is the first thing to say.
+    if is_onnx_target(target):
+        onnx_path(target)
+    else:
+        compilable_entry(target)
+    start_load = check_quiet(max_load, force, "hotloop compile")
+    if (
+        pin is not None
+    ):  # before any library starts its worker threads: they keep the affinity they start with
+        import os
+
+        os.sched_setaffinity(0, pin)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    log(f"machine load at the start: {start_load.describe()}")
     if is_onnx_target(target):
         from hotloop.errors import ConfigError
 
         for flag, value in (
             ("--buckets", buckets),
-            ("--calibration", calibration),
             ("--mixed-plan", mixed_plan),
             ("--steps", steps),
             ("--views", views),
@@ -137,7 +188,19 @@ def compile_cmd(
         from hotloop.compile.onnx_plan import onnx_graph, plan_onnx, write_onnx_artifact
 
         graph = onnx_graph(onnx_path(target), list(input_spec or []), seed)
-        candidates, best, result = plan_onnx(graph, config, log)
+        onnx_calib = None
+        if calibration is not None:
+            from hotloop.compile.onnx_calibration import load_onnx_calibration
+
+            onnx_calib = load_onnx_calibration(
+                calibration, graph.input_names, graph.example_inputs, calibration_frames
+            )
+            log(
+                f"calibration: {len(onnx_calib.calibrate)} samples to calibrate, {len(onnx_calib.held_out)} "
+                "held out to judge every candidate on"
+            )
+        candidates, best, result = plan_onnx(graph, config, log, onnx_calib)
+        result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)
     else:
         from hotloop.errors import ConfigError
@@ -156,8 +219,28 @@ def compile_cmd(
             config = compression_plan_config(
                 config, target, source, calibration, calibration_frames, mixed_plan, seed, log
             )
+        elif "int8" in config.precisions:  # a target trained on a built-in task: frames from that task
+            from hotloop.compile.calibration import task_calibration
+
+            calib = task_calibration(target, source, min(calibration_frames, 64), seed)
+            assert calib is not None  # refused above otherwise
+            log(f"calibration: {len(calib)} frames recorded from the target's own task ({calib.dataset})")
+            config = dataclasses.replace(config, calibration=calib)
+        elif _has_own_task(target):
+            log(
+                "static int8 not tried: add --precisions fp32,int8 and the calibration frames are recorded "
+                "from this target's own task"
+            )
+        else:
+            log(
+                "static int8 not tried: it needs calibration frames (on pi05:small the calibrated int8 plan "
+                "beat every fp32 / bf16 plan: docs/compile.md). Record frames of the task the policy runs "
+                "(`hotloop record --task conveyor-pick --episodes 8 -o FRAMES`) and add --calibration FRAMES "
+                "--precisions fp32,int8"
+            )
         plan = plan_policy(source, config, log)
         result = plan.result
+        result["machine_load"] = _load_record(start_load)
         art = write_artifact(source, plan, out, config)
     result["artifact"] = str(art)
     print_result(result)
@@ -172,6 +255,27 @@ def compile_cmd(
             err=True,
         )
         raise typer.Exit(EXIT_BUDGET_UNMET)
+
+
+def _has_own_task(target: str) -> bool:
+    """A target trained on a built-in task (the shipped demos) records its own calibration frames."""
+    from hotloop.compile.sources import is_onnx_target
+    from hotloop.errors import ConfigError
+    from hotloop.targets import find_target
+
+    if is_onnx_target(target):
+        return False
+    try:
+        return find_target(target).task_observations is not None
+    except ConfigError:
+        return False
+
+
+def _load_record(start: Any) -> dict[str, Any]:
+    """The machine's load when planning started and ended: a figure timed on a busy machine says so."""
+    from hotloop.measure.contention import measure_load
+
+    return {"start": start.to_dict(), "end": measure_load(0.25).to_dict()}
 
 
 def _check_modes(modes: tuple[str, ...]) -> None:

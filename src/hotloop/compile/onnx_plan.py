@@ -13,7 +13,9 @@ import torch
 
 from hotloop.compile.backends import get_backend
 from hotloop.compile.backends.base import OnnxGraph, Runner
+from hotloop.compile.backends.quantize import CALIBRATION, STATIC
 from hotloop.compile.export import onnx_io
+from hotloop.compile.onnx_calibration import OnnxCalibration
 from hotloop.compile.planner import (
     Candidate,
     PlanConfig,
@@ -23,7 +25,7 @@ from hotloop.compile.planner import (
     plan_summary,
     safe_prepare,
     stats_dict,
-    time_calls,
+    time_candidate,
 )
 from hotloop.compile.validate import compare_outputs
 from hotloop.errors import ConfigError
@@ -118,13 +120,30 @@ def _call_on_buffers(runner: Runner) -> Callable[[], Any]:
     return lambda: runner(*runner.inputs)
 
 
+def _worst_agreement(runner: Runner, graph: OnnxGraph, checks: list[tuple[Any, ...]]) -> list[Any]:
+    """Per output the agreement on the check input where that candidate agreed least."""
+    worst: list[Any] | None = None
+    for inputs, want in checks:
+        found = compare_outputs(graph.output_names, want, runner(*inputs))
+        if worst is None or min(a.cosine for a in found) < min(a.cosine for a in worst):
+            worst = found
+    assert worst is not None
+    return worst
+
+
 def plan_onnx(
-    graph: OnnxGraph, config: PlanConfig, log: Callable[[str], None] = lambda s: None
+    graph: OnnxGraph,
+    config: PlanConfig,
+    log: Callable[[str], None] = lambda s: None,
+    calibration: OnnxCalibration | None = None,
 ) -> tuple[list[Candidate], Candidate, dict[str, Any]]:
+    """`calibration` (real inputs): static int8 is calibrated on it and every candidate is judged on its
+    held-out samples; without it, candidates are judged on the seeded example inputs."""
     ref = get_backend("onnxruntime").prepare(
         graph, "fp32", {"threads": config.threads} if config.threads else {}
     )
-    want = tuple(t.clone() for t in ref(*graph.example_inputs))
+    inputs = calibration.held_out if calibration is not None else [graph.example_inputs]
+    checks = [(x, tuple(t.clone() for t in ref(*x))) for x in inputs]
     # eager and inductor run a PyTorch module, which an ONNX file is not: they are left out, not "failed".
     candidates = [c for c in candidate_specs(config, (graph.name,)) if c.backend not in TORCH_BACKENDS]
     if not candidates:
@@ -136,13 +155,18 @@ def plan_onnx(
         if cand.status != "pending":
             continue
         log(f"{cand.label}")
-        runner = safe_prepare(cand, graph, config.threads)
+        extra: dict[str, Any] = {}
+        if cand.precision in STATIC:
+            if calibration is None:
+                cand.status, cand.reason = "unavailable", "static int8 needs --calibration DIR (inputs)"
+                continue
+            extra[CALIBRATION] = calibration.calibrate
+        runner = safe_prepare(cand, graph, config.threads, extra)
         if runner is None:
             continue
-        got = runner(*graph.example_inputs)
-        if not check_finite(cand, got, graph.output_names):
+        if not all(check_finite(cand, runner(*x), graph.output_names) for x, _ in checks):
             continue
-        cand.outputs = compare_outputs(graph.output_names, want, got)
+        cand.outputs = _worst_agreement(runner, graph, checks)
         worst = min(cand.outputs, key=lambda o: o.cosine)
         if not worst.cosine >= config.tolerance.cos:
             cand.status, cand.reason = (
@@ -150,7 +174,7 @@ def plan_onnx(
                 f"output {worst.name!r} cos {worst.cosine:.6f} < {config.tolerance.cos:g}",
             )
             continue
-        cand.latency = time_calls(_call_on_buffers(runner), config.warmup, config.iterations)
+        time_candidate(cand, _call_on_buffers(runner), config)
         cand.status, cand.runner = "accepted", runner
     ok = [c for c in candidates if c.status == "accepted"]
     if not ok:
@@ -180,6 +204,10 @@ def plan_onnx(
         "action_cos_min": cos_min,  # for an ONNX model: the worst output's cosine
         "budget_met": None if config.budget_ms is None else plan_lat["p99"] <= config.budget_ms,
         "iterations": config.iterations,
+        "checked_on": f"{len(checks)} held-out calibration samples"
+        if calibration
+        else "seeded random inputs",
+        "calibration": calibration.manifest_entry() if calibration is not None else None,
     }
     return candidates, best, result
 
@@ -219,6 +247,7 @@ def write_onnx_artifact(
             budget_ms=config.budget_ms,
             tolerance=config.tolerance.spec,
             threads=config.threads,
+            pin=list(config.pin) if config.pin else None,
             measured={
                 k: result[k]
                 for k in (
@@ -231,6 +260,7 @@ def write_onnx_artifact(
                 )
             },
             compile_s={graph.name: best.compile_s, "save": round(time.perf_counter() - t0, 3)},
+            calibration=result.get("calibration"),
         )
         return writer.commit(manifest)
     except BaseException:

@@ -34,7 +34,17 @@ from hotloop.compile.planner import (
     plan_summary,
     safe_prepare,
     stats_dict,
-    time_calls,
+    time_candidate,
+)
+from hotloop.compile.search import (
+    PROBE_CALLS,
+    Eta,
+    RooflineBounds,
+    best_p99,
+    cannot_win,
+    give_up_ms,
+    needs_bounds,
+    search_order,
 )
 from hotloop.compile.validate import compare_actions, compare_outputs
 from hotloop.errors import ConfigError
@@ -112,8 +122,10 @@ def check_candidate(
     ref_runners: dict[str, Any],
     ref_actions: Tensor,
     config: PlanConfig,
+    give_up_ms: float | None = None,
 ) -> None:
-    """Numerics (per output, per step for the step engine; then final actions), then latency."""
+    """Numerics (per output, per step for the step engine; then final actions), then latency (cut short
+    above `give_up_ms`: the candidate is then rejected as slower than the stage's best)."""
     from hotloop.compile.memory_fit import available_bytes, refusal
 
     ref_engines = sets.get(torch.float32)
@@ -184,7 +196,8 @@ def check_candidate(
     if violation:
         cand.status, cand.reason = "rejected", violation
         return
-    cand.latency = time_calls(
+    finished = time_candidate(
+        cand,
         stage_call(
             loop,
             cand.sub_engine,
@@ -192,9 +205,17 @@ def check_candidate(
             source.shape.num_steps,
             own_constants[loop.table] if loop is not None else None,
         ),
-        config.warmup,
-        config.iterations,
+        config,
+        give_up_ms,
     )
+    if not finished:
+        assert cand.latency is not None and give_up_ms is not None
+        cand.status = "rejected"
+        cand.reason = (
+            f"slower: median {cand.latency.p50:.2f} ms over {PROBE_CALLS} calls, above "
+            f"{give_up_ms:.2f} ms (1.25 x the stage's best p99); timing stopped"
+        )
+        return
     cand.status, cand.reason, cand.runner = "accepted", "", runner
 
 
@@ -305,15 +326,30 @@ def _plan(
     variants = tuple(v for v in config.variants if v in family.capabilities.recipes) or ("plain",)
     candidates = list(candidate_specs(config, subs, variants, source.stage_of))
     pending = [c for c in candidates if c.status == "pending"]
+    stage_names = [s.name for s in family.stages]
+    bounds = None
+    if config.search == "fast":
+        if needs_bounds(config.precisions):
+            bounds = RooflineBounds.of(family, source.cfg, source.shape, stage_names)
+        pending = search_order(pending, stage_names, bounds)
+    eta = Eta(len(pending))
     snapshot: WeightsSnapshot | None = None
     for i, cand in enumerate(pending):
-        log(f"[{i + 1}/{len(pending)}] {cand.label}")
+        why = cannot_win(cand, bounds, best_p99(candidates, cand.stage))
+        if why is not None:
+            cand.status, cand.reason = "skipped", why
+            log(f"[{i + 1}/{len(pending)}] {cand.label}: skipped, {why}")
+            continue
+        log(f"[{i + 1}/{len(pending)}] {cand.label} ({eta.line(i)})")
         finished = {c.stage for c in pending[:i]} - {c.stage for c in pending[i:]}
         snapshot = _make_room(cand, finished, candidates, source, sets, ref_runners, snapshot, config, log)
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
         t0 = time.perf_counter()
-        check_candidate(cand, source, sets, ref_runners, ref_actions, config)
+        check_candidate(
+            cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
+        )
+        eta.add(time.perf_counter() - t0)
         lat = f" p50 {cand.latency.p50:.2f} / p99 {cand.latency.p99:.2f} ms" if cand.latency else ""
         cos = f" action cos {cand.action.cosine:.6f}" if cand.action else ""
         log(f"    {cand.status}{lat}{cos} {cand.reason} (checked in {time.perf_counter() - t0:.1f} s)")
@@ -573,6 +609,7 @@ def write_artifact(
             budget_ms=config.budget_ms,
             tolerance=config.tolerance.spec,
             threads=config.threads,
+            pin=list(config.pin) if config.pin else None,
             measured={
                 k: plan.result[k]
                 for k in (

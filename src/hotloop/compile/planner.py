@@ -46,7 +46,13 @@ class PlanConfig:
     warmup: int = 3
     iterations: int = 20
     threads: int | None = None
+    pin: tuple[int, ...] | None = (
+        None  # CPUs the plan was timed on (--reserve-cores); the engine applies them
+    )
     progress: bool = True
+    # "fast": fastest-expected first, skip what the roofline says cannot win, stop timing the slow
+    # (`hotloop.compile.search`); "full": every candidate, fully timed. The CLI defaults to fast.
+    search: str = "full"
     buckets: tuple[int, ...] = ()  # prompt-length buckets below the full prompt (pi targets); () = none
     # Quantized precisions (hotloop.compress): calibration observations for static int8, and the
     # layers a mixed-precision plan keeps fp32 ({sub-engine: [layer names]}).
@@ -62,6 +68,9 @@ class PlanConfig:
             raise ConfigError(f"--threads must be >= 1 (got {self.threads}); e.g. --threads 2")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
+        from hotloop.compile.search import check_search
+
+        check_search(self.search)
         from hotloop.compile.backends import check_backend_names, check_precision_names
 
         check_backend_names(list(self.backends))
@@ -86,12 +95,13 @@ class Candidate:
     precision: str
     options: dict[str, Any] = field(default_factory=dict)
     variant: str = "plain"
-    status: str = "pending"  # accepted | rejected | unavailable | failed
+    status: str = "pending"  # accepted | rejected | unavailable | failed | skipped (cannot win)
     reason: str = ""
     outputs: list[OutputAgreement] = field(default_factory=list)
     action: ActionAgreement | None = None
     latency: LatencyStats | None = None
     compile_s: float | None = None
+    load_avg: float | None = None  # the 1-minute load average when it was timed
     runner: Runner | None = field(default=None, repr=False)
 
     @property
@@ -115,6 +125,7 @@ class Candidate:
             "action": self.action.to_dict() if self.action else None,
             "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,
             "compile_s": self.compile_s,
+            "load_avg": self.load_avg,
         }
 
 
@@ -164,6 +175,36 @@ def time_calls(fn: Callable[[], Any], warmup: int, iterations: int) -> LatencySt
         fn()
         samples.append((time.perf_counter_ns() - t0) / 1e6)
     return LatencyStats.from_samples(samples)
+
+
+def time_candidate(
+    cand: Candidate, fn: Callable[[], Any], config: PlanConfig, give_up_ms: float | None = None
+) -> bool:
+    """Time `cand` and record the load it was timed under. With `give_up_ms`: after the probe calls,
+    a median above it stops the timing and returns False (the candidate is slower than one in hand)."""
+    import os
+    import statistics
+
+    from hotloop.compile.search import PROBE_CALLS
+
+    for _ in range(config.warmup):
+        fn()
+    samples: list[float] = []
+    finished = True
+    for _ in range(config.iterations):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        if (
+            give_up_ms is not None
+            and len(samples) == PROBE_CALLS < config.iterations
+            and statistics.median(samples) > give_up_ms
+        ):
+            finished = False
+            break
+    cand.latency = LatencyStats.from_samples(samples)
+    cand.load_avg = round(os.getloadavg()[0], 3)
+    return finished
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], warmup: int, iterations: int) -> dict[str, list[float]]:
@@ -248,4 +289,5 @@ __all__ = [
     "most_accurate",
     "safe_prepare",
     "time_calls",
+    "time_candidate",
 ]

@@ -42,6 +42,10 @@ def record_cmd(
             "demo:conveyor-vision reads; default: the task's own, top)"
         ),
     ] = None,
+    image_size: Annotated[
+        int | None,
+        typer.Option(help="side of the recorded images in pixels, 16-512 (default: the task's own, 64)"),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
@@ -57,7 +61,9 @@ def record_cmd(
     parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
-    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
+    check_record_options(
+        seed=seed, action_noise=action_noise, recovery_starts=recovery_starts, image_size=image_size
+    )
     check_difficulty(task, difficulty)
     view_keys = _record_views(task, views)
     check_output_dir(out, "-o", must_be_empty=True)
@@ -86,11 +92,18 @@ def record_cmd(
             stop=stop,
             task_kwargs=task_kwargs,
             views=view_keys,
+            image_size=image_size,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
         f"expert success {result['successes']}/{result['episodes']}"
     )
+    if result["duplicate_starts"]:
+        typer.echo(
+            f"note: {result['duplicate_starts']} of {result['episodes']} episodes began in the start state of "
+            "an earlier one (the task has few distinct starts); they are repeats, not new data",
+            err=True,
+        )
     if result["stopped"]:
         typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
         raise typer.Exit(130)

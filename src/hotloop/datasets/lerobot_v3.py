@@ -273,13 +273,10 @@ class Dataset:
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
             raise DatasetError(f"{info_path}: 'fps' must be a positive number (got {fps!r})")
         self.fps = float(fps)
-        data_path = self.info.get("data_path")
-        try:
-            data_path.format(chunk_index=0, file_index=0)  # type: ignore[union-attr]
-        except (AttributeError, KeyError, IndexError, ValueError):
-            raise DatasetError(
-                f"{info_path}: 'data_path' must be a pattern like {DATA_PATH!r} (got {data_path!r})"
-            ) from None
+        self.widths = {
+            k: _feature_width(info_path, k, self.features[k]) for k in ("observation.state", "action")
+        }
+        _check_data_path(info_path, self.info.get("data_path"))
         ep_files = sorted((self.root / "meta" / "episodes").rglob("*.parquet"))
         if not ep_files:
             raise DatasetError(
@@ -293,6 +290,7 @@ class Dataset:
                 if lacking:
                     raise DatasetError(f"{f}: episode rows need integer {', '.join(lacking)}")
             self.episodes.extend(rows)
+        _check_unique_episodes(self.episodes, ep_files)
         self.episodes.sort(key=lambda e: e["episode_index"])
         tasks = _read_parquet(self.root / "meta" / "tasks.parquet").to_pylist()
         try:
@@ -303,6 +301,7 @@ class Dataset:
             ) from None
         stats_path = self.root / "meta" / "stats.json"
         self.stats: dict[str, Any] = _read_json_object(stats_path) if stats_path.exists() else {}
+        _check_stats(stats_path, self.stats, self.widths)
         self._tables: dict[tuple[int, int], Any] = {}
 
     def __len__(self) -> int:
@@ -340,6 +339,18 @@ class Dataset:
             ) from None
         if state.ndim != 2 or action.ndim != 2:
             raise DatasetError(f"{where}: observation.state and action must be number lists of one length")
+        for key, column in (("observation.state", state), ("action", action)):
+            if column.shape[1] != self.widths[key]:  # a model would be built for one width, fed another
+                raise DatasetError(
+                    f"{where}: {key} rows hold {column.shape[1]} numbers but meta/info.json's features say "
+                    f"{self.widths[key]}; the data and its description disagree (re-record the dataset)"
+                )
+        length = meta.get("length")
+        if isinstance(length, int) and not isinstance(length, bool) and rows.num_rows != length:
+            raise DatasetError(
+                f"{where} has {rows.num_rows} frames in its data file but its episode row says length "
+                f"{length} (frames duplicated or lost in a copy or merge?); re-record or repair the dataset"
+            )
         imgs: dict[str, np.ndarray] = {}
         if images:
             for key in self.image_keys:
@@ -359,6 +370,98 @@ class Dataset:
 
 
 _EPISODE_COLUMNS = ("episode_index", "data/chunk_index", "data/file_index")
+# Format widths in `data_path` ({chunk_index:03d}): LeRobot writes 3; a huge one ({chunk_index:999999999d})
+# would build a gigabyte file name before any check could see it.
+_MAX_PATH_WIDTH = 20
+
+
+def _feature_width(info_path: Path, key: str, feature: dict[str, Any]) -> int:
+    """The length of a state / action vector as `features` states it: `shape` is [one positive integer]."""
+    shape = feature.get("shape")
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 1
+        or isinstance(shape[0], bool)
+        or not isinstance(shape[0], int)
+        or not 1 <= shape[0] <= 1_000_000
+    ):
+        raise DatasetError(
+            f"{info_path}: features[{key!r}]['shape'] must be [N], N a positive integer (got {shape!r})"
+        )
+    return int(shape[0])
+
+
+def _check_data_path(info_path: Path, data_path: Any) -> None:
+    """`data_path` is a pattern of chunk_index and file_index with small integer widths, nothing else."""
+    import string
+
+    shown = repr(data_path) if len(repr(data_path)) <= 80 else repr(data_path)[:77] + "..."
+    fix = f"'data_path' must be a pattern like {DATA_PATH!r} (got {shown})"
+    if not isinstance(data_path, str) or len(data_path) > 1000:
+        raise DatasetError(f"{info_path}: {fix}")
+    try:
+        fields = [
+            (name, spec) for _, name, spec, _ in string.Formatter().parse(data_path) if name is not None
+        ]
+    except ValueError:
+        raise DatasetError(f"{info_path}: {fix}") from None
+    for name, spec in fields:
+        digits = (spec or "").removesuffix("d").lstrip("0")
+        if name not in ("chunk_index", "file_index") or not (digits == "" or digits.isdigit()):
+            raise DatasetError(f"{info_path}: {fix}")
+        if digits and int(digits) > _MAX_PATH_WIDTH:
+            raise DatasetError(
+                f"{info_path}: 'data_path' pads {name} to {int(digits)} digits; at most {_MAX_PATH_WIDTH} "
+                f"(LeRobot writes {DATA_PATH!r})"
+            )
+
+
+def _check_unique_episodes(rows: list[dict[str, Any]], files: list[Path]) -> None:
+    """Each episode once: a duplicated episode row (a merge or copy gone wrong) would read its frames twice
+    and double that episode's weight in training and calibration."""
+    seen: dict[int, int] = {}
+    for row in rows:
+        index = row["episode_index"]
+        seen[index] = seen.get(index, 0) + 1
+    repeated = sorted(i for i, n in seen.items() if n > 1)
+    if repeated:
+        shown = ", ".join(str(i) for i in repeated[:5]) + (", ..." if len(repeated) > 5 else "")
+        where = files[0].parent.parent if files else "meta/episodes"
+        raise DatasetError(
+            f"{where}: episode_index {shown} listed more than once ({len(repeated)} episode(s)); each "
+            "episode must appear once (remove the duplicate rows, or re-record the dataset)"
+        )
+
+
+def _check_stats(path: Path, stats: dict[str, Any], widths: dict[str, int]) -> None:
+    """The state / action entries of stats.json are objects of number lists as long as the feature:
+    normalisation reads them as arrays of that width."""
+    for key, width in widths.items():
+        entry = stats.get(key)
+        if entry is None:
+            continue
+        if not isinstance(entry, dict):
+            raise DatasetError(f"{path}: {key!r} must be an object of mean/std/min/max lists")
+        for name in ("mean", "std", "min", "max"):
+            values = entry.get(name)
+            if values is None:
+                continue
+            if (
+                not isinstance(values, list)
+                or len(values) != width
+                or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    for v in values
+                )
+            ):
+                shown = repr(values)
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                raise DatasetError(
+                    f"{path}: {key}.{name} must be a list of {width} finite numbers, as features says "
+                    f"(got {shown}); re-record the dataset or recompute its stats"
+                )
+
+
 _FRAME_COLUMNS = ("observation.state", "action", "episode_index", "task_index")
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from hotloop.datasets.lerobot_v3 import DatasetWriter
-from hotloop.errors import ConfigError
+from hotloop.errors import ConfigError, HotloopError
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
+from hotloop.sim.tasks.protocol import TaskFault, check_observation, start_digest
 from hotloop.targets import MAX_SEED
 
 
@@ -34,8 +35,12 @@ def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] |
     return {"home": home.tolist(), "box_x": float(box_x)}
 
 
-def check_record_options(*, seed: int, action_noise: float, recovery_starts: float) -> None:
+def check_record_options(
+    *, seed: int, action_noise: float, recovery_starts: float, image_size: int | None = None
+) -> None:
     """The numbers `record` takes, checked before anything runs (NaN would reach meta/info.json)."""
+    if image_size is not None and not 16 <= image_size <= 512:
+        raise ConfigError(f"--image-size must be in [16, 512] pixels (got {image_size})")
     if not 0.0 <= recovery_starts <= 1.0:
         raise ConfigError(f"--recovery-starts is a fraction of episodes, in [0, 1] (got {recovery_starts})")
     if not math.isfinite(action_noise) or action_noise < 0:
@@ -63,15 +68,22 @@ def record(
 
     `action_noise` > 0 perturbs the *executed* xyz target with Gaussian noise of that std (metres) while
     the recorded label stays the expert's clean action (DART): the data then shows how to recover from
-    small errors, which a learned policy will make. A `recovery_starts` fraction of the episodes start
+    small errors, which a learned policy will make. The label is the action as the task executes it,
+    clipped to its action space (whose bounds meta/info.json keeps as `action_bounds`), so a policy
+    learns what was done rather than a target the task never reached for. A `recovery_starts` fraction of the episodes start
     in a state a normal run rarely visits (see `recovery_start`). Every episode is written with its
     `success` flag, `seed` and `reset_options` in meta/episodes; readers that train filter on success.
     `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
     `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
     `views`: the camera views a built-in task records (default: its own, the top view).
-    Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped"}.
+    Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped", "duplicate_starts"
+    (episodes that began in the start state of an earlier one: repeats, not new data)}.
+    A non-finite observation stops the recording with a one-line error naming the episode (the task is
+    at fault; nothing is written).
     """
-    check_record_options(seed=seed, action_noise=action_noise, recovery_starts=recovery_starts)
+    check_record_options(
+        seed=seed, action_noise=action_noise, recovery_starts=recovery_starts, image_size=image_size
+    )
     env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs, views=views)
     expert = make_expert(task, env)
     spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
@@ -90,7 +102,11 @@ def record(
         image_keys=[i.key for i in spec.images],
         image_shape=(height, width, 3),
     )
+    low = np.asarray(env.action_space.low, dtype=np.float64)
+    high = np.asarray(env.action_space.high, dtype=np.float64)
     successes = frames = 0
+    starts: set[str] = set()
+    duplicates = 0
     try:
         for i in range(episodes):
             if stop is not None and stop():
@@ -100,21 +116,28 @@ def record(
             noise_rng = np.random.default_rng([episode_seed, 0xDA7])
             start_rng = np.random.default_rng([episode_seed, 0x5747])  # apart: noise draws stay the same
             options = recovery_start(env, start_rng) if start_rng.random() < recovery_starts else None
-            obs, info = env.reset(seed=episode_seed, options=options)
-            expert.reset()
-            success = False
-            while not env.timed_out:
-                action = expert.act(obs)
-                writer.add_frame(obs, action)
-                frames += 1
-                executed = action.copy()
-                if action_noise > 0:
-                    xyz = min(3, len(executed))  # the position part of the target
-                    executed[:xyz] += noise_rng.normal(0.0, action_noise, 3)[:xyz]
-                success, failed = env.advance(executed, env.config.ticks_per_control)
-                if success or failed:
-                    break
-                obs = env.observe()
+            try:
+                obs, info = env.reset(seed=episode_seed, options=options)
+                check_observation(obs, task, 0)
+                digest = start_digest(obs)
+                duplicates += int(digest in starts)
+                starts.add(digest)
+                expert.reset()
+                success = False
+                while not env.timed_out:
+                    action = np.clip(np.asarray(expert.act(obs), dtype=np.float64), low, high)
+                    writer.add_frame(obs, action)  # the label: the clean action as the task executes it
+                    frames += 1
+                    executed = action.copy()
+                    if action_noise > 0:
+                        xyz = min(3, len(executed))  # the position part of the target
+                        executed[:xyz] += noise_rng.normal(0.0, action_noise, 3)[:xyz]
+                    success, failed = env.advance(executed, env.config.ticks_per_control)
+                    if success or failed:
+                        break
+                    obs = check_observation(env.observe(), task, env.tick)
+            except TaskFault as e:
+                raise HotloopError(f"episode seed {episode_seed}: {e}; nothing was written") from None
             successes += int(success)
             writer.end_episode(
                 env.prompt,
@@ -128,6 +151,12 @@ def record(
                 progress(i, success)
         writer.finish(
             extra_info={
+                # What the labels were clipped to (the task's action space), per action name.
+                "action_bounds": {
+                    "names": list(spec.action_names),
+                    "low": [float(v) for v in low],
+                    "high": [float(v) for v in high],
+                },
                 "recorder": {
                     "task": task,
                     "task_kwargs": task_kwargs,
@@ -136,7 +165,9 @@ def record(
                     "action_noise": action_noise,
                     "recovery_starts": recovery_starts,
                     "expert": type(expert).__name__,
-                }
+                    "image_size": image_size,
+                    "duplicate_starts": duplicates,
+                },
             }
         )
     finally:
@@ -147,4 +178,5 @@ def record(
         "success_rate": successes / max(episodes, 1),
         "frames": frames,
         "stopped": stop is not None and stop(),
+        "duplicate_starts": duplicates,
     }

@@ -64,6 +64,25 @@ def build_bench(name: str, options: TargetOptions) -> Any:
     return dataclasses.replace(case, name=f"demo:{_short(name)}")
 
 
+# The config.json field that is the chunk length each family's policy returns (ActPolicy.horizon:
+# chunk_size; the diffusion policy's spec: n_action_steps).
+_HORIZON_FIELD = {"act": "chunk_size", "diffusion": "n_action_steps"}
+
+
+def declared_horizon(name: str) -> int | None:
+    """The shipped checkpoint's chunk length from its config.json, without loading it."""
+    import json
+
+    short = _short(name)
+    if short not in SHIPPED:
+        return None
+    family, folder = SHIPPED[short]
+    try:
+        return int(json.loads((ASSETS / folder / "config.json").read_text())[_HORIZON_FIELD[family]])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # loading the checkpoint reports what is wrong with it
+
+
 def build_policy(name: str, options: TargetOptions) -> Any:
     return _targets(name).build_policy(str(asset_dir(name)), options)
 

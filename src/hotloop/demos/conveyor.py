@@ -225,6 +225,19 @@ def build_demo(target: str, options: Any) -> DemoConveyorPolicy:
     return default_targets().get(target).build_policy(target, options)  # type: ignore[no-any-return]
 
 
+def demo_horizon(folder: Path) -> int | None:
+    """The chunk length a shipped pi demo returns (demo.json's `horizon`, which `load_demo_pi` gives
+    its PiPolicy), read without loading the weights; None when the file cannot tell."""
+    try:
+        return int(json.loads((folder / "demo.json").read_text())["horizon"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # loading the policy reports what is wrong with the folder
+
+
+def declared_horizon(config_name: str) -> int | None:
+    return demo_horizon(ASSET_DIR)
+
+
 def build_policy(config_name: str, options: Any) -> DemoConveyorPolicy:
     options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
     return load_demo_policy(num_steps=options.num_steps, seed=options.seed)

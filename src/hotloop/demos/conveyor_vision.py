@@ -111,6 +111,12 @@ def make_demo_task(meta: dict[str, Any], default_task: str = "conveyor-pick") ->
     )
 
 
+def declared_horizon(config_name: str) -> int | None:
+    from hotloop.demos.conveyor import demo_horizon
+
+    return demo_horizon(ASSET_DIR)
+
+
 def build_policy(config_name: str, options: Any) -> VisionConveyorPolicy:
     options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
     return load_vision_policy(num_steps=options.num_steps, seed=options.seed)

@@ -42,6 +42,10 @@ class BenchConfig:
     # machine's matmul peaks, read from this cache (None: ~/.cache/hotloop/roofline) or measured once.
     roofline: bool = True
     roofline_cache: Path | None = None
+    # --contend N: N busy processes beside the target in alternate blocks (quiet, busy, busy, quiet, ...;
+    # `contend_blocks` of each), so the inflation they cause is measured in the same minutes.
+    contend: int = 0
+    contend_blocks: int = 4
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -51,6 +55,12 @@ class BenchConfig:
         if not 0 <= self.settle_ms <= 10_000:
             raise ConfigError(
                 f"--settle-ms must be from 0 to 10000 (got {self.settle_ms}); use e.g. --settle-ms 100"
+            )
+        if isinstance(self.contend, bool) or not 0 <= self.contend <= 256:
+            raise ConfigError(f"--contend must be from 0 to 256 busy processes (got {self.contend})")
+        if self.contend and not 1 <= self.contend_blocks <= self.iterations:
+            raise ConfigError(
+                f"--contend needs --iters >= {self.contend_blocks} (one per block; got {self.iterations})"
             )
         if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
             raise ConfigError(f"--threads must be from 1 to {MAX_THREADS} (got {self.threads})")
@@ -110,6 +120,28 @@ class CompareResult:
 
 
 @dataclass
+class ContentionResult:
+    """The target timed beside `processes` busy processes, in blocks alternating with quiet ones."""
+
+    processes: int
+    blocks: int
+    latency: LatencyStats  # the contended samples
+    inflation_p50: float  # contended / quiet
+    inflation_p99: float
+    samples_ms: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "processes": self.processes,
+            "blocks": self.blocks,
+            "latency_ms": self.latency.to_dict(),
+            "inflation_p50": self.inflation_p50,
+            "inflation_p99": self.inflation_p99,
+            "samples_ms": self.samples_ms,
+        }
+
+
+@dataclass
 class BenchResult:
     target: str
     iterations: int
@@ -126,6 +158,7 @@ class BenchResult:
     # Per-iteration host time of each stage (0.0 where a stage did not run in an iteration, as in
     # `stages`): what `--baseline` resamples to put an interval on each stage's ratio.
     stage_samples_ms: dict[str, list[float]] = field(default_factory=dict)
+    contention: ContentionResult | None = None  # with --contend: the same target beside busy processes
 
     @property
     def jitter_warning(self) -> bool:
@@ -147,6 +180,7 @@ class BenchResult:
             "config": self.config,
             "roofline": self.roofline,
             "stage_samples_ms": self.stage_samples_ms,
+            "contention": self.contention.to_dict() if self.contention else None,
         }
         if self.device_stages:
             # GPU time per stage from device events; the gap to host time is launch and sync cost (R1.4).
@@ -251,26 +285,33 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
 
     from hotloop.progress import Progress
 
-    with Progress(
-        config.warmup + config.iterations, f"bench {case.name}", "it", enabled=config.progress
-    ) as bar:
+    if config.contend and compare is not None:
+        raise ConfigError("--contend times one target against itself quiet; drop --compare (or run twice)")
+    timed = config.iterations * (2 if config.contend else 1)
+    with Progress(config.warmup + timed, f"bench {case.name}", "it", enabled=config.progress) as bar:
         for _ in range(config.warmup):
             for c, t in zip(cases, timers, strict=True):
                 _time_once(c, t, None)
             bar.update(1, "warm-up")
         gc.collect()
+        busy = _Samples()  # the contended samples (--contend)
         gc_was_enabled = gc.isenabled()
         if not config.gc_enabled:
             gc.disable()
         try:
-            for i in range(config.iterations):
-                # Alternate who goes first so neither target always runs on a warmer cache.
-                order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
-                for k in order:
-                    if config.settle_ms and len(cases) > 1:
-                        _settle(config.settle_ms / 1e3)
-                    _time_once(cases[k], timers[k], records[k])
-                bar.update(1, "timed")
+            if config.contend:
+                _time_contended(case, timers[0], records[0], busy, config, bar)
+            else:
+                for i in range(config.iterations):
+                    # Alternate who goes first so neither target always runs on a warmer cache.
+                    order = range(len(cases)) if i % 2 == 0 else reversed(range(len(cases)))
+                    for k in order:
+                        if config.settle_ms and len(cases) > 1:
+                            _settle(config.settle_ms / 1e3)
+                        _time_once(cases[k], timers[k], records[k])
+                    bar.update(1, "timed")
+        except KeyboardInterrupt:  # Ctrl-C while timing: what was measured is still the user's
+            raise BenchInterrupted(_partial_result(cases, records, busy, config)) from None
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -286,7 +327,19 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             ratio_p99=other.p99 / total.p99,
             samples_ms=records[1].total,
         )
+    contention = None
+    if config.contend:
+        loaded = LatencyStats.from_samples(busy.total)
+        contention = ContentionResult(
+            processes=config.contend,
+            blocks=config.contend_blocks,
+            latency=loaded,
+            inflation_p50=loaded.p50 / total.p50,
+            inflation_p99=loaded.p99 / total.p99,
+            samples_ms=busy.total,
+        )
     return BenchResult(
+        contention=contention,
         roofline=_roofline(case, stages, config),
         target=case.name,
         iterations=config.iterations,
@@ -305,8 +358,81 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             "threads": config.threads,
             "pin": list(config.pin) if config.pin else None,
             "gc_enabled": config.gc_enabled,
+            "contend": config.contend,
         },
     )
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the timed iterations; `partial` holds the samples measured before it (a dict in
+    the shape of `BenchResult.to_dict()`'s raw parts, marked "interrupted": true), for `--json`."""
+
+    def __init__(self, partial: dict[str, Any]) -> None:
+        super().__init__()
+        self.partial = partial
+
+
+def _partial_result(
+    cases: list[BenchCase], records: list[_Samples], busy: _Samples, config: BenchConfig
+) -> dict[str, Any]:
+    """The raw samples of an interrupted run, with the summary of those that exist: an interrupted
+    measurement is still a measurement (a long run stopped at 90 % keeps its 90 %)."""
+    main = records[0]
+    done = len(main.total)
+    out: dict[str, Any] = {
+        "target": cases[0].name,
+        "interrupted": True,
+        "completed_iterations": done,
+        "iterations": config.iterations,
+        "warmup": config.warmup,
+        "latency_ms": LatencyStats.from_samples(main.total).to_dict() if done else None,
+        "samples_ms": main.total,
+        "stage_samples_ms": _stage_samples(main, done),
+        "env": machine_fingerprint(threads=config.threads),
+        "info": dict(cases[0].info),
+        "config": {
+            "warmup": config.warmup,
+            "iterations": config.iterations,
+            "threads": config.threads,
+            "pin": list(config.pin) if config.pin else None,
+            "gc_enabled": config.gc_enabled,
+            "contend": config.contend,
+        },
+    }
+    if len(cases) > 1:
+        out["compare"] = {"target": cases[1].name, "samples_ms": records[1].total}
+    if config.contend:
+        out["contention"] = {"processes": config.contend, "samples_ms": busy.total}
+    return out
+
+
+def _block_sizes(iterations: int, blocks: int) -> list[int]:
+    base, extra = divmod(iterations, blocks)
+    return [base + (1 if b < extra else 0) for b in range(blocks)]
+
+
+def _time_contended(
+    case: BenchCase, timer: StageTimer, quiet: _Samples, busy: _Samples, config: BenchConfig, bar: Any
+) -> None:
+    """`iterations` quiet and `iterations` contended samples in alternating blocks, ABBA order (quiet,
+    busy, busy, quiet, ...) so a drift over the run weighs on both alike."""
+    from hotloop.measure.contention import Contenders, contended
+
+    sizes = _block_sizes(config.iterations, config.contend_blocks)
+    with Contenders(config.contend) as others:
+        for b, size in enumerate(sizes):
+            pair = ("quiet", "busy") if b % 2 == 0 else ("busy", "quiet")
+            for kind in pair:
+                if kind == "busy":
+                    with contended(others):
+                        time.sleep(0.05)  # let the scheduler spread them before timing
+                        for _ in range(size):
+                            _time_once(case, timer, busy)
+                            bar.update(1, f"{config.contend} busy")
+                else:
+                    for _ in range(size):
+                        _time_once(case, timer, quiet)
+                        bar.update(1, "quiet")
 
 
 def _roofline(case: BenchCase, stages: dict[str, LatencyStats], config: BenchConfig) -> dict[str, Any] | None:

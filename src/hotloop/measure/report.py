@@ -83,6 +83,13 @@ def summary_lines(result: BenchResult) -> list[str]:
             f"{result.target} is {c.ratio_p50:.2f}x as fast as {c.target} at p50 and {c.ratio_p99:.2f}x at p99 "
             "(interleaved in one run)"
         )
+    busy = result.contention
+    if busy is not None:
+        lines.append(
+            f"beside {busy.processes} busy process{'es' if busy.processes != 1 else ''}: p50 "
+            f"{busy.latency.p50:.3f} ms ({busy.inflation_p50:.2f}x quiet), p99 {busy.latency.p99:.3f} ms "
+            f"({busy.inflation_p99:.2f}x quiet); {busy.blocks} blocks of each, alternating"
+        )
     if result.roofline:
         shares = [
             f"{stage} {100 * row['peak_share']:.0f} %"

@@ -6,8 +6,9 @@ it finished inferences, and asks it what to command next (a `Segment`). So the s
 run exactly the same decisions; only the clock and the engine differ.
 
 Bookkeeping it keeps for metrics: `jumps` (distance between the first commanded position of a new
-chunk and what the replaced plan would have commanded in that period, or the held target), the
-inference delays in control periods, and the watchdog's events and counters.
+chunk and what the replaced plan would have commanded in that period, or the held target; both as the
+plant executes them, i.e. clipped to `action_bounds` when given), the inference delays in control
+periods, and the watchdog's events and counters.
 """
 
 from __future__ import annotations
@@ -112,8 +113,12 @@ class ChunkScheduler:
         action_dim: int | None = None,
         config: SchedulerConfig | None = None,
         fallback_policy: Any = None,
+        action_bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.config = config or SchedulerConfig()
+        # The plant clips what it is commanded to these (the task's action space): jumps are measured on
+        # what it executes, not on a policy output far outside the workspace.
+        self.action_bounds = action_bounds
         if self.config.watchdog.fallback == "engine" and fallback_policy is None:
             raise ConfigError("--fallback engine needs a fallback policy (a second, smaller engine)")
         if period < 1:
@@ -253,7 +258,8 @@ class ChunkScheduler:
         if self.chunks > 0 and new.remaining > 0:
             reference = self._planned_next if self._planned_next is not None else hold
             first_action = self.blender.action(actions, first, new.start_tick(first, period))
-            self.jumps.append(float(np.linalg.norm(first_action[:3] - reference[:3])))
+            jump = self._executed(first_action)[:3] - self._executed(reference)[:3]
+            self.jumps.append(float(np.linalg.norm(jump)))
         self.active, self.suspended, self._planned_next = new, None, None
         self.chunks += 1
         if new.remaining == 0 and self.watchdog.in_fallback:
@@ -262,6 +268,12 @@ class ChunkScheduler:
             return
         self.watchdog.fresh_chunk(now)
         self._fallback_chunk = None
+
+    def _executed(self, action: np.ndarray) -> np.ndarray:
+        action = np.asarray(action, dtype=np.float64)
+        if self.action_bounds is None:
+            return action
+        return np.clip(action, self.action_bounds[0], self.action_bounds[1])
 
     def _strategy_blender(self) -> None:
         """A strategy that forms the executed actions itself (`ensemble`: `blender(period)`) replaces

@@ -15,6 +15,7 @@ cap (`memory_cap_mb`, checked at load and after every call; see `hotloop.runtime
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +31,26 @@ from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
+
+_log = logging.getLogger(__name__)
+
+
+def _manifest_pin(manifest: dict[str, Any], root: Path) -> tuple[int, ...] | None:
+    """The CPUs the plan was made for (`compile --reserve-cores`), where this process may use them all;
+    otherwise none, said in the log (another machine's CPU ids mean nothing here)."""
+    pin = manifest.get("pin")
+    if not pin:
+        return None
+    usable = os.sched_getaffinity(0)
+    if not set(pin) <= usable:
+        _log.warning(
+            "%s: the plan was pinned to CPUs %s, which this process cannot all use (usable: %s); not pinned",
+            root,
+            pin,
+            sorted(usable),
+        )
+        return None
+    return tuple(pin)
 
 
 def check_load_options(path: str | Path, threads: int | None, pin: tuple[int, ...] | None) -> None:
@@ -111,6 +132,7 @@ class Engine:
             get_backend(backend).unavailable_reason()
         account = MemoryAccount(root, memory_cap_mb)
         account.load_started()
+        pin = pin if pin is not None else _manifest_pin(manifest, root)
         if pin is not None:
             os.sched_setaffinity(0, pin)
         threads = threads if threads is not None else manifest.get("threads")
@@ -200,6 +222,7 @@ class Engine:
                 options["threads"] = threads
             files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
             runner = backend.load(graphs[base], entry.precision, self.path / name, files)
+            check_recorded_io(self.path / "manifest.json", name, entry, runner)
             self.runners[name] = runner
             per_bucket.setdefault(bucket, {})[base] = runner
         bucketed = set(family.capabilities.bucket_stages)
@@ -357,6 +380,31 @@ class Engine:
             "memory": self.memory.to_dict(),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
         }
+
+
+def check_recorded_io(where: Path, name: str, entry: Any, runner: Runner) -> None:
+    """The I/O a sub-engine's manifest entry records is the I/O its config builds: an entry edited or
+    written for another config is refused by name at load, not discovered as a shape error mid-run."""
+
+    def dtype(t: Tensor) -> str:
+        return str(t.dtype).replace("torch.", "")
+
+    built = {
+        "input_names": list(runner.input_names),
+        "input_shapes": [list(x.shape) for x in runner.inputs],
+        "input_dtypes": [dtype(x) for x in runner.inputs],
+        "output_names": list(runner.output_names),
+        "output_shapes": [list(y.shape) for y in runner.outputs],
+        "output_dtypes": [dtype(y) for y in runner.outputs],
+    }
+    for field, value in built.items():
+        recorded = getattr(entry, field)
+        if recorded != value:
+            shown = str(recorded) if len(str(recorded)) <= 120 else str(recorded)[:117] + "..."
+            raise CheckpointError(
+                f"{where}: sub-engine {name!r} records {field} {shown}, but the manifest's config builds "
+                f"{value}; the manifest was edited or belongs to another model: recompile the artifact"
+            )
 
 
 def link_runners(runners: dict[str, Runner]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,13 @@ def serve(
         Path | None,
         typer.Option(help="file holding a token clients must send (openpi-client's api_key)"),
     ] = None,
-    max_message_mb: Annotated[float, typer.Option(help="largest observation accepted, in MiB")] = 16.0,
+    max_message_mb: Annotated[
+        float,
+        typer.Option(help="largest observation accepted, in MiB; a bigger one closes its connection (1009)"),
+    ] = 16.0,
+    max_connections: Annotated[
+        int, typer.Option(help="clients connected at once; more are refused (503) until one closes")
+    ] = 16,
     steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
@@ -55,12 +62,19 @@ def serve(
     import logging
 
     from hotloop.serve.policies import load_served_policy
-    from hotloop.serve.server import PolicyServer, ServeConfig
+    from hotloop.serve.server import LOOPBACK_HOSTS, MAX_MESSAGE_MB, PolicyServer, ServeConfig
     from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, check_device, find_target
 
     check_device(device)
-    if max_message_mb <= 0:
-        raise ConfigError(f"--max-message-mb must be > 0 (got {max_message_mb})")
+    if not (math.isfinite(max_message_mb) and 0 < max_message_mb <= MAX_MESSAGE_MB):
+        raise ConfigError(
+            f"--max-message-mb must be > 0 and at most {MAX_MESSAGE_MB} MiB (got {max_message_mb})"
+        )
+    if target.startswith("expert:"):
+        raise ConfigError(
+            f"{target} cannot be served: the scripted expert reads the simulator's own state, which a robot "
+            "does not send; run it with `hotloop eval`, or serve a policy (see `hotloop targets`)"
+        )
     if memory_cap_mb is not None and find_target(target) is not ARTIFACT_ENTRY:
         raise ConfigError(
             f"--memory-cap-mb caps a compiled artifact's engine; {target!r} is not one: drop the flag"
@@ -71,6 +85,7 @@ def serve(
         port=port,
         api_key=_read_key(api_key_file) if api_key_file is not None else None,
         max_message_bytes=int(max_message_mb * 2**20),
+        max_connections=max_connections,
         deadline_ms=deadline_ms,
         stall_limit_ms=stall_limit_ms,
     )
@@ -78,7 +93,7 @@ def serve(
     # The websocket library logs every health check and handshake at INFO; the server logs one line per
     # connection itself.
     logging.getLogger("hotloop.serve.websockets").setLevel(logging.WARNING)
-    if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+    if config.api_key is None and host not in LOOPBACK_HOSTS:
         logging.getLogger("hotloop.serve").warning(
             "serving on %s without --api-key-file: anyone who reaches this port can drive the policy", host
         )
@@ -110,8 +125,13 @@ def _fallback_engine(text: str) -> str:
 
 def _read_key(path: Path) -> str:
     try:
-        return path.read_text().strip()
+        return path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(
             f"--api-key-file {path}: cannot read it ({exc.strerror}); give a readable file"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"--api-key-file {path} is not UTF-8 text; put the token in it as plain text (e.g. from "
+            "`openssl rand -hex 32`)"
         ) from None

@@ -30,7 +30,7 @@ def load_served_policy(target_or_artifact: str, options: Any) -> ServedPolicy:
 
 def serve_policy(name: str, policy: Any) -> ServedPolicy:
     """Wrap any Policy: find its observation spec, run one warm-up inference, record the action spec."""
-    observation_spec = observation_spec_of(policy)
+    observation_spec = observation_spec_of(policy, name)
     policy.reset()
     action = policy.infer(zero_observation(observation_spec))
     policy.reset()
@@ -38,11 +38,14 @@ def serve_policy(name: str, policy: Any) -> ServedPolicy:
     return ServedPolicy(name, policy, observation_spec, spec_of(action), defaults)
 
 
-def observation_spec_of(policy: Any) -> dict[str, ArraySpec]:
+def observation_spec_of(policy: Any, name: str | None = None) -> dict[str, ArraySpec]:
     declared = getattr(policy, "observation_spec", None)
     if isinstance(declared, dict):
         return dict(declared)
+    what = name or type(policy).__name__
     raise ConfigError(
-        f"policy {type(policy).__name__} declares no observation_spec, so the server cannot check its "
-        "inputs; give it an `observation_spec` attribute (key -> ArraySpec)"
+        f"{what} cannot be served: it does not say what observation it reads, so the server could not "
+        "check what robots send; serve a model target (see `hotloop targets`), a compiled artifact or a "
+        f"checkpoint folder (to make {type(policy).__name__} servable, give it an `observation_spec`: "
+        "key -> ArraySpec)"
     )

@@ -15,7 +15,19 @@ inference at a time, on a worker thread, so the event loop keeps receiving, answ
 rejecting bad input while the model runs.
 
 Nothing a client sends can end the server or log a traceback: bad input is a one-line error reply, a
-vanished client is a one-line info log.
+vanished client is a one-line info log. Nor can one client hurt the others: an observation is checked in
+full at the wire (serve/spec.py), so bad input is never an engine fault; a policy that refuses an input
+itself (a `ConfigError`) answers that client with an error and is not counted as a fault either; a message
+over `--max-message-mb` is refused by the websocket layer while its header is read, before its payload is
+buffered; at most `--max-connections` clients are connected at once; error replies and log lines repeat
+at most `ERROR_CHARS` characters of what a client sent.
+
+Memory a client can make the server hold: a message is read only up to `max_message_bytes` (the frame
+header declares its length; fragments are counted as they come); once more than `MAX_QUEUE` received
+messages wait, the server stops reading that socket; one decoded observation waits in the connection's
+slot. So a connection holds at most about `HELD_MESSAGES` x `--max-message-mb` (the queue, the message
+being read, the one being checked, the slot's), and the server `--max-connections` times that, which it
+logs at start.
 
 Per-connection state: a policy that keeps episode state of its own (Diffusion Policy's observation
 history) exposes `new_session()`, a view of it with that state fresh and the model shared; each connection
@@ -36,19 +48,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from hotloop.client import codec
 from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
-from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, spec_to_wire
+from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, clip, spec_to_wire
 from hotloop.serve.watchdog import finite_actions
 
 log = logging.getLogger("hotloop.serve")
 
-# The websocket layer itself refuses messages this many times over the limit (closing with code 1009):
-# up to there an oversized observation is read, answered with an error and the connection stays open;
-# beyond it reading it would cost memory a misbehaving client should not be able to claim.
-TRANSPORT_LIMIT_FACTOR = 4
+# Received messages that may wait per connection before the server stops reading its socket (websockets'
+# max_queue, counted in frames): a client that floods while its replies are not read holds no more.
+MAX_QUEUE = 2
+HELD_MESSAGES = MAX_QUEUE + 4  # the most messages of one connection in memory at once (module docstring)
+MAX_MESSAGE_MB = 1024  # the largest --max-message-mb: an observation bigger than 1 GiB is a mistake
+ERROR_CHARS = 1000  # the longest error reply or log line that carries a client's words
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,7 @@ class ServeConfig:
     port: int = 8000  # 0: the OS picks a free port (tests, benchmarks)
     api_key: str | None = None  # clients send header `Authorization: Api-Key <key>` (openpi-client's api_key)
     max_message_bytes: int = 16 * 2**20
+    max_connections: int = 16  # more are refused at the handshake (503); bounds memory with the above
     open_timeout_s: float = 10.0  # a TCP client that never completes the websocket handshake is closed
     deadline_ms: float | None = None  # the watchdog's deadline per inference (serve/watchdog.py)
     stall_limit_ms: float | None = None  # /healthz answers 503 while an inference runs longer than this
@@ -68,10 +86,23 @@ class ServeConfig:
         check_limit_ms("--stall-limit-ms", self.stall_limit_ms)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port} is out of range; pick a port in 1-65535")
+        if not self.host.strip():
+            # asyncio reads an empty host as "every interface": never what an empty value meant.
+            raise ConfigError(
+                "--host is empty, which would listen on every interface; give 127.0.0.1 (this machine "
+                "only) or 0.0.0.0 (every interface, with --api-key-file)"
+            )
         if self.max_message_bytes < 1024:
             raise ConfigError(
                 f"--max-message-mb gives {self.max_message_bytes} bytes; allow at least 1 KiB per observation"
             )
+        if self.max_message_bytes > MAX_MESSAGE_MB * 2**20:
+            raise ConfigError(
+                f"--max-message-mb gives {self.max_message_bytes} bytes, over {MAX_MESSAGE_MB} MiB; "
+                "send smaller observations (resize the images)"
+            )
+        if self.max_connections < 1:
+            raise ConfigError(f"--max-connections must be >= 1 (got {self.max_connections})")
         if self.api_key is not None and not self.api_key.strip():
             raise ConfigError("--api-key-file holds an empty key; put the token in it or drop the flag")
         if self.open_timeout_s <= 0:
@@ -179,7 +210,8 @@ class PolicyServer:
                 self.config.host,
                 self.config.port,
                 compression=None,  # images do not compress; deflate would cost milliseconds
-                max_size=self.config.max_message_bytes * TRANSPORT_LIMIT_FACTOR,
+                max_size=self.config.max_message_bytes,  # checked on each frame header, before reading
+                max_queue=MAX_QUEUE,
                 process_request=self._process_request,
                 open_timeout=self.config.open_timeout_s,
                 logger=logging.getLogger("hotloop.serve.websockets"),
@@ -192,6 +224,13 @@ class PolicyServer:
             ) from None
         self.port = int(self._ws_server.sockets[0].getsockname()[1])
         log.info("serving %s on ws://%s:%d", self.served.name, self.config.host, self.port)
+        per_connection = HELD_MESSAGES * self.config.max_message_bytes
+        log.info(
+            "client messages: at most %.1f MiB each, %d connections, about %.0f MiB in all at worst",
+            self.config.max_message_bytes / 2**20,
+            self.config.max_connections,
+            per_connection * self.config.max_connections / 2**20,
+        )
 
     async def run(self) -> None:
         await self.start()
@@ -253,6 +292,15 @@ class PolicyServer:
                     "error: missing or wrong API key; connect with api_key=<the server's key> "
                     "(header 'Authorization: Api-Key <key>')\n",
                 )
+        if len(self._ws_server.connections) >= self.config.max_connections:
+            # No await between this check and the handshake's completion: a burst cannot slip past it.
+            self.metrics.request("refused")
+            log.info("refused a connection: %d already open (--max-connections)", self.config.max_connections)
+            return connection.respond(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"error: the server is at its --max-connections of {self.config.max_connections}; "
+                "retry later or close an idle client\n",
+            )
         return None
 
     # -- one websocket connection ----------------------------------------------------------------------
@@ -275,7 +323,9 @@ class PolicyServer:
         except ConnectionClosed:
             pass
         except Exception as exc:  # a bug here must not kill the server nor print a traceback
-            log.warning("connection %s ended by %s: %s", peer, type(exc).__name__, exc)
+            log.warning(
+                "connection %s ended by %s: %s", peer, type(exc).__name__, clip(str(exc), ERROR_CHARS)
+            )
         finally:
             worker.cancel()
             self.metrics.connections.dec()
@@ -286,20 +336,20 @@ class PolicyServer:
         try:
             if isinstance(message, str):
                 raise ObservationError("send the observation as msgpack bytes, not a text frame")
-            if len(message) > self.config.max_message_bytes:
-                raise ObservationError(
-                    f"message of {len(message)} bytes exceeds the server's limit of "
-                    f"{self.config.max_message_bytes} (--max-message-mb); send smaller images or raise it"
-                )
+            # (A message over --max-message-mb never gets here: the websocket layer closed the
+            # connection with code 1009 when its header announced the size.)
             obs = codec.unpackb(message)
-            checked = check_observation(obs, self.served.observation_spec)
+            with np.errstate(all="ignore"):  # a client's values must not print numpy warnings in the log
+                checked = check_observation(obs, self.served.observation_spec)
         except (ObservationError, codec.WireError) as exc:
             self.metrics.request("rejected")
-            await ws.send(f"error: request {request_id}: {exc}")
+            await ws.send(clip(f"error: request {request_id}: {exc}", ERROR_CHARS))
             return
         except Exception as exc:  # input no check foresaw: still this request's error, not the connection's
             self.metrics.request("rejected")
-            log.warning("request %d unreadable: %s: %s", request_id, type(exc).__name__, exc)
+            log.warning(
+                "request %d unreadable: %s: %s", request_id, type(exc).__name__, clip(str(exc), ERROR_CHARS)
+            )
             await ws.send(
                 f"error: request {request_id}: the observation could not be read ({type(exc).__name__})"
             )
@@ -320,12 +370,19 @@ class PolicyServer:
                 start = time.perf_counter()
                 try:
                     payload, source = await self._answer(item, packer, prev_total_ms, sessions)
+                except _Refused as refused:  # the policy named what is wrong with this input
+                    self.metrics.request("rejected")
+                    text = str(refused.__cause__)
+                    log.info("request %d refused by the policy: %s", item.request_id, clip(text, ERROR_CHARS))
+                    await ws.send(clip(f"error: request {item.request_id}: {text}", ERROR_CHARS))
+                    continue
                 except Exception as exc:  # the policy's failure is this request's error, not the server's
                     packer = codec.Packer()  # never reuse a buffer a failed encode may have left dirty
                     self.metrics.request("policy_error")
-                    log.warning("request %d failed: %s: %s", item.request_id, type(exc).__name__, exc)
+                    what = f"{type(exc).__name__}: {exc}"
+                    log.warning("request %d failed: %s", item.request_id, clip(what, ERROR_CHARS))
                     await ws.send(
-                        f"error: request {item.request_id}: the policy failed: {type(exc).__name__}: {exc}"
+                        clip(f"error: request {item.request_id}: the policy failed: {what}", ERROR_CHARS)
                     )
                     continue
                 encoded = time.perf_counter()
@@ -375,13 +432,16 @@ class PolicyServer:
 
     def _run_policy(self, obs: dict[str, Any], policy: Any) -> Any:
         """On the worker thread: the main policy (the connection's session of it), with the start time
-        /healthz and the gauge read."""
+        /healthz and the gauge read. A `ConfigError` is the policy refusing this input (the families
+        raise it for a bad observation): raised as `_Refused`, the client's error, not an engine fault."""
         self._running_since = time.perf_counter()
         try:
             return policy.infer(obs)
         except MemoryCapError as exc:
             self._over_cap = str(exc)
             raise
+        except ConfigError as exc:
+            raise _Refused() from exc
         finally:
             self._running_since = None
 
@@ -409,8 +469,13 @@ class PolicyServer:
                             future.add_done_callback(_discard_late_result)
                             return await self._fallback_infer(obs, sessions)
                 action = await future  # no fallback engine: the late reply still goes out
+            except _Refused:
+                # Neither a fault nor a chunk: the engine named what is wrong with this input (the fallback,
+                # reading the same spec, would too). The mode stays as it was; the next start resets the
+                # deadline.
+                raise
             except Exception as exc:
-                watchdog.fault(f"{type(exc).__name__}: {exc}")
+                watchdog.fault(clip(f"{type(exc).__name__}: {exc}", ERROR_CHARS))  # kept as an event
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
                 raise
@@ -431,9 +496,23 @@ class PolicyServer:
         assert self.fallback is not None and sessions.fallback is not None
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
-        action = await loop.run_in_executor(self._fallback_executor, sessions.fallback.infer, obs)
+        action = await loop.run_in_executor(self._fallback_executor, _refusing, sessions.fallback, obs)
         self.metrics.observe_stage("fallback_infer", time.perf_counter() - start)
+        if isinstance(action, Mapping) and "actions" in action and not finite_actions(action):
+            raise ValueError("the fallback engine answered non-finite actions (NaN or inf) too")
         return action, "fallback"
+
+
+class _Refused(Exception):
+    """The policy refused an observation (its `ConfigError` is the `__cause__`)."""
+
+
+def _refusing(policy: Any, obs: dict[str, Any]) -> Any:
+    """`policy.infer(obs)` with a `ConfigError` raised as `_Refused` (the fallback engine's)."""
+    try:
+        return policy.infer(obs)
+    except ConfigError as exc:
+        raise _Refused() from exc
 
 
 @dataclass(frozen=True)
@@ -470,8 +549,10 @@ def check_fallback_engine(served: ServedPolicy, fallback: ServedPolicy) -> None:
 def _discard_late_result(future: asyncio.Future[Any]) -> None:
     """A main result that came after the fallback answered its request: retrieved (so asyncio logs no
     'exception never retrieved') and dropped."""
-    if not future.cancelled() and future.exception() is not None:
-        log.info("a late inference failed after the fallback answered: %s", future.exception())
+    exc = None if future.cancelled() else future.exception()
+    if exc is not None:
+        cause = exc.__cause__ if isinstance(exc, _Refused) else exc
+        log.info("a late inference failed after the fallback answered: %s", clip(str(cause), ERROR_CHARS))
 
 
 def _peer(ws: Any) -> str:

@@ -4,6 +4,13 @@ Keys of nested maps are joined with "/" ({"images": {"top": x}} is key "images/t
 openpi's own observation keys use. Shapes are fixed (everything right of the observation is
 fixed-shape) except an axis marked -1, such as the rows of RTC guidance; a mismatch is an error here,
 with a message naming the key, rather than deep inside a model.
+
+Everything a policy could only fail on is checked here, so that a bad request is that client's error
+reply and never an engine fault (which would switch a server with `--fallback` to its fallback engine):
+values must lie in the range of the spec's dtype (a uint16 256 would wrap to a uint8 0, a float64 1e300
+would become a float32 inf), floats must be finite, and the real-time chunking keys
+(`hotloop.realtime.rtc`) must hold what the RTC samplers accept. A value the client sent is echoed in a
+message only clipped to `ECHO_CHARS` (a 1 MB key must not become a 1 MB reply and log line).
 """
 
 from __future__ import annotations
@@ -15,7 +22,10 @@ import numpy as np
 
 from hotloop.policy_spec import ArraySpec
 
-__all__ = ["ArraySpec", "ObservationError", "check_observation", "flatten", "spec_to_wire"]
+__all__ = ["ArraySpec", "ObservationError", "check_observation", "clip", "flatten", "spec_to_wire"]
+
+ECHO_CHARS = 200  # the most of one client value a message repeats
+LISTED_KEYS = 5  # unknown or missing keys named in one message; the rest are counted
 
 
 class ObservationError(ValueError):
@@ -25,11 +35,28 @@ class ObservationError(ValueError):
 Spec = Mapping[str, ArraySpec]
 
 
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` cut to at most `limit` characters, saying how long it was: how a client's value is echoed."""
+    if len(text) <= limit:
+        return text
+    suffix = f"... ({len(text):,} characters)"
+    return text[: max(0, limit - len(suffix))] + suffix
+
+
+def _show(value: Any) -> str:
+    return clip(repr(value))
+
+
+def _listed(keys: list[str]) -> str:
+    shown = ", ".join(_show(k) for k in keys[:LISTED_KEYS])
+    return shown if len(keys) <= LISTED_KEYS else f"{shown} and {len(keys) - LISTED_KEYS} more"
+
+
 def flatten(obs: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in obs.items():
         if not isinstance(key, str):
-            raise ObservationError(f"observation key {key!r} is not a string")
+            raise ObservationError(f"observation key {_show(key)} is not a string")
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(flatten(value, f"{name}/"))
@@ -70,7 +97,8 @@ def check_observation(obs: Any, spec: Spec) -> dict[str, Any]:
 
     Accepted: exactly the spec's keys; arrays (or nested lists of numbers) of exactly the spec's shape,
     whose dtype casts to the spec's within its kind (float64 state -> float32 is fine, float -> uint8
-    image is not); finite values only.
+    image is not) and whose values lie in the spec dtype's range; finite values only; RTC keys as the
+    samplers take them (`_check_rtc`).
     """
     if not isinstance(obs, Mapping):
         raise ObservationError(f"an observation must be a map of key -> array, got {type(obs).__name__}")
@@ -80,18 +108,20 @@ def check_observation(obs: Any, spec: Spec) -> dict[str, Any]:
     if unknown or missing:
         parts = []
         if unknown:
-            parts.append(f"unknown key(s) {', '.join(map(repr, unknown))}")
+            parts.append(f"unknown key(s) {_listed(unknown)}")
         if missing:
-            parts.append(f"missing key(s) {', '.join(map(repr, missing))}")
+            parts.append(f"missing key(s) {_listed(missing)}")
         raise ObservationError(f"{'; '.join(parts)}; this policy takes {', '.join(map(repr, spec))}")
     checked = {key: _check_value(key, flat[key], spec[key]) for key in spec if key in flat}
+    _check_rtc(checked)
     return _rebuild(obs, checked)
 
 
 def _check_value(key: str, value: Any, spec: ArraySpec) -> Any:
+    name = _show(key)
     if spec.dtype == "str":
         if not isinstance(value, str):
-            raise ObservationError(f"{key!r} is a {type(value).__name__}; send a string")
+            raise ObservationError(f"{name} is a {type(value).__name__}; send a string")
         return value
     expected = np.dtype(spec.dtype)
     if isinstance(value, np.ndarray | np.generic):
@@ -99,21 +129,76 @@ def _check_value(key: str, value: Any, spec: ArraySpec) -> Any:
     elif isinstance(value, list | tuple | int | float | bool) and not isinstance(value, str):
         try:
             arr = np.asarray(value)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ObservationError(
-                f"{key!r} is a ragged list; send a numpy array of shape {spec.shape}"
+                f"{name} is a ragged list; send a numpy array of shape {spec.shape}"
             ) from None
     else:
         raise ObservationError(
-            f"{key!r} is a {type(value).__name__}; send a numpy array of shape {spec.shape} and dtype {spec.dtype}"
+            f"{name} is a {type(value).__name__}; send a numpy array of shape {spec.shape} and dtype {spec.dtype}"
         )
     if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, expected, casting="same_kind"):
-        raise ObservationError(f"{key!r} has dtype {arr.dtype}; send {spec.dtype}")
+        raise ObservationError(f"{name} has dtype {arr.dtype}; send {spec.dtype}")
     if not spec.matches(arr.shape):
-        raise ObservationError(f"{key!r} has shape {arr.shape}; this policy takes {spec.shape}")
+        raise ObservationError(f"{name} has shape {arr.shape}; this policy takes {spec.shape}")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise ObservationError(f"{key!r} holds NaN or infinite values; send finite numbers")
-    return arr.astype(expected, copy=False)
+        raise ObservationError(f"{name} holds NaN or infinite values; send finite numbers")
+    _check_range(name, arr, expected)
+    with np.errstate(all="ignore"):  # checked above: nothing is left to overflow
+        return arr.astype(expected, copy=False)
+
+
+def _check_range(name: str, arr: np.ndarray, expected: np.dtype[Any]) -> None:
+    """Refuse values the cast to `expected` would wrap (ints) or turn into inf (floats): a same-kind
+    cast is not a safe one."""
+    if arr.size == 0 or np.can_cast(arr.dtype, expected, casting="safe"):
+        return
+    if expected.kind == "f":
+        top = float(np.finfo(expected).max)
+        peak = max(abs(float(arr.min())), abs(float(arr.max())))  # finite here: checked before
+        if peak > top:
+            raise ObservationError(
+                f"{name} holds {peak:g}, beyond the range of {expected} (±{top:g}); send values within it"
+            )
+        return
+    info = np.iinfo(expected)
+    low, high = arr.min(), arr.max()  # compared as Python ints: exact for every integer dtype
+    if int(low) < info.min or int(high) > info.max:
+        raise ObservationError(
+            f"{name} holds values in [{low}, {high}], beyond the range of {expected} "
+            f"[{info.min}, {info.max}]; send values within it"
+        )
+
+
+def _check_rtc(checked: Mapping[str, Any]) -> None:
+    """The real-time chunking keys (`hotloop.realtime.rtc`), as the samplers take them: at least one row
+    of previous actions, a delay of zero or more periods, a guidance clip of zero or more, a known
+    mode. The spec already fixed their dtypes and the action width."""
+    from hotloop.realtime.rtc import (
+        DELAY_KEY,
+        MAX_GUIDANCE_WEIGHT_KEY,
+        MODE_KEY,
+        MODES,
+        PREV_ACTIONS_KEY,
+    )
+
+    prev = checked.get(PREV_ACTIONS_KEY)
+    if prev is not None and prev.shape[0] < 1:
+        raise ObservationError(
+            f"{PREV_ACTIONS_KEY!r} has no rows; send the executing chunk's remaining actions (at least one) "
+            "or leave the key out"
+        )
+    delay = checked.get(DELAY_KEY)
+    if delay is not None and int(delay) < 0:
+        raise ObservationError(f"{DELAY_KEY!r} is {int(delay)}; send the delay in control periods, >= 0")
+    beta = checked.get(MAX_GUIDANCE_WEIGHT_KEY)
+    if beta is not None and float(beta) < 0:
+        raise ObservationError(
+            f"{MAX_GUIDANCE_WEIGHT_KEY!r} is {float(beta):g}; send a guidance clip >= 0 (the paper uses 5)"
+        )
+    mode = checked.get(MODE_KEY)
+    if mode is not None and mode not in MODES:
+        raise ObservationError(f"{MODE_KEY!r} is {_show(mode)}; send one of {', '.join(MODES)}")
 
 
 def _rebuild(obs: Mapping[str, Any], checked: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

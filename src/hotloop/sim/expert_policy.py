@@ -18,6 +18,12 @@ class ExpertPolicy:
     def __init__(self) -> None:
         self.expert: Any = None
 
+    @property
+    def reads_images(self) -> bool:
+        """Experts read the task's state through the task itself, so the evaluator renders no view for
+        them; an expert that does look at `obs["images"]` says `reads_images = True`."""
+        return bool(getattr(self.expert, "reads_images", False))
+
     def bind_task(self, env: Any) -> None:
         from hotloop.sim.tasks import make_expert
 
@@ -38,6 +44,11 @@ def build_policy(config_name: str, options: Any) -> ExpertPolicy:
         raise ConfigError(f"unknown expert {config_name!r}; known: scripted")
     options.reject_unsupported(f"expert:{config_name}", set())
     return ExpertPolicy()
+
+
+def declared_horizon(config_name: str) -> int:
+    """One action per inference (see `ExpertPolicy.infer`)."""
+    return 1
 
 
 def build_bench(config_name: str, options: Any) -> Any:

@@ -8,12 +8,18 @@ answered with the known names (exit 2 at the CLI). Three kinds of task names:
   object), wrapped by `hotloop.sim.tasks.gym_task.GymTask`;
 - a name from the `hotloop.tasks` entry-point group: a user's package declares, in its pyproject,
   `[project.entry-points."hotloop.tasks"] my-task = "my_pkg.tasks:make"`; `make(**task_kwargs)` returns
-  either a gymnasium env (wrapped like `gym:`) or an object with the task interface of `GymTask`.
+  either a gymnasium env (wrapped like `gym:`, with the `GymProfile` it carries as `hotloop_profile`)
+  or an object with the task interface (`hotloop.sim.tasks.protocol.HotloopTask`). `make` is also
+  given `task_name=` and `image_size=` when its signature names them. The contract: docs/tasks.md.
+
+A plugin cannot take a built-in task's name: the built-in runs, and `check_task` (which `record` and
+`eval` call first, once) warns, naming the plugin.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +93,10 @@ def check_task(name: str) -> None:
         env_spec(name[len(GYM_PREFIX) :])  # an unknown id fails here, before any worker starts
         return
     registry = default_tasks()
-    if name in registry or name in plugin_tasks():
+    if name in registry:
+        _warn_if_shadowed(name)
+        return
+    if name in plugin_tasks():
         return
     plugins = sorted(plugin_tasks())
     extra = f" Plugins ({ENTRY_POINT_GROUP}): {', '.join(plugins)}." if plugins else ""
@@ -113,21 +122,18 @@ def make_task(
     builtin = name in default_tasks()
     if difficulty is not None and not builtin:
         raise ConfigError(f"task {name!r} has no difficulty levels; drop --difficulty")
+    if kwargs.get("render_mode") == "human":  # a window in a headless worker: the process aborts
+        raise ConfigError(
+            "--task-kwargs render_mode 'human' opens a window, which hotloop cannot show; drop it "
+            "(hotloop renders its own views) or use 'rgb_array'"
+        )
     if name.startswith(GYM_PREFIX):
         check_task(name)
-        from hotloop.sim.tasks.gym_task import GymTask
+        from hotloop.sim.tasks.gym_task import GymTask, check_seeding
 
-        return GymTask.make(name[len(GYM_PREFIX) :], kwargs, image_size=image_size)
+        return check_seeding(GymTask.make(name[len(GYM_PREFIX) :], kwargs, image_size=image_size))
     if not builtin and name in plugin_tasks():
-        try:
-            env = plugin_tasks()[name].load()(**kwargs)
-        except TypeError as e:
-            raise ConfigError(f"--task-kwargs for plugin task {name!r} were not accepted: {e}") from None
-        if hasattr(env, "advance") and hasattr(env, "task_spec"):
-            return env
-        from hotloop.sim.tasks.gym_task import GymTask
-
-        return GymTask.wrap(env, name, image_size=image_size)
+        return _make_plugin(name, kwargs, image_size)
     if views is not None and not builtin:
         raise ConfigError(f"task {name!r} renders its own views; choosing views is for the built-in tasks")
     if kwargs:
@@ -147,17 +153,83 @@ def make_task(
 
 
 def make_expert(name: str, env: Any) -> Any:
-    profile = getattr(env, "profile", None)
-    if profile is not None:  # a GymTask: its profile names the expert, if hotloop has one
-        if not profile.expert:
-            raise ConfigError(f"task {name!r} has no scripted expert in hotloop; record one of your own")
-        return _resolve(profile.expert)(env)
-    if name not in default_tasks():
-        expert = getattr(env, "make_expert", None)
-        if expert is None:
-            raise ConfigError(f"task {name!r} has no scripted expert (its env has no make_expert())")
-        return expert()
-    return _resolve(default_tasks().get(name).expert)(env)
+    """The scripted expert of task `name`: a built-in's own, else the task's `make_expert()` (a
+    `GymTask` asks its profile, then the env it wraps; see docs/tasks.md)."""
+    if name in default_tasks() and getattr(env, "profile", None) is None:
+        return _resolve(default_tasks().get(name).expert)(env)
+    maker = getattr(env, "make_expert", None)
+    expert = maker() if maker is not None else None
+    if expert is None:
+        raise ConfigError(
+            f"task {name!r} has no scripted expert: give its env (or, for a gymnasium env, its "
+            "hotloop_profile) a make_expert method returning an object with reset() and act(obs) "
+            "(docs/tasks.md)"
+        )
+    return expert
+
+
+def _warn_if_shadowed(name: str) -> None:
+    """A plugin named like a built-in never runs: say so, by name, rather than run the built-in silently."""
+    plugin = plugin_tasks().get(name)
+    if plugin is not None:
+        print(
+            f"warning: the installed plugin task {name!r} ({plugin.value}) has the name of a built-in task "
+            "and is ignored: the built-in runs; rename the plugin's hotloop.tasks entry point to use it",
+            file=sys.stderr,
+        )
+
+
+def _make_plugin(name: str, kwargs: dict[str, Any], image_size: int | None) -> Any:
+    """Load and call a plugin's `make`; whatever goes wrong is one line naming the plugin."""
+    import inspect
+
+    from hotloop.sim.tasks.protocol import check_task_object, is_task_object
+
+    entry = plugin_tasks()[name]
+    try:
+        make = entry.load()
+    except Exception as e:  # noqa: BLE001 - a broken plugin is the user's input, not our crash
+        raise ConfigError(
+            f"plugin task {name!r} ({entry.value}) cannot be imported: {_one_line(e)}"
+        ) from None
+    try:
+        params = inspect.signature(make).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check or offer
+        params = {}  # type: ignore[assignment]
+    offered = {"task_name": name, "image_size": image_size or DEFAULT_IMAGE_SIZE}
+    call = {k: v for k, v in offered.items() if k in params and k not in kwargs} | kwargs
+    if kwargs and params:
+        try:
+            inspect.signature(make).bind(**call)
+        except TypeError as e:
+            raise ConfigError(f"--task-kwargs for plugin task {name!r} were not accepted: {e}") from None
+    try:
+        env = make(**call)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"plugin task {name!r}: its make() raised {_one_line(e)}") from None
+    if env is None:
+        raise ConfigError(
+            f"plugin task {name!r}: its make() returned None; return a gymnasium env or an object with "
+            "the task interface (docs/tasks.md)"
+        )
+    from hotloop.sim.tasks.gym_task import GymTask, check_seeding
+
+    if is_task_object(env):
+        return check_seeding(check_task_object(env, name))
+    if not hasattr(env, "step") or not hasattr(env, "reset"):
+        raise ConfigError(
+            f"plugin task {name!r}: its make() returned a {type(env).__name__}, neither a gymnasium env nor "
+            "an object with the task interface (docs/tasks.md)"
+        )
+    return check_seeding(GymTask.wrap(env, name, image_size=image_size))
+
+
+DEFAULT_IMAGE_SIZE = 64  # what a plugin's make(image_size=) is told when no --image-size was given
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+    return f"{text} ({type(e).__name__})"
 
 
 def check_difficulty(task: str, difficulty: str | None) -> None:

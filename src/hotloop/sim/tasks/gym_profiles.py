@@ -4,7 +4,19 @@ A profile says how to read an env's observation as a state vector (and which ent
 effector), how to turn a held absolute target into the env's native action, where images come from,
 what counts as success, and which scripted expert records demonstrations. `GymProfile` itself is the
 fallback for any env: flattened observation, native action taken as absolute, images from the env's
-MuJoCo model when it has one.
+MuJoCo model when it has one (`GENERIC_ASSUMPTIONS`, printed when it is used).
+
+A plugin states what hotloop cannot guess by attaching a profile to the env its `make()` returns:
+`env.hotloop_profile = GymProfile(prompt=..., ee_state=..., cameras=...)`, or a subclass that overrides
+the methods below (`DeltaProfile` for envs whose native action is a per-step delta). The profile is the
+documented, stable part of this module (docs/tasks.md); its methods take the env hotloop wraps.
+
+The delta rule. A delta env moves its end effector by `scale * action` per step. hotloop holds an
+absolute target, so every step it sends `clip((target - origin) / scale, -1, 1)`, where `origin` is
+where the next delta is applied from. Fetch applies a delta to its mocap body, and its hand follows the
+mocap within a fraction of a step, so the hand's position is a good origin (`FetchProfile`). Where the
+hand lags the mocap (a soft weld, a heavy arm), the hand is the wrong origin: the mocap runs ahead and
+the held target oscillates; such a profile returns the mocap's position from `DeltaProfile.delta_origin`.
 
 - `FetchProfile` (gymnasium-robotics `Fetch*`): state = `observation` + `desired_goal`; the action is a
   gripper target `[x, y, z, grip]` in metres (grip: the env's own finger command, +1 open, -1 closed);
@@ -26,16 +38,31 @@ import numpy as np
 
 from hotloop.sim.tasks.mj_views import FreeCamera, MujocoViews
 
+GENERIC_ASSUMPTIONS = (
+    "assuming state = its flattened observation, action = its native action held as an absolute target "
+    "(a delta or velocity action drifts while held: attach a hotloop_profile, docs/tasks.md), images "
+    "from its MuJoCo model or render()"
+)
+
 
 @dataclass(frozen=True)
 class GymProfile:
+    """What hotloop knows of an env (the fields), and how it reads and drives it (the methods)."""
+
     prompt: str = ""
     image_size: int = 64
-    ee_state: tuple[int, ...] = ()
+    ee_state: tuple[int, ...] = ()  # state entries of the end-effector position (x, y, z)
     expert: str = ""  # "module:Class" of a scripted expert, if we have one
     # The unit of the positions in the actions and in ee_state; None for an env we know nothing of
     # (its actions may be torques or joint angles: the evaluator then names no unit).
     length_unit: str | None = None
+    # The views of a MuJoCo env: (name, model camera name or FreeCamera) pairs; () = one free "scene"
+    # camera on the whole model. A FreeCamera's azimuth and elevation rotate the view.
+    cameras: tuple[tuple[str, str | FreeCamera], ...] = ()
+    reflections: bool = False  # reflective materials cost 1.6-1.8x per frame and a policy rarely needs them
+    shadows: bool = False
+    # How the held target becomes the native action, in words (recorded with the run; see the delta rule).
+    action_rule: str = "absolute: the native action is the held target"
 
     def register(self) -> None:
         """Import whatever registers the env ids (a package's import side effect)."""
@@ -81,9 +108,16 @@ class GymProfile:
         model, data = getattr(base, "model", None), getattr(base, "data", None)
         if model is None or data is None or not hasattr(model, "vis"):
             return None
-        center = tuple(float(v) for v in model.stat.center)
-        camera = FreeCamera(center, 1.5 * float(model.stat.extent), 90.0, -30.0)  # type: ignore[arg-type]
-        return MujocoViews(model, data, {"scene": camera}, size)
+        cameras: dict[str, str | FreeCamera] = dict(self.cameras)
+        if not cameras:
+            center = tuple(float(v) for v in model.stat.center)
+            cameras = {"scene": FreeCamera(center, 1.5 * float(model.stat.extent), 90.0, -30.0)}  # type: ignore[arg-type]
+        return MujocoViews(model, data, cameras, size, shadows=self.shadows, reflections=self.reflections)
+
+    def make_expert(self, task: Any) -> Any:
+        """A scripted expert for `task` (the `GymTask`), or None; override in a plugin's profile. The
+        expert has `reset()` and `act(obs) -> action` (an absolute target, like a policy's)."""
+        return None
 
     def render_views(self, env: Any) -> dict[str, np.ndarray]:
         """Images when `views` gave no MuJoCo renderer: the env's own `render()` in rgb_array mode."""
@@ -91,6 +125,47 @@ class GymProfile:
             return {}
         frame = env.render()
         return {} if frame is None else {"view": np.asarray(frame, dtype=np.uint8)}
+
+
+@dataclass(frozen=True)
+class DeltaProfile(GymProfile):
+    """An env whose first `len(ee_state)` native action entries move the end effector by
+    `delta_scale * action` per step (clipped to [-1, 1]); the rest pass through as they are.
+
+    `target_low` / `target_high` bound the absolute target (the workspace, then the other entries);
+    `delta_origin` is where the next delta is applied from (the hand by default; override it to read
+    the mocap for an env whose mocap runs ahead of the hand, see the module docstring)."""
+
+    delta_scale: float = 1.0
+    target_low: tuple[float, ...] = ()
+    target_high: tuple[float, ...] = ()
+    action_rule: str = "delta: clip((target - delta_origin) / delta_scale, -1, 1) every step"
+
+    def delta_origin(self, obs: Any, env: Any) -> np.ndarray:
+        return self.state(obs, env)[list(self.ee_state)]
+
+    def action_bounds(self, env: Any) -> tuple[np.ndarray, np.ndarray]:
+        n = env.action_space.shape[0]
+        if len(self.target_low) != n or len(self.target_high) != n:
+            from hotloop.errors import ConfigError
+
+            raise ConfigError(
+                f"DeltaProfile needs target_low and target_high of {n} numbers each (the workspace of the "
+                "absolute target, then the other action entries)"
+            )
+        return np.asarray(self.target_low, dtype=np.float32), np.asarray(self.target_high, dtype=np.float32)
+
+    def initial_target(self, obs: Any, env: Any) -> np.ndarray:
+        low, high = self.action_bounds(env)
+        rest = np.clip(
+            np.zeros(len(low) - len(self.ee_state)), low[len(self.ee_state) :], high[len(self.ee_state) :]
+        )
+        return np.array([*self.delta_origin(obs, env), *rest])
+
+    def native_action(self, target: np.ndarray, obs: Any, env: Any) -> np.ndarray:
+        k = len(self.ee_state)
+        delta = np.clip((target[:k] - self.delta_origin(obs, env)) / self.delta_scale, -1.0, 1.0)
+        return np.array([*delta, *target[k:]], dtype=env.action_space.dtype)
 
 
 def _enum_safe_mujoco_utils() -> Any:
@@ -282,7 +357,14 @@ def profile_for(env_id: str) -> GymProfile:
             "FetchReach": "hotloop.sim.gym_experts:FetchReachExpert",
             "FetchPickAndPlace": "hotloop.sim.gym_experts:FetchPickAndPlaceExpert",
         }.get(name.split("-")[0], "")
-        return FetchProfile(prompt=goal, ee_state=(0, 1, 2), expert=expert, length_unit="m")
+        return FetchProfile(
+            prompt=goal,
+            ee_state=(0, 1, 2),
+            expert=expert,
+            length_unit="m",
+            action_rule="delta: clip((target - gripper) / 0.05, -1, 1) every step (the gripper follows "
+            "Fetch's mocap within a fraction of a step, so the gripper is the delta's origin)",
+        )
     if name.startswith("PushT"):
         return PushTProfile(
             prompt="push the T block onto the green T",

@@ -10,21 +10,27 @@ limit (`max_episode_steps`). `reset(seed=s)` seeds the env's own generator expli
 is the same start everywhere.
 
 What is known about an env family (its state layout, end effector, delta scale, cameras, prompt,
-scripted expert) lives in `gym_profiles.py`; an env without a profile runs with its flattened
-observation as the state, its native action as the (absolute) action, and the images of its own
-MuJoCo model when it has one.
+scripted expert) lives in `gym_profiles.py`; a plugin's env may carry its own (`env.hotloop_profile`).
+An env without a profile runs with its flattened observation as the state, its native action as the
+(absolute) action, and the images of its own MuJoCo model when it has one; a one-line note says so.
+
+The env must have a continuous (Box) action space and a time limit; an episode ends at `truncated`
+too (the env is never stepped past it), and a non-finite observation is a fault of the task
+(`TaskFault`: the episode is an error, not a policy failure).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.sim.tasks.gym_profiles import GymProfile, profile_for
+from hotloop.sim.tasks.gym_profiles import GENERIC_ASSUMPTIONS, GymProfile, profile_for
+from hotloop.sim.tasks.protocol import TaskFault, check_observation
 
 
 @dataclass(frozen=True)
@@ -70,15 +76,23 @@ def env_spec(env_id: str, profile: GymProfile | None = None) -> Any:
         raise ConfigError(f"--task gym:{env_id}: {e}") from None
 
 
-def _make_env(env_id: str, kwargs: dict[str, Any], profile: GymProfile) -> Any:
+def _make_env(env_id: str, kwargs: dict[str, Any], profile: GymProfile, user_kwargs: bool = True) -> Any:
     """gym.make with the profile's registration and spec fix-ups; kwargs already merged."""
     import gymnasium as gym
 
     spec = profile.patch_spec(env_spec(env_id, profile))
+    steps = kwargs.get("max_episode_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"--task-kwargs max_episode_steps must be an integer >= 1 (got {steps!r})")
     try:
         return gym.make(spec, **kwargs)
     except TypeError as e:
-        raise ConfigError(f"--task-kwargs for gym:{env_id} were not accepted: {e}") from None
+        if user_kwargs:
+            raise ConfigError(f"--task-kwargs for gym:{env_id} were not accepted: {e}") from None
+        raise ConfigError(f"gym:{env_id} cannot be made: {e} (TypeError)") from None
+    except Exception as e:  # noqa: BLE001 - the env's constructor: its message, in one line
+        text = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+        raise ConfigError(f"gym:{env_id} cannot be made: {text} ({type(e).__name__})") from None
 
 
 def _max_episode_steps(env: Any) -> int | None:
@@ -99,9 +113,19 @@ class GymTask:
 
     def __init__(self, env: Any, task_name: str, profile: GymProfile, image_size: int | None = None) -> None:
         """Wrap a made env (use `make` for an env id, `wrap` for a plugin's env)."""
+        import gymnasium as gym
+
         self.env = env
         self.task_name = task_name
         self.profile = profile
+        space = env.action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(
+                f"{task_name} has a {type(space).__name__} action space {space}; hotloop's policies output "
+                "continuous targets (a one-dimensional gymnasium Box), so it cannot run this env"
+            )
+        if type(profile) is GymProfile:  # nothing is known of this env: say what is assumed
+            print(f"note: {task_name} has no hotloop profile; {GENERIC_ASSUMPTIONS}", file=sys.stderr)
         size = image_size or profile.image_size
         dt = self.profile.step_dt(self.env)
         steps = _max_episode_steps(self.env)
@@ -115,15 +139,13 @@ class GymTask:
         self.tick = 0
         self._obs: Any = None
         self._info: dict[str, Any] = {}
-        self._success = self._failed = False
+        self._success = self._failed = self._truncated = False
         self._views = self.profile.views(self.env, self.config.image_size)
         obs, info = self.env.reset(seed=0)  # learn the state size and image shapes once
         self._obs, self._info = obs, info
         self._state_dim = len(self.profile.state(obs, self.env))
         self._image_shapes = {k: v.shape for k, v in self._render().items()}
         self._hold = self.profile.initial_target(self._obs, self.env)
-        import gymnasium as gym
-
         low, high = self.profile.action_bounds(self.env)
         self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
 
@@ -135,14 +157,20 @@ class GymTask:
             raise ConfigError(f"image size must be in [16, 512] (got {image_size})")
         profile = profile_for(env_id)
         size = image_size or profile.image_size
-        env = _make_env(env_id, {**profile.default_kwargs(size), **dict(kwargs or {})}, profile)
+        env = _make_env(env_id, {**profile.default_kwargs(size), **dict(kwargs or {})}, profile, bool(kwargs))
         return cls(env, f"gym:{env_id}", profile, size)
 
     @classmethod
     def wrap(cls, env: Any, task_name: str, image_size: int | None = None) -> GymTask:
-        """A plugin's gymnasium env, with the profile of its id when it has one."""
-        env_id = env.spec.id if getattr(env, "spec", None) is not None else task_name
-        return cls(env, task_name, profile_for(env_id), image_size)
+        """A plugin's gymnasium env, with the profile it carries (`env.hotloop_profile`, on the env or any
+        wrapper of it), else the profile of its id when hotloop has one."""
+        if image_size is not None and not 16 <= image_size <= 512:
+            raise ConfigError(f"image size must be in [16, 512] (got {image_size})")
+        profile = attached_profile(env)
+        if profile is None:
+            env_id = env.spec.id if getattr(env, "spec", None) is not None else task_name
+            profile = profile_for(env_id)
+        return cls(env, task_name, profile, image_size)
 
     # --- the task interface ----------------------------------------------------------------------
     @property
@@ -170,8 +198,9 @@ class GymTask:
         self._obs, self._info = self.env.reset(seed=int(seed), options=options)
         self.env.action_space.seed(int(seed))
         self.tick = 0
-        self._success = self._failed = False
+        self._success = self._failed = self._truncated = False
         self._hold = self.profile.initial_target(self._obs, self.env)
+        self._check_finite()
         return self.observe(), self.info()
 
     def advance(self, action: np.ndarray, ticks: int) -> tuple[bool, bool]:
@@ -186,14 +215,19 @@ class GymTask:
             raise ConfigError(f"action must be finite (got {target.tolist()})")
         self._hold = np.clip(target, self.action_space.low, self.action_space.high)
         for _ in range(ticks):
+            if self._success or self._failed or self._truncated:
+                break  # the episode is over: the env must not be stepped again
             native = self.profile.native_action(self._hold, self._obs, self.env)
             self._obs, _, terminated, truncated, self._info = self.env.step(native)
             self.tick += 1
+            self._check_finite()
             self._success = self.profile.success(self._info)
             self._failed = bool(terminated) and not self._success
-            if self._success or self._failed:
-                break
+            self._truncated = bool(truncated) and not self._success
         return self._success, self._failed
+
+    def _check_finite(self) -> None:
+        check_observation({"state": self.profile.state(self._obs, self.env)}, self.task_name, self.tick)
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         success, failed = self.advance(action, self.config.ticks_per_control)
@@ -228,7 +262,30 @@ class GymTask:
 
     @property
     def timed_out(self) -> bool:
-        return self.time_s >= self.config.time_limit_s - 1e-9
+        """At the time limit, or truncated by the env itself (its own limit: the episode is over)."""
+        return self._truncated or self.time_s >= self.config.time_limit_s - 1e-9
+
+    def make_expert(self) -> Any:
+        """The scripted expert: the profile's (`expert` "module:Class", or its `make_expert(task)`), else
+        the wrapped env's `make_expert(task)` (or `make_expert()`); None when there is none."""
+        if self.profile.expert:
+            module, attr = self.profile.expert.split(":")
+            import importlib
+
+            return getattr(importlib.import_module(module), attr)(self)
+        expert = self.profile.make_expert(self)
+        if expert is not None:
+            return expert
+        maker = _find_attr(self.env, "make_expert")
+        if maker is None:
+            return None
+        import inspect
+
+        try:
+            takes_task = bool(inspect.signature(maker).parameters)
+        except (TypeError, ValueError):
+            takes_task = False
+        return maker(self) if takes_task else maker()
 
     def info(self) -> dict[str, Any]:
         """JSON-ready facts about the episode so far (recorded per episode)."""
@@ -248,3 +305,48 @@ class GymTask:
         if self._views is not None:
             self._views.close()
         self.env.close()
+
+
+def _find_attr(env: Any, name: str) -> Any:
+    """`name` on a gymnasium env or on any env it wraps (gymnasium 1.x wrappers do not forward)."""
+    seen = 0
+    while env is not None and seen < 32:
+        value = vars(env).get(name) if hasattr(env, "__dict__") else None
+        if value is None:
+            value = getattr(type(env), name, None)
+            value = getattr(env, name) if value is not None else None
+        if value is not None:
+            return value
+        env, seen = getattr(env, "env", None), seen + 1
+    return None
+
+
+def attached_profile(env: Any) -> GymProfile | None:
+    """The `GymProfile` a plugin attached to its env as `hotloop_profile`, or None."""
+    profile = _find_attr(env, "hotloop_profile")
+    if profile is not None and not isinstance(profile, GymProfile):
+        raise ConfigError(
+            f"the env's hotloop_profile is a {type(profile).__name__}; it must be a "
+            "hotloop.sim.tasks.gym_profiles.GymProfile (docs/tasks.md)"
+        )
+    return profile
+
+
+def check_seeding(task: Any) -> Any:
+    """`task`, once two resets with one seed gave the same start; else the one-line error.
+
+    An env that ignores `reset(seed=)` makes an episode's start depend on the episodes a worker ran
+    before it: the results would not be repeatable, and episode seeds would not pair across runs."""
+    try:
+        first = np.asarray(task.reset(seed=0)[0]["state"], dtype=np.float64).copy()
+        task.reset(seed=1)  # move its generator on: a reset that reseeds must not care
+        second = np.asarray(task.reset(seed=0)[0]["state"], dtype=np.float64)
+    except TaskFault as e:
+        raise ConfigError(f"task {task.task_name!r} cannot start: {e}") from None
+    if first.shape != second.shape or not np.array_equal(first, second, equal_nan=True):
+        raise ConfigError(
+            f"task {task.task_name!r} ignores reset(seed=...): two resets with seed 0 gave different "
+            "observations, so episodes would not be repeatable; seed its generator in reset (gymnasium: "
+            "super().reset(seed=seed), then draw from self.np_random)"
+        )
+    return task

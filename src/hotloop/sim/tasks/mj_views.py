@@ -2,7 +2,8 @@
 
 Why our own: an environment's `render()` renders one view at its own size through a shared GL context,
 with shadows and multisample anti-aliasing on. On software EGL (headless CPUs) those two make a frame
-10-50x slower and buy nothing a 64-224 px policy input can see, so they are off here by default.
+10-50x slower and buy nothing a 64-224 px policy input can see, so they are off here by default;
+so are reflections (a second pass over the scene for every reflective surface: 1.6-1.8x per frame).
 Why not `update_scene(camera=None)`: MuJoCo 4.0 raises on it; a free camera is an explicit `MjvCamera`.
 """
 
@@ -40,6 +41,7 @@ class MujocoViews:
         *,
         shadows: bool = False,
         antialias: bool = False,
+        reflections: bool = False,
     ) -> None:
         self.model = model
         self.data = data
@@ -47,6 +49,7 @@ class MujocoViews:
         self.size = size
         self.shadows = shadows
         self.antialias = antialias
+        self.reflections = reflections
         self._renderer: Any = None
         self._cameras: dict[str, Any] = {}
 
@@ -84,6 +87,7 @@ class MujocoViews:
         for key, cam in self._cameras.items():
             self._renderer.update_scene(self.data, camera=cam)
             self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = self.shadows
+            self._renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = self.reflections
             out[key] = np.asarray(self._renderer.render(), dtype=np.uint8).copy()
         return out
 
