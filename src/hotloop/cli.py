@@ -317,6 +317,7 @@ COMMAND_MODULES = (
     "hotloop.datasets.commands",  # record
     "hotloop.closedloop.commands",  # eval
     "hotloop.train.commands",  # train-demo
+    "hotloop.perception.commands",  # perception-curve
     "hotloop.serve.commands",  # serve
     "hotloop.compile.commands",  # compile
     "hotloop.runtime.commands",  # profile

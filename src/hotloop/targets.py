@@ -331,6 +331,13 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             horizon="hotloop.demos.conveyor_vision:declared_horizon",
         ),
     ),
+    (
+        "demo:detector",
+        TargetEntry(
+            "the shipped learned box detector of conveyor-pick (a CNN; --pipeline detector:model=learned)",
+            "hotloop.demos.detector:build_bench",
+        ),
+    ),
     *(
         (
             f"demo:conveyor-{family}",

@@ -103,12 +103,24 @@ def eval_cmd(
     pipeline: Annotated[
         str | None,
         typer.Option(
-            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]"
+            help="conveyor-pick layered chain: detector or truth[:perception=MS,control=MS,predict=1]; "
+            "detector:model=learned[,resolution=N] for the learned box detector"
         ),
     ] = None,
     memory_cap_mb: Annotated[
         float | None,
         typer.Option(help="an artifact engine's resident-memory cap in MiB, checked every inference"),
+    ] = None,
+    perturb: Annotated[
+        str | None,
+        typer.Option(
+            help="perturbations, NAME:VALUE,... (lighting, camera-shift, camera-rotate, box-colour, belt-speed, "
+            "image-noise, blur, drop-frames, state-noise, latency-jitter; see docs/perception.md)"
+        ),
+    ] = None,
+    sweep_perturb: Annotated[
+        str | None,
+        typer.Option(help="one point per perturbation NAME:VALUE,... beside an unperturbed point"),
     ] = None,
     baseline: Annotated[
         str | None,
@@ -169,6 +181,8 @@ def eval_cmd(
             quiet=quiet,
             pipeline=pipeline,
             memory_cap_mb=memory_cap_mb,
+            perturb=perturb,
+            sweep_perturb=sweep_perturb,
             baseline=baseline,
             fail_on_regression=fail_on_regression,
             history=history,

@@ -59,6 +59,7 @@ class EvalRequest:
     pipeline: str | None = None
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
+    perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags), the
@@ -158,6 +159,7 @@ def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
         pipeline=request.pipeline,
         memory_cap_mb=request.memory_cap_mb,
         ensemble_coeff=request.ensemble_coeff,
+        perturb=request.perturb,
     )
 
 
@@ -237,6 +239,10 @@ def assemble_run(
         from hotloop.perception.pipeline import parse_pipeline, summarize_pipeline
 
         extra["pipeline"] = summarize_pipeline(records, parse_pipeline(request.pipeline))
+    if request.perturb:
+        from hotloop.sim.perturb import parse_perturb
+
+        extra["perturbation"] = {p.name: p.value for p in parse_perturb(request.perturb)}
     return {
         "target": request.target,
         "task": request.task,
@@ -261,7 +267,9 @@ def run_label(run: dict[str, Any]) -> str:
     that the points of a `--sweep-trigger` stay apart."""
     name = str(run["strategy"]["name"])
     k = (run.get("request") or {}).get("trigger_remaining")
-    return name if k is None else f"{name} k={k}"
+    perturb = (run.get("request") or {}).get("perturb")
+    name = name if k is None else f"{name} k={k}"
+    return name if not perturb else f"{name} ({perturb})"
 
 
 def _latency_ms(run: dict[str, Any]) -> float | None:

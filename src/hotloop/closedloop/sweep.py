@@ -198,6 +198,8 @@ class EvalSweep:
     baseline: str | None = None  # an earlier eval JSON or history run (closedloop/baseline.py)
     fail_on_regression: bool = False
     history: Path | None = None
+    perturb: str | None = None  # --perturb: applied to every point
+    sweep_perturb: str | None = None  # --sweep-perturb: one point per perturbation, beside an unperturbed one
     cluster: str | None = None  # None: the local worker pool; "ray:local", "ray://HOST:PORT", ...
     ray_cpus_per_worker: float = 1.0
     ray_memory_mb: float | None = None
@@ -284,6 +286,7 @@ class EvalSweep:
             )
         check_difficulty(self.task, self.difficulty)
         readers = trigger_readers(names)
+        perturbs = _perturb_points(self.perturb, self.sweep_perturb)
         requests = [
             EvalRequest(
                 target=self.target,
@@ -305,10 +308,12 @@ class EvalSweep:
                 pipeline=self.pipeline,
                 memory_cap_mb=self.memory_cap_mb,
                 ensemble_coeff=self.ensemble_coeff,
+                perturb=perturb,
             )
             for name in names
             for k in (triggers if name in readers else [None])
             for spec in latencies
+            for perturb in perturbs
         ]  # built first: their checks run before any episode
         return requests
 
@@ -404,6 +409,7 @@ def run_sweep(sweep: EvalSweep) -> None:
     interrupted = False
 
     single = len(requests) == 1 and not sweep.sweep_latency and not sweep.sweep_trigger  # the file's shape
+    single = single and not sweep.sweep_perturb
 
     write_failed: list[str] = []
 
@@ -478,3 +484,22 @@ def run_sweep(sweep: EvalSweep) -> None:
         )
         raise typer.Exit(1)
     against.finish(points)  # exit 3 on a success drop with --fail-on-regression
+
+
+def _perturb_points(perturb: str | None, sweep: str | None) -> list[str | None]:
+    """The perturbation of each point: --perturb's for all, or with --sweep-perturb an unperturbed point
+    (or --perturb's) followed by one per swept perturbation (on top of --perturb's)."""
+    from hotloop.errors import ConfigError
+    from hotloop.sim.perturb import parse_perturb, sweep_points
+
+    if perturb is not None:
+        parse_perturb(perturb)
+    if sweep is None:
+        return [perturb]
+    points = sweep_points(sweep)
+    if perturb is not None:
+        clash = {p.name for p in parse_perturb(perturb)} & {p.split(":")[0] for p in points}
+        if clash:
+            raise ConfigError(f"--perturb and --sweep-perturb both set {', '.join(sorted(clash))}; drop one")
+        points = [f"{perturb},{p}" for p in points]
+    return [perturb, *points]

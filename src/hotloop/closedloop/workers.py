@@ -75,6 +75,7 @@ class EpisodeJob:
     pipeline: str | None = None  # conveyor-pick's layered perception chain (perception/pipeline.py)
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
+    perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
 
 
 class EpisodeRunner:
@@ -115,6 +116,10 @@ class EpisodeRunner:
             from hotloop.perception.pipeline import attach_pipeline
 
             self.policy, self.latency = attach_pipeline(self.policy, self.env, job.pipeline, self.latency)
+        if job.perturb:  # after the pipeline: its calibration is the nominal camera's, as a robot's file is
+            from hotloop.sim.perturb import attach_perturbations
+
+            self.policy, self.latency = attach_perturbations(self.policy, self.env, job.perturb, self.latency)
         # The `engine` fallback's smaller policy, adapted to the task like the main one. It reads the task's
         # observation directly (with --pipeline too: it must not wait for the chain the main one waits for).
         self.fallback_policy = (

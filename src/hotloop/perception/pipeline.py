@@ -35,10 +35,17 @@ loop waits for (`sample_ms` adds only estimation and control). Per layer: every 
 latency is recorded (`frames` in the record and summary, with the estimate's age at each decision), and
 each decision cycle's perception entry is the latency of the newest frame it used.
 
+Perception model (`model=`, detector only): `colour` (the default, `ColourBoxDetector`), `learned` (the
+shipped CNN `demo:detector`, `hotloop.perception.learned_detector`), the folder of one `hotloop
+train-demo --variant detector` wrote, or an int8 plan folder `perception-curve --int8` wrote (run by ONNX
+Runtime at its own resolution); `resolution=N` sets the learned detector's input size (the camera
+image is resampled to N px; default the detector's own, 64).
+
 Spec: `KIND[:key=value,...]`, KIND `detector` or `truth`; keys: perception, estimation, control
 (injected ms), predict (0/1), camera_hz (frames per second; 0, the default: perception at each
-decision), budget.LAYER (ms; defaults perception 20, estimation 2, decision 100, control 2). Example:
-`--pipeline detector:perception=50,predict=1` or `--pipeline detector:camera_hz=10,perception=50`.
+decision), model (colour, learned or a folder), resolution (px), budget.LAYER (ms; defaults perception
+20, estimation 2, decision 100, control 2). Example: `--pipeline detector:perception=50,predict=1`,
+`--pipeline detector:camera_hz=10,perception=50` or `--pipeline detector:model=learned,resolution=48`.
 """
 
 from __future__ import annotations
@@ -77,6 +84,10 @@ class PipelineConfig:
     control_ms: float = 0.0
     predict: bool = False
     camera_hz: float = 0.0  # > 0: perception on every camera frame at this rate (0: at each decision)
+    # The perception model: the colour threshold, the shipped learned detector (`learned`, demo:detector)
+    # or a detector folder `hotloop train-demo --variant detector` wrote; its input resolution (0: its own).
+    model: str = "colour"
+    resolution: int = 0
     budgets_ms: tuple[tuple[str, float], ...] = tuple(DEFAULT_BUDGETS_MS.items())
     # Detections are good to ~3-5 mm; the belt carries the box along x at a constant speed, so the motion
     # model is trusted, and across the belt (y) and vertically (z) the box barely moves at all.
@@ -99,6 +110,17 @@ class PipelineConfig:
                 raise ConfigError(f"--pipeline {name.removesuffix('_ms')}= must be >= 0 ms")
         if not self.camera_hz >= 0:
             raise ConfigError(f"--pipeline camera_hz={self.camera_hz:g} must be >= 0 (0: at each decision)")
+        if self.model != "colour" and self.kind == "truth":
+            raise ConfigError("--pipeline truth reads the simulator; model= is for detector")
+        if self.resolution:
+            if self.model == "colour":
+                raise ConfigError(
+                    "--pipeline resolution= is the learned detector's input size; add model=learned "
+                    "(the colour threshold reads the camera image as it is)"
+                )
+            from hotloop.perception.learned_detector import check_resolution
+
+            check_resolution(self.resolution, "--pipeline resolution=")
         if self.camera_hz > 0 and self.kind == "truth":
             raise ConfigError(
                 "--pipeline truth reads the simulator at each decision; camera_hz= is for detector"
@@ -131,6 +153,8 @@ class PipelineConfig:
             },
             "predict": self.predict,
             "camera_hz": self.camera_hz,
+            "model": self.model,
+            "resolution": self.resolution or None,
             "budgets_ms": dict(self.budgets_ms),
         }
 
@@ -143,6 +167,9 @@ def parse_pipeline(spec: str) -> PipelineConfig:
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, text = item.partition("=")
         key = key.strip()
+        if key == "model" and eq and text.strip():
+            values["model"] = text.strip()
+            continue
         try:
             number = float(text)
         except ValueError:
@@ -157,12 +184,16 @@ def parse_pipeline(spec: str) -> PipelineConfig:
             values["predict"] = bool(number)
         elif key == "camera_hz":
             values["camera_hz"] = number
+        elif key == "resolution":
+            if number != int(number):
+                raise ConfigError(f"--pipeline resolution={text} must be a whole number of pixels, e.g. 64")
+            values["resolution"] = int(number)
         elif key.startswith("budget.") and key[7:] in budgets:
             budgets[key[7:]] = number
         else:
             raise ConfigError(
                 f"--pipeline {spec!r}: unknown key {key!r}; use perception, estimation, control, predict, "
-                f"camera_hz or budget.LAYER ({', '.join(budgets)})"
+                f"camera_hz, model, resolution or budget.LAYER ({', '.join(budgets)})"
             )
     values["budgets_ms"] = tuple(budgets.items())
     return PipelineConfig(**values)
@@ -394,7 +425,7 @@ class PipelineLatency:
 
 def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[PipelinePolicy, PipelineLatency]:
     """Wrap `policy` for `env` (conveyor-pick) per `spec`; returns the wrapper and the composed latency."""
-    from hotloop.perception.box_detector import ColourBoxDetector, PinholeCamera
+    from hotloop.perception.box_detector import PinholeCamera
     from hotloop.sim.tasks.conveyor import BOX_HALF
     from hotloop.sim.tasks.gantry import BELT_TOP
 
@@ -404,7 +435,9 @@ def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Pip
             f"--pipeline works on conveyor-pick only (task is {getattr(env, 'task_name', env)!r})"
         )
     plane_z = BELT_TOP + BOX_HALF
-    detector = ColourBoxDetector(PinholeCamera.from_env(env), plane_z) if config.kind == "detector" else None
+    detector: Any = None
+    if config.kind == "detector":
+        detector = make_detector(config, PinholeCamera.from_env(env), plane_z)
     bounds = (env.action_space.low, env.action_space.high)
     wrapper = PipelinePolicy(policy, config, detector, plane_z, bounds)
     if config.kind == "detector":
@@ -430,6 +463,24 @@ def attach_pipeline(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Pip
     if config.predict and getattr(latency, "kind", None) == "fixed":
         wrapper.lookahead_ms = config.delay_ms + float(latency.fixed_ms)
     return wrapper, PipelineLatency(latency, wrapper)
+
+
+def make_detector(config: PipelineConfig, camera: Any, plane_z: float) -> Any:
+    """The perception layer's detector: the colour threshold, or a learned detector (`model=learned`: the
+    shipped demo:detector; `model=DIR`: one `hotloop train-demo --variant detector` wrote)."""
+    from hotloop.perception.box_detector import ColourBoxDetector
+
+    if config.model == "colour":
+        return ColourBoxDetector(camera, plane_z)
+    from hotloop.perception.learned_detector import LearnedBoxDetector, PlanModel, load_any
+
+    model = load_any(None if config.model == "learned" else config.model)
+    if isinstance(model, PlanModel) and config.resolution and config.resolution != model.config.resolution:
+        raise ConfigError(
+            f"--pipeline resolution={config.resolution}: the plan in {config.model} was built for "
+            f"{model.config.resolution} px; drop resolution= or use that plan's size"
+        )
+    return LearnedBoxDetector(model, camera, plane_z, config.resolution or model.config.resolution)
 
 
 def summarize_pipeline(records: list[dict[str, Any]], config: PipelineConfig) -> dict[str, Any]:

@@ -33,7 +33,8 @@ def train_demo_cmd(
     variant: Annotated[
         str | None,
         typer.Option(
-            help="pi: state (demo:conveyor, box pose in the state, the default) or vision (demo:conveyor-vision)"
+            help="pi: state (demo:conveyor, box pose in the state, the default), vision (demo:conveyor-vision) "
+            "or detector (demo:detector, the learned box detector of the --pipeline perception layer)"
         ),
     ] = None,
     action_prefix_prob: Annotated[
@@ -92,8 +93,21 @@ def train_demo_cmd(
             typer.echo(f"shipped to {ship_checkpoint(out, family)} (demo:conveyor-{family})")
         return
     variant = variant or "state"
-    if variant not in ("state", "vision"):
-        raise ConfigError(f"--variant {variant!r} is not known; use state or vision")
+    if variant not in ("state", "vision", "detector"):
+        raise ConfigError(f"--variant {variant!r} is not known; use state, vision or detector")
+    if variant == "detector":
+        if views is not None or action_prefix_prob is not None or max_action_prefix is not None:
+            raise ConfigError(
+                "--variant detector trains the top-camera box detector: drop --views, --action-prefix-prob "
+                "and --max-action-prefix"
+            )
+        check_output_dir(out, "-o")
+        from hotloop.train.detector_demo import run_from_cli as detector_from_cli
+
+        detector_from_cli(
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship
+        )
+        return
     if views is not None and variant != "vision":
         raise ConfigError("--views is for --variant vision (demo:conveyor reads the top view only)")
     view_keys = None
