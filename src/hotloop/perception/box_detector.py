@@ -34,6 +34,9 @@ class PinholeCamera:
 
     @classmethod
     def from_env(cls, env: Any, camera: str | None = None) -> PinholeCamera:
+        from hotloop.sim.mujoco_import import import_mujoco
+
+        import_mujoco()
         import mujoco
 
         name = camera or env.config.camera

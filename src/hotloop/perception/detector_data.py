@@ -112,6 +112,9 @@ def load_frames(path: str | Path) -> DetectorFrames:
 def box_labels(camera: Any, pos: np.ndarray, quat: np.ndarray, half: float) -> tuple[np.ndarray, np.ndarray]:
     """(centre (2,), bbox (4,)) in image fractions of a box of half edge `half` at `pos` rotated by `quat`
     (w, x, y, z); the bbox is clipped to the image."""
+    from hotloop.sim.mujoco_import import import_mujoco
+
+    import_mujoco()
     import mujoco
 
     rot = np.zeros(9)

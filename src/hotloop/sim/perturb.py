@@ -144,6 +144,9 @@ class Perturber:
         self._last_images = None
         if not hasattr(self, "_nominal"):
             return
+        from hotloop.sim.mujoco_import import import_mujoco
+
+        import_mujoco()
         import mujoco
 
         model, nom = self.env.model, self._nominal

@@ -11,14 +11,14 @@ evaluator advances physics in ticks so that a latency of 50 ms is 25 ticks, not 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-# MuJoCo picks its GL backend at import; headless machines need EGL. A user's explicit choice wins.
-os.environ.setdefault("MUJOCO_GL", "egl")
+from hotloop.sim.mujoco_import import import_mujoco
+
+import_mujoco()  # MUJOCO_GL=egl unless the user chose, and a Ctrl-C during its start-up kept
 
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402

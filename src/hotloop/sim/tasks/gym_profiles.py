@@ -176,6 +176,9 @@ def _enum_safe_mujoco_utils() -> Any:
     fails its constructor. The env reads these helpers through `self._utils`; our subclass points that
     at this copy, so nothing in site-packages changes.
     """
+    from hotloop.sim.mujoco_import import import_mujoco
+
+    import_mujoco()
     import mujoco
     from gymnasium_robotics.utils import mujoco_utils
 

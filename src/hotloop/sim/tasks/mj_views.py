@@ -54,6 +54,9 @@ class MujocoViews:
         self._cameras: dict[str, Any] = {}
 
     def _make(self) -> Any:
+        from hotloop.sim.mujoco_import import import_mujoco
+
+        import_mujoco()
         import mujoco
 
         quality = self.model.vis.quality
@@ -79,6 +82,9 @@ class MujocoViews:
         return renderer
 
     def render(self) -> dict[str, np.ndarray]:
+        from hotloop.sim.mujoco_import import import_mujoco
+
+        import_mujoco()
         import mujoco
 
         if self._renderer is None:
