@@ -101,8 +101,8 @@ def bench(
     reserve_cores: Annotated[
         int | None,
         typer.Option(
-            help="leave N CPUs to other work: threads = usable CPUs - N, pinned to the others "
-            "(instead of --threads / --pin)"
+            help="leave N CPUs to other work: threads = usable CPUs - N, unpinned "
+            "(instead of --threads / --pin; docs/compile.md)"
         ),
     ] = None,
     roofline_cache: Annotated[

@@ -17,7 +17,7 @@ from hotloop.errors import ConfigError
 from hotloop.measure import contention
 from hotloop.measure.bench import BenchConfig, run_bench
 from hotloop.measure.contention import Contenders, CpuLoad, _cpu_times, measure_load
-from hotloop.measure.placement import apply_reserve, reserve_placement
+from hotloop.measure.placement import Placement, apply_reserve, reserve_placement
 from hotloop.targets import BenchCase
 
 runner = CliRunner()
@@ -111,7 +111,7 @@ def test_bench_cli_contend_json_and_refusals(tmp_path: Path) -> None:
 
 
 def test_reserve_cores_placement() -> None:
-    assert reserve_placement(1, {0, 1, 2, 3}).pin == (1, 2, 3)
+    assert reserve_placement(1, {0, 1, 2, 3}) == Placement(threads=3, pin=None)  # unpinned: measured better
     assert reserve_placement(0, {4, 5}).threads == 2
     with pytest.raises(ConfigError, match="--reserve-cores must be from 0 to 1"):
         reserve_placement(2, {0, 1})
@@ -177,10 +177,13 @@ def test_compile_force_records_the_load_and_reserve_cores_is_applied_on_load(
         timed = [c for c in result["candidates"] if c["latency_ms"] is not None]
         assert timed and all(isinstance(c["load_avg"], float) for c in timed)
         manifest = json.loads((out / "manifest.json").read_text())
-        assert manifest["pin"] == usable[1:] and manifest["threads"] == len(usable) - 1
-        os.sched_setaffinity(0, usable)
+        assert manifest["pin"] is None and manifest["threads"] == len(usable) - 1
+        assert sorted(os.sched_getaffinity(0)) == usable  # the planner did not pin itself either
+        # A plan that states CPUs (an integrator's manifest) is pinned there on load.
+        (out / "manifest.json").write_text(json.dumps({**manifest, "pin": usable[-1:]}))
         hotloop.Engine.load(out, warmup=0)
-        assert sorted(os.sched_getaffinity(0)) == usable[1:]  # the plan's own placement, applied
+        assert sorted(os.sched_getaffinity(0)) == usable[-1:]
+        assert torch.get_num_threads() == len(usable) - 1
     finally:
         os.sched_setaffinity(0, usable)
         torch.set_num_threads(threads_before)

@@ -75,7 +75,7 @@ def compile_cmd(
         int | None,
         typer.Option(
             help="leave N CPUs to other work (a robot's drivers): plan, time and run with usable CPUs - N "
-            "threads pinned to the others; the artifact records both and Engine.load / serve apply them"
+            "threads (unpinned: docs/compile.md); the artifact records them and Engine.load / serve apply them"
         ),
     ] = None,
     max_load: Annotated[
