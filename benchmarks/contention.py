@@ -7,7 +7,8 @@ For each backend it compiles one fp32 plan of TARGET (`hotloop compile --backend
 then benches it (eager: the target itself) under three placements:
 - `2 threads`: every usable CPU, unpinned (what a default run does);
 - `1 thread`: one thread, unpinned;
-- `reserve 1`: `--reserve-cores 1`, one thread pinned to the last CPU, the others left to the busy work.
+- `1 thread pinned`: one thread pinned to the last CPU (`--pin`), the busy work left unpinned
+  (`--reserve-cores 1` is the unpinned `1 thread`: pinning measured worse, docs/compile.md).
 Writes OUT/contention.json (every bench's figures), OUT/contention.md (the table) and OUT/contention.png
 (p99 inflation per plan and placement). Run it on a quiet machine: `uptime` first; the busy processes
 are the benchmark's own.
@@ -25,8 +26,8 @@ from typing import Any
 
 PLACEMENTS = {
     "2 threads": ["--threads", "2"],
-    "1 thread": ["--threads", "1"],
-    "reserve 1": ["--reserve-cores", "1"],
+    "1 thread": ["--reserve-cores", "1"],  # usable - 1 threads, unpinned
+    "1 thread pinned": ["--threads", "1", "--pin", str(max(os.sched_getaffinity(0)))],
 }
 BACKENDS = ("eager", "inductor", "onnxruntime", "openvino")
 
@@ -95,6 +96,12 @@ def main() -> None:
         )
     (args.out / "contention.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    plot(rows, args.out / "contention.png", args.target, args.busy)
+    print(f"wrote {args.out / 'contention.json'}, contention.md, contention.png")
+
+
+def plot(rows: list[dict[str, Any]], path: Path, target: str, busy: int) -> None:
+    """p99 inflation per plan (bars by placement, log scale) with the 1.5x target drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,8 +109,9 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     backends = list(dict.fromkeys(r["backend"] for r in rows))
-    width = 0.8 / len(PLACEMENTS)
-    for k, placement in enumerate(PLACEMENTS):
+    placements = list(dict.fromkeys(r["placement"] for r in rows))
+    width = 0.8 / len(placements)
+    for k, placement in enumerate(placements):
         ys = [
             next(r["inflation_p99"] for r in rows if r["backend"] == b and r["placement"] == placement)
             for b in backends
@@ -112,12 +120,11 @@ def main() -> None:
     ax.axhline(1.5, color="k", linestyle="--", linewidth=1, label="1.5x target")
     ax.set_xticks([i + width for i in range(len(backends))], backends)
     ax.set_yscale("log")
-    ax.set_ylabel(f"p99 beside {args.busy} busy / quiet")
-    ax.set_title(f"{args.target}: p99 inflation beside {args.busy} busy process(es)")
+    ax.set_ylabel(f"p99 beside {busy} busy / quiet")
+    ax.set_title(f"{target}: p99 inflation beside {busy} busy process(es)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(args.out / "contention.png", dpi=120)
-    print(f"wrote {args.out / 'contention.json'}, contention.md, contention.png")
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

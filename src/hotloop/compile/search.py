@@ -12,9 +12,11 @@ inductor's compiles (1-4 min per engine) and in timing emulated-bf16 engines tha
   bound is a floor on any implementation's time, from peaks measured on this machine.
 - **Stop timing the slow:** after `PROBE_CALLS` timed calls, a candidate whose median is above
   `GIVE_UP_RATIO` times the stage's best p99 is rejected as slower, its timing stopped.
-- **inductor** is left out of the default backends on a CPU when OpenVINO is usable (every stage
-  measured so far ran faster on OpenVINO: docs/compile.md, ../shared/PERFORMANCE-NOTES.md); naming it in
-  `--backends` or `--search full` tries it.
+- **inductor** is left out of the default backends on a CPU when OpenVINO is usable: its compiles take
+  minutes per engine, and its plans have not beaten OpenVINO's timed interleaved (docs/compile.md: on
+  pi05:small the full search picked inductor for two stages, and that plan ran 1.14x slower at p50 than
+  the fast search's, interleaved; ../shared/PERFORMANCE-NOTES.md); `--backends ...,inductor` or
+  `--search full` tries it.
 
 Eager fp32 (the reference, sharing the model's weights) is never skipped nor cut short: it is the
 fallback of last resort when a plan's stages together miss the tolerance. `full` walks everything in
@@ -54,8 +56,8 @@ def fast_default_backends(backends: tuple[str, ...], log: Callable[[str], None])
     if get_backend("openvino").unavailable_reason() is not None:
         return backends
     log(
-        "--search fast: inductor left out (its compiles take minutes per engine and OpenVINO ran every "
-        "stage faster where measured); add --backends ...,inductor or --search full to try it"
+        "--search fast: inductor left out (its compiles take minutes per engine, and its plans did not beat "
+        "OpenVINO's timed interleaved: docs/compile.md); add --backends ...,inductor or --search full to try it"
     )
     return tuple(b for b in backends if b != "inductor")
 

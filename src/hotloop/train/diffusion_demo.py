@@ -513,12 +513,9 @@ def run_from_cli(
 
     import typer
 
-    updates: dict[str, Any] = {"seed": seed}
-    if views is not None:
-        updates["views"] = tuple(views)
-    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
-        if value is not None:
-            updates[name] = value
+    from hotloop.train.loop import cli_updates
+
+    updates = cli_updates(seed, views, steps, episodes, threads)
     summary = train_diffusion_demo(dataclasses.replace(TrainDiffusionDemoConfig(), **updates), out, dataset)
     tr = summary["training"]
     typer.echo(

@@ -128,3 +128,21 @@ def run_training(
         if bar is not None:
             bar.close()
     return history
+
+
+def cli_updates(
+    seed: int,
+    views: tuple[str, ...] | None,
+    steps: int | None,
+    episodes: int | None,
+    threads: int | None,
+) -> dict[str, Any]:
+    """The config fields `hotloop train-demo` sets for a LeRobot-layout demo trainer (ACT, Diffusion,
+    SmolVLA): the seed always, the others only when given (the trainer's defaults are its shipped run)."""
+    updates: dict[str, Any] = {"seed": seed}
+    if views is not None:
+        updates["views"] = tuple(views)
+    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
+        if value is not None:
+            updates[name] = value
+    return updates

@@ -499,12 +499,9 @@ def run_from_cli(
     """`hotloop train-demo --family smolvla`."""
     import typer
 
-    updates: dict[str, Any] = {"seed": seed}
-    if views is not None:
-        updates["views"] = tuple(views)
-    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
-        if value is not None:
-            updates[name] = value
+    from hotloop.train.loop import cli_updates
+
+    updates = cli_updates(seed, views, steps, episodes, threads)
     cfg = dataclasses.replace(TrainSmolVLADemoConfig(), **updates)
     summary = train_smolvla_demo(cfg, out, dataset_dir=dataset)
     tr = summary["training"]
