@@ -120,14 +120,19 @@ def _call_on_buffers(runner: Runner) -> Callable[[], Any]:
     return lambda: runner(*runner.inputs)
 
 
-def _worst_agreement(runner: Runner, graph: OnnxGraph, checks: list[tuple[Any, ...]]) -> list[Any]:
-    """Per output the agreement on the check input where that candidate agreed least."""
+def _worst_agreement(
+    cand: Candidate, runner: Runner, graph: OnnxGraph, checks: list[tuple[Any, ...]]
+) -> list[Any] | None:
+    """Per output the agreement on the check input where the candidate agreed least; None (and the
+    candidate rejected) when any output is not finite. Each check input runs once."""
     worst: list[Any] | None = None
     for inputs, want in checks:
-        found = compare_outputs(graph.output_names, want, runner(*inputs))
+        got = runner(*inputs)
+        if not check_finite(cand, got, graph.output_names):
+            return None
+        found = compare_outputs(graph.output_names, want, got)
         if worst is None or min(a.cosine for a in found) < min(a.cosine for a in worst):
             worst = found
-    assert worst is not None
     return worst
 
 
@@ -164,9 +169,10 @@ def plan_onnx(
         runner = safe_prepare(cand, graph, config.threads, extra)
         if runner is None:
             continue
-        if not all(check_finite(cand, runner(*x), graph.output_names) for x, _ in checks):
+        outputs = _worst_agreement(cand, runner, graph, checks)
+        if outputs is None:
             continue
-        cand.outputs = _worst_agreement(runner, graph, checks)
+        cand.outputs = outputs
         worst = min(cand.outputs, key=lambda o: o.cosine)
         if not worst.cosine >= config.tolerance.cos:
             cand.status, cand.reason = (
