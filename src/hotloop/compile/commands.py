@@ -48,7 +48,10 @@ def compile_cmd(
     ] = None,
     calibration: Annotated[
         Path | None,
-        typer.Option("--calibration", help="recorded episodes (LeRobot v3 dir) to calibrate static int8 on"),
+        typer.Option(
+            "--calibration",
+            help="recorded episodes (LeRobot v3 dir), or a folder of raw LeRobot batches (.npz), to calibrate static int8 on",
+        ),
     ] = None,
     calibration_frames: Annotated[
         int, typer.Option("--calibration-frames", help="frames sampled from --calibration")
@@ -151,7 +154,8 @@ def compile_cmd(
 
         raise ConfigError(
             "--precisions int8 is static int8 and needs --calibration DIR (recorded episodes, "
-            "`hotloop record TASK -o DIR`); or use int8-dynamic"
+            "`hotloop record TASK -o DIR`, or a folder of raw LeRobot batches as .npz, "
+            "`benchmarks/lerobot_reference_run.py`); or use int8-dynamic"
         )
     check_output_dir(out, "-o")
     if json_path is not None:
@@ -218,11 +222,12 @@ def compile_cmd(
         compilable_entry(target)
         source = policy_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
         if calibration is not None or mixed_plan is not None:
-            from hotloop.compile.calibration import compression_plan_config
+            from hotloop.compile.calibration import compression_plan_config, judged_on_held_out
 
             config = compression_plan_config(
                 config, target, source, calibration, calibration_frames, mixed_plan, seed, log
             )
+            source = judged_on_held_out(source, config.calibration)
         elif "int8" in config.precisions:  # a target trained on a built-in task: frames from that task
             from hotloop.compile.calibration import task_calibration
 
