@@ -5,7 +5,7 @@ their robot hands the policy — the batch `select_action` receives, before the 
 `benchmarks/lerobot_reference_run.py`, the same format as a `hotloop verify` reference run's
 `raw_inputs.npz`. DIR holds any number of such files, each one frame or a stack of frames:
 
-- `observation.images.<view>`: (3, H, W) floats in [0, 1] (LeRobot's layout) or (H, W, 3) uint8 (a
+- `observation.images.<view>` (or `observation.image`, a policy's one unnamed camera): (3, H, W) floats in [0, 1] (LeRobot's layout) or (H, W, 3) uint8 (a
   camera's), with one more leading axis for a stack;
 - `observation.state`: (D,) or (K, D); `task`: one text or K texts (prompted families), optional.
 
@@ -28,6 +28,7 @@ import torch
 from hotloop.errors import ConfigError
 
 IMAGES = "observation.images."
+SINGLE_IMAGE = "observation.image"  # LeRobot's key for a policy's only, unnamed camera
 STATE = "observation.state"
 TASK = "task"
 HELD_OUT_EVERY = 4
@@ -42,7 +43,7 @@ def is_raw_batch_folder(folder: Path) -> bool:
 
 @dataclass(frozen=True)
 class RawFrame:
-    images: dict[str, np.ndarray]  # view -> (H, W, 3) uint8
+    images: dict[str, np.ndarray]  # view -> (H, W, 3) uint8, or floats in [0, 1]
     state: np.ndarray | None
     task: str
     where: str  # "file.npz[row]", for messages
@@ -74,7 +75,8 @@ class RawBatches:
 
 
 def _pixels(value: np.ndarray, where: str) -> np.ndarray:
-    """One image as (H, W, 3) uint8, from LeRobot's (3, H, W) floats in [0, 1] or a camera's uint8."""
+    """One image as (H, W, 3): a camera's uint8 as given, LeRobot's (3, H, W) floats in [0, 1] transposed
+    (not rounded to uint8: the preprocessor then sees exactly the robot's values)."""
     if value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] == 3:
         return value
     if value.dtype.kind == "f" and value.ndim == 3 and value.shape[0] == 3:
@@ -83,7 +85,7 @@ def _pixels(value: np.ndarray, where: str) -> np.ndarray:
             raise ConfigError(
                 f"{FLAG} {where}: image floats must lie in [0, 1] (LeRobot's layout); found [{lo:g}, {hi:g}]"
             )
-        return np.round(value.transpose(1, 2, 0) * 255.0).astype(np.uint8)
+        return np.ascontiguousarray(value.transpose(1, 2, 0), dtype=np.float32)  # floats stay floats: exact
     raise ConfigError(
         f"{FLAG} {where}: an image is (3, H, W) floats in [0, 1] or (H, W, 3) uint8, optionally stacked; "
         f"got {value.dtype} {tuple(value.shape)}"
@@ -101,6 +103,14 @@ def _read(path: Path) -> list[RawFrame]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{FLAG} {path}: not a readable .npz file ({exc})") from None
     views = {k[len(IMAGES) :]: v for k, v in arrays.items() if k.startswith(IMAGES)}
+    if SINGLE_IMAGE in arrays:
+        views["image"] = arrays[SINGLE_IMAGE]
+    for view, value in views.items():
+        if value.ndim > 4 or arrays.get(STATE, np.zeros(1)).ndim > 2:
+            raise ConfigError(
+                f"{FLAG} {path}: holds a history of frames per sample ({view}: {tuple(value.shape)}); give one "
+                "time step per frame (K, 3, H, W), and the policy builds its own history"
+            )
     if not views and STATE not in arrays:
         raise ConfigError(
             f"{FLAG} {path}: holds neither {IMAGES}<view> nor {STATE} (LeRobot batch keys, as in a "

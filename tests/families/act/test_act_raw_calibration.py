@@ -68,7 +68,10 @@ def test_raw_frames_are_the_policys_own_observations_with_every_fourth_held_out(
     assert len(raw.frames) == 8
     for got, want in zip(raw.frames, frames, strict=True):  # float [0, 1] and uint8 both give the pixels back
         for view, img in want["images"].items():
-            np.testing.assert_array_equal(got.images[view], img)
+            pixels = got.images[view]  # LeRobot's floats stay floats (k / 255 here), a camera's uint8 stays
+            np.testing.assert_array_equal(
+                np.round(pixels * 255.0) if pixels.dtype.kind == "f" else pixels, img
+            )
         np.testing.assert_array_equal(got.state, want["state"])
     source = policy_source(str(ckpt), TargetOptions())
     calib = raw_calibration(str(ckpt), source, folder, frames=100)
@@ -138,3 +141,39 @@ def test_raw_batches_that_do_not_fit_are_refused_naming_the_file(ckpt: Path, tmp
     assert res.exit_code == 2
     assert f"--calibration {narrow} has 4-dim observation.state" in res.output
     assert not (tmp_path / "art").exists()
+
+
+def test_a_reference_runs_raw_inputs_calibrate_as_the_preprocessor_maps_them(
+    fixtures_dir: Path, tmp_path: Path
+) -> None:
+    """LeRobot's own raw batch (the ACT fixture's raw_inputs.npz) becomes exactly LeRobot's model-space
+    inputs (its inputs.npz); a Diffusion batch with a history axis is refused, its latest step accepted."""
+    from hotloop.compile.sources import policy_source
+    from hotloop.targets import TargetOptions
+
+    act = fixtures_dir / "lerobot-act-tiny"
+    folder = tmp_path / "act"
+    folder.mkdir()
+    raw = dict(np.load(act / "raw_inputs.npz"))
+    for i in range(4):  # 8 frames: 0-2 and 4-6 calibrate
+        np.savez(folder / f"{i}.npz", **raw)
+    calib = raw_calibration(str(act), policy_source(str(act), TargetOptions()), folder, frames=10)
+    want = np.load(act / "inputs.npz")
+    got = calib.batch([1])  # the second row of the first file
+    for image, key in zip(got.images, ("observation.images.top", "observation.images.wrist"), strict=True):
+        np.testing.assert_allclose(image[0].numpy(), want[key][1], atol=1e-6)
+    np.testing.assert_allclose(got.state[0].numpy(), want["observation.state"][1], atol=1e-6)
+
+    diffusion = fixtures_dir / "lerobot-diffusion-tiny"
+    raw = dict(np.load(diffusion / "raw_inputs.npz"))
+    history, latest = tmp_path / "history", tmp_path / "latest"
+    history.mkdir()
+    latest.mkdir()
+    np.savez(history / "a.npz", **raw)
+    with pytest.raises(ConfigError, match="a history of frames per sample"):
+        read_raw_batches(history)
+    for i in range(2):
+        np.savez(latest / f"{i}.npz", **{k: v[:, -1] for k, v in raw.items()})
+    source = policy_source(str(diffusion), TargetOptions())
+    calib = raw_calibration(str(diffusion), source, latest, frames=10)
+    assert (len(calib), len(calib.held_out)) == (3, 1)
