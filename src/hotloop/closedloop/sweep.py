@@ -433,13 +433,17 @@ def run_sweep(sweep: EvalSweep) -> None:
         if options.cluster is not None:
             runs, interrupted, refused = _run_on_cluster(requests, options)
             write()
-        for request in requests if options.cluster is None else []:
-            result = run_eval(request, progress=not sweep.quiet)
-            runs.append(result)
-            write()  # after every point: Ctrl-C later keeps what finished
-            if result["interrupted"]:
-                interrupted = True
-                break
+        else:
+            from hotloop.closedloop.pool import WorkerPool
+
+            with WorkerPool(sweep.workers) as pool:  # one pool for every point: each worker builds once
+                for request in requests:
+                    result = run_eval(request, progress=not sweep.quiet, pool=pool)
+                    runs.append(result)
+                    write()  # after every point: Ctrl-C later keeps what finished
+                    if result["interrupted"]:
+                        interrupted = True
+                        break
         print_table(runs)
         points = against.compare(runs)
         if points and sweep.json_path is not None and not write_failed:
