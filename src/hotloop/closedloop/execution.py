@@ -66,14 +66,18 @@ class ExecStats:
     per_node: Counter[str] = field(default_factory=Counter)
 
     def add(self, row: Row, slot: Any = None) -> None:
-        self.rows += 1
         self.wins += int(row["outcome"] == "success")
         self.errors += int(row["outcome"] == "error")
-        self.episode_s += row.get("episode_s") or 0.0
-        self.build_s += row.get("build_s") or 0.0
-        self.wait_s += row.get("wait_s") or 0.0
+        self.timed(row, slot)
+
+    def timed(self, timing: dict[str, Any], slot: Any = None) -> None:
+        """A finished episode's timing (a row, or a worker's timing with its "node")."""
+        self.rows += 1
+        self.episode_s += timing.get("episode_s") or 0.0
+        self.build_s += timing.get("build_s") or 0.0
+        self.wait_s += timing.get("wait_s") or 0.0
         self.last[slot] = time.perf_counter()
-        self.per_node[str(row.get("node"))] += 1
+        self.per_node[str(timing.get("node"))] += 1
 
     def postfix(self) -> str:
         elapsed = max(1e-9, time.perf_counter() - self.t0)

@@ -150,11 +150,13 @@ class WorkerPool:
     def _run_here(self, work: Work, on_done: OnDone) -> bool:
         if self._here is None:
             self._here = RunnerCache(kept=1)
-        try:
-            free = time.perf_counter()
-            for index, (job, seed) in enumerate(work):
-                got = time.perf_counter()
-                runner, build_s = self._here.get(job)
+        free = time.perf_counter()
+        for index, (job, seed) in enumerate(work):
+            got = time.perf_counter()
+            # Ctrl-C while building (its imports, a second at start) reaches the caller, as a Ctrl-C before
+            # the command has started anything does; only a stopped episode is this run being interrupted.
+            runner, build_s = self._here.get(job)
+            try:
                 t1 = time.perf_counter()
                 record = runner.run(seed)
                 timing = {
@@ -165,9 +167,9 @@ class WorkerPool:
                     "wait_s": got - free,
                 }
                 on_done(index, record, timing)
-                free = time.perf_counter()
-        except KeyboardInterrupt:
-            return True
+            except KeyboardInterrupt:
+                return True
+            free = time.perf_counter()
         return False
 
     def _run_processes(self, work: Work, on_done: OnDone) -> bool:
