@@ -64,7 +64,9 @@ def run_eval(target: str, episodes: int, out: Path, extra: list[str]) -> tuple[d
     command_s = _command([*args, "--episodes", str(episodes), "--quiet", "--json", str(path), *extra])
     data = json.loads(path.read_text())
     records = {
-        (r["strategy"]["name"], r["latency"]["spec"], e["seed"]): e for r in data["runs"] for e in r["per_episode"]
+        (r["strategy"]["name"], r["latency"]["spec"], e["seed"]): e
+        for r in data["runs"]
+        for e in r["per_episode"]
     }
     return {**data["executor"], "command_s": command_s}, records
 
@@ -126,16 +128,18 @@ def main() -> None:
         f"{'%':>5} {'dispatch ms/ep':>14} {'%':>5} {'start s':>7} {'build s':>7} {'tail s':>6} "
         f"{'connect s':>9} {'command s':>9}"
     )
+    nan = float("nan")
     for r in rows:
-        parts = r["overhead_parts_s"]
+        parts = r.get("overhead_parts_s") or {}  # (a summary from before the split has none)
         base = one.get(r["executor"])
+        dispatch = r.get("dispatch_per_episode_s")
         print(
             f"{r['run']:21} {r['episodes']:>4} {r['wall_s']:>6.1f} {r['episodes_per_s']:>5.2f} "
-            f"{r['episodes_per_s'] / base if base else float('nan'):>4.2f} {r['episode_s_mean']:>5.2f} "
+            f"{r['episodes_per_s'] / base if base else nan:>4.2f} {r['episode_s_mean']:>5.2f} "
             f"{1000 * r['overhead_per_episode_s']:>14.0f} {r['overhead_pct_of_episode']:>5.1f} "
-            f"{1000 * r['dispatch_per_episode_s']:>14.1f} {r['dispatch_pct_of_episode']:>5.2f} "
-            f"{parts['start']:>7.1f} {parts['build']:>7.1f} {parts['tail']:>6.1f} "
-            f"{r.get('connect_s') or 0:>9.1f} {r['command_s']:>9.1f}"
+            f"{nan if dispatch is None else 1000 * dispatch:>14.1f} {r.get('dispatch_pct_of_episode') or nan:>5.2f} "
+            f"{parts.get('start', nan):>7.1f} {parts.get('build', r.get('build_s_total', nan)):>7.1f} "
+            f"{parts.get('tail', nan):>6.1f} {r.get('connect_s') or 0:>9.1f} {r['command_s']:>9.1f}"
         )
     print(
         "x1: episodes/s over the same executor's 1-worker run; start, build and tail: worker-seconds, paid once "
