@@ -13,6 +13,16 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HOTLOOP_MAX_LOAD", "inf")
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own hotloop cache (`hotloop compile`'s timings): a test never reads what another
+    test, or the user's own runs, left behind. Only named here: created by the first test that writes."""
+    import uuid
+
+    own = tmp_path_factory.getbasetemp() / "hotloop-cache" / uuid.uuid4().hex
+    monkeypatch.setenv("HOTLOOP_CACHE_DIR", str(own))
+
+
 @pytest.fixture
 def run_in_child() -> Callable[..., str]:
     """Run `function()` of a test module in a fresh interpreter and return its stderr.
