@@ -40,9 +40,9 @@ def _cache_file() -> Path:
 
 def _edit(path: Path, label: str, **values: Any) -> None:
     body = json.loads(path.read_text())
-    for entry in body["entries"].values():
-        if entry["label"] == label:
-            entry.update(values)
+    found = [e for e in body["entries"].values() if e["label"] == label]
+    assert len(found) == 1, (label, body["entries"])
+    found[0].update(values)
     path.write_text(json.dumps(body))
 
 
@@ -155,3 +155,32 @@ def test_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, t
     assert cache_root() == Path.home() / ".cache" / "hotloop"
     monkeypatch.setenv("HOTLOOP_CACHE_DIR", str(tmp_path / "own"))
     assert cache_root() == tmp_path / "own"
+
+
+def test_an_onnx_target_uses_the_cache_too(tmp_path: Path) -> None:
+    import torch
+
+    from hotloop.compile.backends.base import OnnxGraph
+    from hotloop.compile.export import export_onnx
+
+    torch.manual_seed(0)
+    graph = OnnxGraph("lin", tmp_path / "m.onnx", (torch.randn(2, 8),), ("x",), ("y",))
+    graph.module = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    model = export_onnx(graph, tmp_path / "m.onnx")
+
+    def compile_onnx(out: Path) -> dict[str, Any]:
+        js = out.with_suffix(".json")
+        res = runner.invoke(
+            app,
+            ["compile", str(model), "--input", "x:2,8", "-o", str(out), "--json", str(js), "--backends",
+             "onnxruntime,openvino", "--precisions", "fp32", "--iters", "2", "--warmup", "0", "--threads", "1"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return dict(json.loads(js.read_text()))
+
+    assert compile_onnx(tmp_path / "a")["timing_cache"]["recorded"] == 2
+    _edit(_cache_file(), "m:plain:onnxruntime:fp32", p50=0.001, p99=0.001)
+    _edit(_cache_file(), "m:plain:openvino:fp32", p50=1000.0, p99=1000.0)
+    second = compile_onnx(tmp_path / "b")
+    assert second["timing_cache"]["skipped"] == ["m:plain:openvino:fp32"]
+    assert second["plan"]["m"]["backend"] == "onnxruntime" and second["plan_latency_ms"]["p50"] > 0.001

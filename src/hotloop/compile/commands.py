@@ -211,6 +211,8 @@ def compile_cmd(
             )
         for note in notes:
             log(note)
+        if not no_cache:
+            config = dataclasses.replace(config, timing_cache=_open_timing_cache(threads, pin, max_load))
         candidates, best, result = plan_onnx(graph, config, log, onnx_calib)
         result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)

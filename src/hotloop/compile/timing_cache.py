@@ -130,6 +130,18 @@ def graph_digests(engines: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def onnx_digest(graph: Any) -> str:
+    """The content hash of an ONNX-file target (`OnnxGraph`): the file's bytes and the stated inputs."""
+    from hotloop.compile.artifact import sha256_file
+
+    inputs = [
+        [n, list(x.shape), str(x.dtype)] for n, x in zip(graph.input_names, graph.example_inputs, strict=True)
+    ]
+    return _key(
+        {"file": sha256_file(Path(graph.path)), "inputs": inputs, "outputs": list(graph.output_names)}, 64
+    )
+
+
 def candidate_key(graph_digest: str, cand: Any, calibration: Any, fp32_layers: Mapping[str, Any]) -> str:
     """The identity of a candidate's timing: its graph, recipe, backend, precision and options."""
     parts: dict[str, Any] = {
