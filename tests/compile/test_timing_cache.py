@@ -78,6 +78,11 @@ def test_a_second_compile_skips_what_the_cache_says_cannot_win(tmp_path: Path) -
     assert all(c["status"] != "skipped" for c in fresh["candidates"])
     assert path.read_text() == before
 
+    # --search full: every candidate, fully timed; the cache is written, never read.
+    _, full = _compile(tmp_path / "d", "--search", "full")
+    assert all(c["status"] != "skipped" and c["cached_latency_ms"] is None for c in full["candidates"])
+    assert full["timing_cache"]["recorded"] == 4 and path.read_text() != before
+
 
 def test_another_fingerprint_ignores_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _compile(tmp_path / "a")
