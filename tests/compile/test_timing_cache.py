@@ -189,3 +189,21 @@ def test_an_onnx_target_uses_the_cache_too(tmp_path: Path) -> None:
     second = compile_onnx(tmp_path / "b")
     assert second["timing_cache"]["skipped"] == ["m:plain:openvino:fp32"]
     assert second["plan"]["m"]["backend"] == "onnxruntime" and second["plan_latency_ms"]["p50"] > 0.001
+
+
+def test_a_changed_weight_or_input_shape_is_another_graph() -> None:
+    import torch
+
+    from hotloop.compile.timing_cache import graph_digests
+    from hotloop.families.protocol import SubEngine
+
+    lin = torch.nn.Linear(4, 2)
+
+    def digest(batch: int = 1) -> str:
+        return graph_digests({"e": SubEngine("e", lin, (torch.zeros(batch, 4),), ("x",), ("y",))})["e"]
+
+    first = digest()
+    assert digest() == first and digest(batch=3) != first
+    with torch.no_grad():
+        lin.weight[0, 0] += 1.0
+    assert digest() != first

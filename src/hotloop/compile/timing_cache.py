@@ -96,7 +96,9 @@ def graph_digests(engines: Mapping[str, Any]) -> dict[str, str]:
     several engines (a loop engine and its step engine hold the same weights) is hashed once."""
     import torch
 
-    memo: dict[tuple[Any, ...], str] = {}
+    # Keyed by where a tensor's bytes live; each tensor is kept alive here, so that no address is freed
+    # and reused by another one while the hashes are taken.
+    memo: dict[tuple[Any, ...], tuple[str, torch.Tensor]] = {}
 
     def digest(t: torch.Tensor) -> str:
         t = t.detach()
@@ -106,8 +108,8 @@ def graph_digests(engines: Mapping[str, Any]) -> dict[str, str]:
             flat = t.cpu().contiguous().reshape(-1)
             if flat.numel():
                 h.update(flat.view(torch.uint8).numpy().data)  # the buffer itself, no copy
-            memo[ident] = h.hexdigest()
-        return memo[ident]
+            memo[ident] = (h.hexdigest(), t)
+        return memo[ident][0]
 
     out: dict[str, str] = {}
     for name, engine in engines.items():
