@@ -203,8 +203,14 @@ def run_eval(
     bar = Progress(len(seeds), f"{request.strategy}{k} {latency.spec}", "ep", enabled=progress)
     wins = crashes = 0
 
+    notes: set[str] = set()
+
     def on_result(record: dict[str, Any]) -> None:
         nonlocal wins, crashes
+        note = (record.get("run") or {}).get("profile_note")
+        if note and note not in notes:  # every worker's task says it; the run says it once
+            notes.add(note)
+            bar.write(note)
         wins += int(record["success"])
         crashes += int(bool(record.get("error")))
         bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))

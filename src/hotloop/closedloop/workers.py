@@ -119,6 +119,7 @@ class EpisodeRunner:
         self._described: dict[str, Any] = {
             "adaptation": adaptation.describe() if adaptation is not None else None,
             "length_unit": self.env.task_spec.length_unit,
+            "profile_note": getattr(self.env, "profile_note", None),  # said once, by the driver
         }
         if job.pipeline:
             from hotloop.perception.pipeline import attach_pipeline

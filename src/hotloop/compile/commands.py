@@ -107,6 +107,14 @@ def compile_cmd(
             "stop timing the slow, no inductor by default where OpenVINO runs; full: every candidate, fully timed"
         ),
     ] = "fast",
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="time every candidate afresh: this machine's cache of candidate timings (which orders the "
+            "search and skips what it says cannot win; docs/compile.md) is neither read nor written",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
@@ -207,6 +215,8 @@ def compile_cmd(
             )
         for note in notes:
             log(note)
+        if not no_cache:
+            config = dataclasses.replace(config, timing_cache=_open_timing_cache(threads, pin, max_load))
         candidates, best, result = plan_onnx(graph, config, log, onnx_calib)
         result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)
@@ -249,6 +259,8 @@ def compile_cmd(
             )
         for note in notes:
             log(note)
+        if not no_cache:
+            config = dataclasses.replace(config, timing_cache=_open_timing_cache(threads, pin, max_load))
         plan = plan_policy(source, config, log)
         result = plan.result
         result["machine_load"] = _load_record(start_load)
@@ -280,6 +292,21 @@ def _has_own_task(target: str) -> bool:
         return find_target(target).task_observations is not None
     except ConfigError:
         return False
+
+
+def _open_timing_cache(threads: int | None, pin: tuple[int, ...] | None, max_load: float) -> Any:
+    """This machine's timing cache for the threads the candidates run with; its warnings (an unreadable
+    or unwritable file) are said even with --quiet, in one line each."""
+    import torch
+
+    from hotloop.compile.timing_cache import TimingCache
+
+    return TimingCache.open(
+        threads if threads is not None else torch.get_num_threads(),
+        pin,
+        max_load,
+        lambda s: typer.echo(f"warning: {s}", err=True),
+    )
 
 
 def _load_record(start: Any) -> dict[str, Any]:
