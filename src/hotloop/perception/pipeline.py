@@ -487,8 +487,8 @@ def measurement_std(config: PipelineConfig) -> float:
     """The tracker's measurement noise (m): `noise=` when given, else the default (5 mm).
 
     Not the detector's own figure (`LearnedBoxDetector.centre_std_m`, 2.5 mm for demo:detector at 64 px,
-    reported beside it): replayed over the detections of 40 closed-loop episodes (docs/perception.md),
-    trusting it made the estimate worse (p95 8.6 against 7.4 mm), because the detector's errors are
+    reported beside it): replayed over the detections of 120 closed-loop episodes (docs/perception.md),
+    trusting it made the estimate worse (p95 9.6 against 8.8 mm), because the detector's errors are
     not white noise: near the gripper they are a bias that a more trusting tracker follows."""
     return config.noise_mm / 1e3 if config.noise_mm else config.kalman.measurement_std
 
