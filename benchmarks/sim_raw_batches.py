@@ -14,7 +14,7 @@ is only plausible, which is what a random-weight checkpoint can be judged on.
     hotloop compile CKPT -o ART --calibration FRAMES --precisions fp32,int8 ...
 
 Writes one `frame_EEEE_TTT.npz` per frame, under LeRobot's batch keys: `observation.images.<view>` as
-(3, H, W) floats in [0, 1] and `observation.state`.
+(3, H, W) floats in [0, 1], `observation.state`, and `task` when --task is given.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=12)
     ap.add_argument("--every", type=int, default=4, help="render every Nth control step")
     ap.add_argument("--seed", type=int, default=1000, help="first episode seed (evaluation uses 0-199)")
+    ap.add_argument("--task", default=None, help="the prompt written with every frame (VLA checkpoints)")
     args = ap.parse_args()
     if args.out.exists() and any(args.out.iterdir()):
         raise SystemExit(f"-o {args.out} is not empty; give a new folder")
@@ -83,6 +84,8 @@ def main() -> None:
                     sim = env.state()[:state_dim]
                     s[: len(sim)] = sim
                     batch["observation.state"] = s[None]
+                if args.task is not None:
+                    batch["task"] = np.array([args.task])
                 np.savez_compressed(args.out / f"frame_{e:04d}_{t:03d}.npz", **batch)
                 written += 1
             success, failed = env.advance(expert.act(), env.config.ticks_per_control)
