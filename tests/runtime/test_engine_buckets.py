@@ -16,6 +16,8 @@ from hotloop.cli import app
 
 runner = CliRunner()
 FAST = ["--iters", "1", "--warmup", "0", "--quiet", "--threads", "1", "--variants", "plain"]
+# Two flow-matching steps: bucketing is about the prompt, and the loop engine is exported once per step.
+STEPS = 2
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,8 @@ def art(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             "fp32",
             "--buckets",
             "4,8",
+            "--steps",
+            str(STEPS),
             "--json",
             str(js),
         ],
@@ -76,7 +80,8 @@ def loaded(art: tuple[Path, dict]) -> tuple[Any, torch.nn.Module]:
 
     out, _ = art
     engine = hotloop.Engine.load(out, threads=1, warmup=0)
-    return engine, policy_source("pi05:tiny", TargetOptions(seed=0)).model
+    assert engine.shape.num_steps == STEPS
+    return engine, policy_source("pi05:tiny", TargetOptions(seed=0, num_steps=STEPS)).model
 
 
 @pytest.mark.parametrize("real_tokens,bucket", [(1, 4), (4, 4), (6, 8), (11, 12)])
