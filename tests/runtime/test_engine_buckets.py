@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from hotloop.cli import app
 
 runner = CliRunner()
 FAST = ["--iters", "1", "--warmup", "0", "--quiet", "--threads", "1", "--variants", "plain"]
+# Two flow-matching steps: bucketing is about the prompt, and the loop engine is exported once per step.
+STEPS = 2
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,8 @@ def art(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             "fp32",
             "--buckets",
             "4,8",
+            "--steps",
+            str(STEPS),
             "--json",
             str(js),
         ],
@@ -65,19 +70,28 @@ def test_each_bucket_is_its_own_manifest_entry_with_files(art: tuple[Path, dict]
             assert prefix["files"] and all(f in manifest["files"] for f in prefix["files"])
 
 
-@pytest.mark.parametrize("real_tokens,bucket", [(1, 4), (4, 4), (6, 8), (11, 12)])
-def test_bucketed_engine_actions_equal_the_unbucketed_run(
-    art: tuple[Path, dict], real_tokens: int, bucket: int
-) -> None:
+@pytest.fixture(scope="module")
+def loaded(art: tuple[Path, dict]) -> tuple[Any, torch.nn.Module]:
+    """The artifact's engine and the fp32 reference model, loaded once: the cases below only run them
+    (each asserts the bucket its own call ran in)."""
     import hotloop
     from hotloop.compile.sources import policy_source
-    from hotloop.families.pi.sampling import sample_actions
     from hotloop.targets import TargetOptions
 
     out, _ = art
     engine = hotloop.Engine.load(out, threads=1, warmup=0)
+    assert engine.shape.num_steps == STEPS
+    return engine, policy_source("pi05:tiny", TargetOptions(seed=0, num_steps=STEPS)).model
+
+
+@pytest.mark.parametrize("real_tokens,bucket", [(1, 4), (4, 4), (6, 8), (11, 12)])
+def test_bucketed_engine_actions_equal_the_unbucketed_run(
+    loaded: tuple[Any, torch.nn.Module], real_tokens: int, bucket: int
+) -> None:
+    from hotloop.families.pi.sampling import sample_actions
+
+    engine, model = loaded
     assert list(engine.pipelines) == [4, 8, 12]
-    source = policy_source("pi05:tiny", TargetOptions(seed=0))
     obs = engine.example_observation(prompt_tokens=real_tokens)
     assert int(obs.lang_masks.sum()) == real_tokens
     noise = torch.randn(
@@ -88,7 +102,7 @@ def test_bucketed_engine_actions_equal_the_unbucketed_run(
     full = engine.pipelines[12].sample(obs, noise).clone()  # the same artifact without bucketing
     torch.testing.assert_close(got, full, rtol=0, atol=1e-5)
     with torch.no_grad():
-        reference = sample_actions(source.model, obs, noise=noise)
+        reference = sample_actions(model, obs, noise=noise)
     torch.testing.assert_close(got, reference, rtol=0, atol=1e-4)
 
 

@@ -11,10 +11,15 @@ import pytest
 pytest.importorskip("openvino")
 
 
+# Two flow-matching steps: what is checked does not depend on the count, and OpenVINO unrolls the loop
+# engine once per step.
+STEPS = 2
+
+
 @pytest.fixture
 def ov_art(tmp_path: Path, compile_tiny) -> Path:
     out = tmp_path / "art"
-    res = compile_tiny(out, "openvino", "fp32", "--quiet")
+    res = compile_tiny(out, "openvino", "fp32", "--quiet", "--steps", str(STEPS))
     assert res.exit_code == 0, res.output
     return out
 
@@ -30,7 +35,8 @@ def test_all_file_backed_artifact_drops_the_torch_weights_and_keeps_its_actions(
     engine = hotloop.Engine.load(ov_art, threads=1)
     assert {r.backend for r in engine.runners.values()} == {"openvino"}
     assert all(p.is_meta for p in engine.model.parameters())
-    src = policy_source("pi05:tiny", TargetOptions())
+    src = policy_source("pi05:tiny", TargetOptions(num_steps=STEPS))
+    assert engine.shape.num_steps == STEPS
     want = sample_actions(src.model, src.obs, noise=src.noise)
     assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99999
     policy = engine_policy(engine)

@@ -290,14 +290,15 @@ def test_static_int8_calibrates_on_recorded_frames_and_falls_back_honestly(
 
 def test_openvino_compiles_the_groupnorm_encoder_without_crashing(tiny_ckpt: Path, tmp_path: Path) -> None:
     """OpenVINO's CPU snippets crashed the process (SIGSEGV) on a GroupNorm ResNet block; the backend turns
-    them off for such graphs. Run in a child, so a crash fails this test and not the suite."""
+    them off for such graphs. Run in a child, so a crash fails this test and not the suite. Two denoising
+    steps: the encoder is what crashed, and OpenVINO unrolls the loop engine once per step."""
     import subprocess
     import sys
 
     art, js = tmp_path / "ov", tmp_path / "ov.json"
     child = subprocess.run(
         [sys.executable, "-m", "hotloop", "compile", str(tiny_ckpt), "-o", str(art), "--budget-ms", "1e5",
-         "--backends", "eager,openvino", "--precisions", "fp32", "--json", str(js), *FAST],
+         "--backends", "eager,openvino", "--precisions", "fp32", "--steps", "2", "--json", str(js), *FAST],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-2000:]
