@@ -175,10 +175,19 @@ class OnnxRuntimeBackend:
 
         # The export lives as long as the runner (tests and the planner never keep these directories).
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-onnx-")
+        keep: list[Any] = [self._tmp]
+        cache = getattr(graph, "conversions", None)  # a sub-engine is exported once, for every precision
         if graph.module is None:
             path = Path(graph.path)  # type: ignore[attr-defined]
+        elif cache is not None and "onnxruntime" in cache:
+            exported, path = cache["onnxruntime"]
+            keep.append(exported)  # the cached export's folder lives while this runner does
         else:
-            path = export_onnx(graph, Path(self._tmp.name) / MODEL_FILE)
+            exported = tempfile.TemporaryDirectory(prefix="hotloop-onnx-export-")
+            path = export_onnx(graph, Path(exported.name) / MODEL_FILE)
+            keep.append(exported)
+            if cache is not None:
+                cache["onnxruntime"] = (exported, path)
         if precision != "fp32":
             from hotloop.compile.backends.quantize import quantize_onnx
 
@@ -192,7 +201,7 @@ class OnnxRuntimeBackend:
                     graph.name,
                 )
         runner = OnnxRuntimeRunner(graph, precision, path, options)
-        runner._tmp = self._tmp  # type: ignore[attr-defined]
+        runner._tmp = keep  # type: ignore[attr-defined]
         return runner
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
