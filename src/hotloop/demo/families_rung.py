@@ -56,6 +56,7 @@ class FamiliesPlan:
     episodes: int  # per (strategy, latency) point
     recipe_episodes: int  # per compression rung (reference and each step), sync at 0 ms
     bench_iters: int
+    workers: int = 2  # closed-loop worker processes (0: in this process, no start-up per run)
 
 
 def rung_plan(full: bool) -> FamiliesPlan:
@@ -64,7 +65,7 @@ def rung_plan(full: bool) -> FamiliesPlan:
     return FamiliesPlan((0.0, 200.0), 10, 10, 5)
 
 
-def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2) -> dict[str, Any]:
+def run_rung(out_dir: Path, full: bool, progress: bool = True) -> dict[str, Any]:
     from hotloop.closedloop.eval_run import EvalRequest, plot_sweep, run_eval
     from hotloop.io import atomic_write_json
 
@@ -87,7 +88,7 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
                     strategy=strategy,
                     latency=f"fixed:{ms:g}",
                     episodes=plan.episodes,
-                    workers=workers,
+                    workers=plan.workers,
                 ),
                 progress=progress,
             )
@@ -136,6 +137,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
             tolerance=Tolerance(cos=demo.min_cos),
             out=out,
             episodes=plan.recipe_episodes,
+            workers=plan.workers,
             calibration_frames=8,
             eval_observations=8,
             bench_iters=plan.bench_iters,
