@@ -1,7 +1,9 @@
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,28 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # `hotloop compile` refuses to time on a busy machine; the tests run beside each other (xdist), and time
 # nothing they assert on. The refusal itself is tested with its own --max-load.
 os.environ.setdefault("HOTLOOP_MAX_LOAD", "inf")
+# hotloop's cache (`hotloop compile`'s candidate timings) is never the user's, nor shared between tests:
+# the session's own here (for session fixtures), each module's own (module fixtures, which pytest sets up
+# before any test's), each test's own. Only named: a folder is made by the first run that writes.
+os.environ["HOTLOOP_CACHE_DIR"] = os.path.join(
+    tempfile.gettempdir(), f"hotloop-test-cache-{uuid.uuid4().hex}"
+)
+
+
+def _fresh_cache_dir(factory: pytest.TempPathFactory) -> str:
+    return str(factory.getbasetemp() / "hotloop-cache" / uuid.uuid4().hex)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOTLOOP_CACHE_DIR", _fresh_cache_dir(tmp_path_factory))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOTLOOP_CACHE_DIR", _fresh_cache_dir(tmp_path_factory))
 
 
 @pytest.fixture

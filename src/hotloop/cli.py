@@ -290,7 +290,9 @@ def demo(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     rung: Annotated[
         list[str] | None,
-        typer.Option(help="run only these rungs (harness, vla, compile, closed-loop, compression, families)"),
+        typer.Option(
+            help="run only these rungs (harness, vla, compile, closed-loop, compression, families, robustness)"
+        ),
     ] = None,
     history: Annotated[
         Path | None,

@@ -70,6 +70,13 @@ class Progress:
             flush=True,
         )
 
+    def write(self, line: str) -> None:
+        """A line of its own above a live bar (which would overwrite a plain print), else printed."""
+        if self._bar is not None:
+            self._bar.write(line, file=self._stream)
+        else:
+            print(line, file=self._stream, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()  # leave=False: the bar disappears, an error printed next starts clean

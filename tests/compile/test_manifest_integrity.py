@@ -139,3 +139,62 @@ def test_recorded_io_that_the_config_does_not_build_is_refused_at_load(
     with pytest.raises(CheckpointError, match=rf"sub-engine '{name}' records {field} .*recompile"):
         Engine.load(bad, warmup=0)
     Engine.load(artifact, warmup=0)  # the untouched artifact still loads
+
+
+@pytest.fixture(scope="module")
+def onnx_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+    from hotloop.compile.backends.base import OnnxGraph
+    from hotloop.compile.export import export_onnx
+
+    folder = tmp_path_factory.mktemp("onnx")
+    torch.manual_seed(0)
+    graph = OnnxGraph("lin", folder / "m.onnx", (torch.randn(2, 8),), ("x",), ("y",))
+    graph.module = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    model = export_onnx(graph, folder / "m.onnx")
+    out = folder / "art"
+    res = CliRunner().invoke(
+        app,
+        ["compile", str(model), "--input", "x:2,8", "-o", str(out), "--backends", "onnxruntime",
+         "--precisions", "fp32", "--iters", "1", "--warmup", "0", "--threads", "1"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _both(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """An entry edited together with the config's stated inputs (a consistent-looking manifest)."""
+
+    def change(m: dict[str, Any]) -> None:
+        m["sub_engines"][0][field] = value
+        if field == "input_shapes":
+            m["config"]["inputs"] = {"x": value[0]}
+
+    return change
+
+
+ONNX_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("shape against the graph", _both("input_shapes", [[2, 9]]), r"input_shapes \[2, 9\] for 'x', the graph takes \[.*8\]"),
+    ("shape against the config", lambda m: m["sub_engines"][0].update(input_shapes=[[3, 8]]), "config states"),
+    ("input name", lambda m: m.update(config={}) or m["sub_engines"][0].update(input_names=["q"]), "the graph takes"),
+    ("input dtype", _both("input_dtypes", ["float64"]), "input_dtypes float64 for 'x', the graph takes float32"),
+    ("output name", _both("output_names", ["z"]), r"output_names \['z'\], the graph gives \['y'\]"),
+    ("output shape", _both("output_shapes", [[2, 5]]), r"records output_shapes \[\[2, 5\]\]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,change,message", ONNX_CASES, ids=[c[0] for c in ONNX_CASES])
+def test_an_onnx_artifact_records_the_io_of_its_own_graph(
+    onnx_artifact: Path, tmp_path: Path, name: str, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    """Issue 24 defect 7 for ONNX-file artifacts: no config builds their sub-engine, so the recorded I/O
+    is checked against the graph file and the manifest's stated inputs, one CheckpointError by field."""
+    from hotloop.runtime.engine import Engine
+
+    bad = _copy_with(onnx_artifact, tmp_path / "io", change)
+    with pytest.raises(CheckpointError, match=message):
+        Engine.load(bad, warmup=0)
+    assert Engine.load(onnx_artifact, warmup=0).infer({"x": [[0.0] * 8] * 2})["y"].shape == (2, 4)

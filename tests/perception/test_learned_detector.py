@@ -84,6 +84,8 @@ def test_pipeline_spec_takes_the_model_and_its_resolution():
         ("detector:resolution=64", "model=learned"),
         ("truth:model=learned", "model= is for detector"),
         ("detector:model=learned,resolution=64.5", "whole number"),
+        ("detector:noise=-1", "noise=-1 must be >= 0"),
+        ("truth:noise=3", "noise= is for detector"),
     ):
         with pytest.raises(ConfigError, match=words):
             parse_pipeline(bad)
@@ -108,6 +110,16 @@ def test_the_chain_with_the_learned_detector_tracks_the_box_from_pixels():
     inner = SeeingPolicy()
     policy, _ = attach_pipeline(inner, env, "detector:model=learned,resolution=48", parse_latency("fixed:0"))
     assert policy.detector.resolution == 48
+    # The detector's own centre error (held out, 48 px: median and p95 of a 2-D distance, the larger
+    # per-axis std they imply) is reported; the tracker keeps its 5 mm unless noise= says otherwise.
+    stats = policy.detector.model.meta["evaluation"]["per_resolution"]["48"]
+    own = max(stats["centre_mm_p50"] / 1.1774, stats["centre_mm_p95"] / 2.4477) / 1e3
+    assert policy.detector.centre_std_m == pytest.approx(own) and 0.001 < own < 0.005
+    assert policy.tracker.config.measurement_std == 0.005
+    noisy, _ = attach_pipeline(
+        SeeingPolicy(), env, "detector:model=learned,noise=4", parse_latency("fixed:0")
+    )
+    assert noisy.tracker.config.measurement_std == 0.004
     expert = make_expert("conveyor-pick", env)
     obs, _ = env.reset(seed=7)
     policy.reset()
@@ -127,7 +139,9 @@ def test_the_chain_with_the_learned_detector_tracks_the_box_from_pixels():
     env.close()
     err = np.linalg.norm(np.asarray(inner.seen)[:, 4:6] - np.asarray(truths)[:, 4:6], axis=1)
     assert len(err) >= 5 and np.median(err) < 0.008 and err.max() < 0.03
-    assert policy.take_episode()["detections"] >= len(err) - 1
+    episode = policy.take_episode()
+    assert episode["detections"] >= len(err) - 1 and episode["measurement_std_mm"] == 5.0
+    assert episode["detector_centre_std_mm"] == pytest.approx(1e3 * own)
 
 
 def test_frames_from_a_recorded_dataset_carry_the_same_labels(tmp_path):

@@ -100,3 +100,56 @@ def test_eval_sweeps_perturbations_one_point_each_and_refuses_bad_names(tmp_path
     assert r.exit_code == 2 and "unknown perturbation 'fog'" in r.output
     r = CliRunner().invoke(app, [*args, "--perturb", "blur:1", "--sweep-perturb", "blur:2"])
     assert r.exit_code == 2 and "both set blur" in r.output
+
+
+def test_distractors_occlusion_and_box_size_change_the_scene_where_it_happens():
+    for bad, words in (("distractors:1.5", "a count, a whole number"), ("box-size:2", r"\[0.5, 1.5\]")):
+        with pytest.raises(ConfigError, match=words):
+            parse_perturb(bad)
+    env = make_task("conveyor-pick")
+    nominal, _ = env.reset(seed=3)
+    ids = (env.model.body("box").id, env.model.geom("box").id, env.model.camera("top").id)
+    attach_perturbations(
+        Recorder(), env, "distractors:3,occlusion:0.1,box-size:1.5", parse_latency("fixed:0")
+    )
+    # Bodies were added after the task's own: its cached ids hold.
+    assert (env.model.body("box").id, env.model.geom("box").id, env.model.camera("top").id) == ids
+    first, _ = env.reset(seed=3)
+    assert env.box_half() == pytest.approx(0.03) and env.box_pos()[2] == pytest.approx(0.06 + 0.03, abs=1e-3)
+    np.testing.assert_array_equal(first["state"][4:6], nominal["state"][4:6])  # same draw, bigger box
+    box = env.box_pos()[:2]
+    starts = [env.data.xpos[env.model.body(f"distractor{i}").id].copy() for i in range(3)]
+    for p in starts:  # on the belt, clear of the box
+        assert p[2] < 0.1 and abs(p[1]) < 0.14 and np.linalg.norm(p[:2] - box) >= 0.09
+    assert not np.array_equal(first["images"]["top"], nominal["images"]["top"])
+    env.advance(env.hold_action(), 250)  # half a second: the belt carries them like the box
+    moved = [env.data.xpos[env.model.body(f"distractor{i}").id][0] - s[0] for i, s in enumerate(starts)]
+    assert np.allclose(moved, env.belt_speed * 0.5, rtol=0.2)
+    plate = env.model.body("occluder").id
+    assert (
+        env.data.xpos[plate][2] == pytest.approx(0.45)
+        and env.model.geom_contype[env.model.geom("occluder").id] == 0
+    )
+    at_3 = env.data.xpos[plate].copy()
+    again, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(again["images"]["top"], first["images"]["top"])  # seeded
+    env.reset(seed=4)
+    assert np.linalg.norm(env.data.xpos[plate] - at_3) > 1e-3  # another episode, another place
+    env.close()
+    # Behind the learned chain: its detector keeps the camera it calibrated and sees the rebuilt scene.
+    from hotloop.perception.pipeline import attach_pipeline
+
+    env = make_task("conveyor-pick")
+    inner = Recorder()
+    chain, latency = attach_pipeline(inner, env, "detector:model=learned", parse_latency("fixed:0"))
+    policy, _ = attach_perturbations(chain, env, "distractors:4,occlusion:0.05", latency)
+    obs, _ = env.reset(seed=5)
+    policy.reset()
+    for _ in range(3):
+        policy.infer(obs)
+        env.advance(env.hold_action(), 50)
+        obs = env.observe()
+    assert policy.take_episode()["detections"] == 3 and inner.obs is not None
+    env.close()
+    with pytest.raises(ConfigError, match="box-size is for conveyor-pick"):
+        attach_perturbations(Recorder(), make_task("reach"), "box-size:1.2", parse_latency("fixed:0"))

@@ -101,6 +101,9 @@ def test_eval_json_with_a_fake_policy(tmp_path, monkeypatch):
     ):
         assert key in run
     assert len(run["per_episode"]) == 2 and plot.stat().st_size > 0
+    cost = doc["executor"]  # what running them cost, with the same figures as `hotloop sweep`'s
+    assert cost["executor"] == "local" and cost["episodes"] == 8 and not cost["interrupted"]
+    assert cost["overhead_parts_s"]["build"] > 0 and cost["dispatch_per_episode_s"] is not None
 
 
 def test_ctrl_c_writes_the_episodes_that_finished(tmp_path, monkeypatch):

@@ -58,3 +58,36 @@ def repeated_ctrl_c_scenario() -> None:
     assert interrupted
     assert [r["seed"] for r in records] == [0, 1] and not any(r["error"] for r in records)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+
+def test_one_pool_plays_every_cell_on_one_build_and_gives_what_fresh_builds_give():
+    # Two cells that differ only in how an episode is played (strategy, latency) share the worker's env
+    # and policy; a second run reuses the same process. Each record equals that of a runner built for
+    # its job alone (bit for bit, apart from the measured inference wall time).
+    import dataclasses
+
+    from hotloop.closedloop.pool import WorkerPool
+    from hotloop.closedloop.workers import EpisodeRunner
+
+    a = EpisodeJob(
+        target="expert:scripted", task="reach", difficulty=None, strategy="sync", latency="fixed:0", threads=1
+    )
+    b = dataclasses.replace(a, strategy="async", latency="fixed:200")
+    work = [(a, 0), (b, 1), (a, 1)]
+    got: dict[int, tuple[dict, dict]] = {}
+    with WorkerPool(1) as pool:
+        assert not pool.run(work[:2], lambda i, r, t: got.setdefault(i, (r, t)))
+        assert not pool.run(work[2:], lambda i, r, t: got.setdefault(2 + i, (r, t)))
+    timings = [got[i][1] for i in range(3)]
+    assert len({t["pid"] for t in timings}) == 1  # one process for both runs
+    assert timings[0]["build_s"] > 0 and timings[1]["build_s"] == timings[2]["build_s"] == 0
+
+    def strip(record):
+        return {k: v for k, v in record.items() if k != "infer_wall_ms"}
+
+    for i, (job, seed) in enumerate(work):
+        fresh = EpisodeRunner(job)
+        assert strip(got[i][0]) == strip(fresh.run(seed)), (job.strategy, seed)
+        fresh.close()
+    assert got[1][0]["run"]["strategy"]["name"] == "async"  # each record describes its own cell
+    assert got[0][0]["run"]["strategy"]["name"] == "sync"

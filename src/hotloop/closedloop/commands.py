@@ -114,8 +114,9 @@ def eval_cmd(
     perturb: Annotated[
         str | None,
         typer.Option(
-            help="perturbations, NAME:VALUE,... (lighting, camera-shift, camera-rotate, box-colour, belt-speed, "
-            "image-noise, blur, drop-frames, state-noise, latency-jitter; see docs/perception.md)"
+            help="perturbations, NAME:VALUE,... (lighting, camera-shift, camera-rotate, box-colour, box-size, "
+            "belt-speed, distractors, occlusion, image-noise, blur, drop-frames, state-noise, latency-jitter; "
+            "see docs/perception.md)"
         ),
     ] = None,
     sweep_perturb: Annotated[

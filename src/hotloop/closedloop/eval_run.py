@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,15 @@ def resolved_difficulty(task: str, difficulty: str | None) -> str | None:
     return getattr(getattr(importlib.import_module(module), attr)(), "difficulty", None)
 
 
-def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
+def run_eval(
+    request: EvalRequest,
+    progress: bool = True,
+    pool: Any = None,
+    on_timing: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """One point. `pool`: a `hotloop.closedloop.pool.WorkerPool` of `request.workers` workers to run it on
+    (kept up for the next point); None: one started and stopped for this point. `on_timing`: each
+    episode's timing, as `hotloop.closedloop.pool` describes it."""
     from hotloop.closedloop.latency import parse_latency
     from hotloop.progress import Progress
 
@@ -194,15 +203,21 @@ def run_eval(request: EvalRequest, progress: bool = True) -> dict[str, Any]:
     bar = Progress(len(seeds), f"{request.strategy}{k} {latency.spec}", "ep", enabled=progress)
     wins = crashes = 0
 
+    notes: set[str] = set()
+
     def on_result(record: dict[str, Any]) -> None:
         nonlocal wins, crashes
+        note = (record.get("run") or {}).get("profile_note")
+        if note and note not in notes:  # every worker's task says it; the run says it once
+            notes.add(note)
+            bar.write(note)
         wins += int(record["success"])
         crashes += int(bool(record.get("error")))
         bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))
 
     t0 = time.perf_counter()
     with bar:
-        records, interrupted = run_episodes(job, seeds, request.workers, on_result)
+        records, interrupted = run_episodes(job, seeds, request.workers, on_result, on_timing, pool=pool)
     return assemble_run(request, records, interrupted, time.perf_counter() - t0, threads)
 
 

@@ -1,7 +1,7 @@
 """Run a sweep's episodes on an executor and hand back each one as a row (`store.py` for the row).
 
-Two executors, one contract: `local` (the worker pool of `workers.py`, one cell after another) and `ray`
-(`hotloop.cluster.ray_executor`, every cell at once over the cluster's actors). Both run the episodes
+Two executors, one contract: `local` (the worker pool of `pool.py`) and `ray`
+(`hotloop.cluster.ray_executor`, over the cluster's actors), each running every cell at once. Both run the episodes
 through `EpisodeRunner` with the same job, so the records are the same seed for seed; only the row's
 `node`, `pid` and timings say where it ran.
 """
@@ -26,37 +26,27 @@ def execute(
         from hotloop.cluster.ray_executor import run_on_ray
 
         return run_on_ray(cells, todo, on_row, options)
-    stats = ExecStats(len(todo), "local", slots=max(1, options.workers))
+    from hotloop.closedloop.pool import WorkerPool
+
+    stats = ExecStats(len(todo), "local", slots=max(1, min(options.workers, len(todo))))
     bar = Progress(len(todo), "sweep", "ep", enabled=options.progress)
     node = socket.gethostname()
-    interrupted = False
-    by_cell: dict[str, list[Episode]] = {}
-    for ep in todo:
-        by_cell.setdefault(ep.cell, []).append(ep)
-    with bar:
-        for key, episodes in by_cell.items():
-            timings: list[dict[str, Any]] = []
 
-            def on_result(
-                record: dict[str, Any], key: str = key, timings: list[dict[str, Any]] = timings
-            ) -> None:
-                row = make_row(key, record, timings.pop() if timings else {}, node)
-                on_row(row)
-                stats.add(row)
-                bar.update(1, stats.postfix())
+    def on_done(index: int, record: dict[str, Any], timing: dict[str, Any]) -> None:
+        row = make_row(todo[index].cell, record, timing, node)
+        on_row(row)
+        stats.add(row, timing.get("slot"))
+        bar.update(1, stats.postfix())
 
-            from hotloop.closedloop.workers import run_episodes
-
-            _, interrupted = run_episodes(
-                episodes[0].job, [e.seed for e in episodes], options.workers, on_result, timings.append
-            )
-            if interrupted:
-                break
+    # One pool for every cell: a worker builds each (target, task) once, and no cell waits for the
+    # previous one's last episode.
+    with bar, WorkerPool(options.workers) as pool:
+        interrupted = pool.run([(ep.job, ep.seed) for ep in todo], on_done)
     return ExecResult(interrupted, stats.summary(interrupted), {})
 
 
 def episodes_of(cells: list[Cell], done: set[tuple[str, int]], options: ExecOptions) -> list[Episode]:
-    """Every (cell, seed) not in `done`, cell by cell (so that workers rebuild as rarely as they can)."""
+    """Every (cell, seed) not in `done`, cell by cell (workers take a cell's episodes in turn)."""
     threads = options.threads()
     todo: list[Episode] = []
     for cell in cells:

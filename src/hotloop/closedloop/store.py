@@ -4,7 +4,8 @@
                         names the same cells
     OUT/episodes.jsonl  one row per finished episode, appended, flushed and fsynced as it arrives:
                         {"cell", "seed", "outcome": success|failure|error, "record" (the evaluator's
-                        record, as `hotloop eval --json` holds it), "node", "pid", "episode_s", "build_s"}
+                        record, as `hotloop eval --json` holds it), "node", "pid", "episode_s", "build_s",
+                        "wait_s" (the worker idle before it: `hotloop.closedloop.execution`)}
     OUT/runs.jsonl      one line per executor run: wall time, episodes/s, overhead, per-node counts
 
 A killed driver can leave half a line at the end of episodes.jsonl: it is dropped on reading (that

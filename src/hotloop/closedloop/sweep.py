@@ -364,11 +364,13 @@ def exec_options(
     )
 
 
-def _run_on_cluster(requests: list[Any], options: Any) -> tuple[list[dict[str, Any]], bool, bool]:
-    """Every point at once on the cluster; returns (runs in request order, interrupted, some refused)."""
+def _run_on_cluster(
+    requests: list[Any], options: Any
+) -> tuple[list[dict[str, Any]], bool, bool, dict[str, Any]]:
+    """Every point at once on the cluster; returns (runs in request order, interrupted, some refused, the
+    executor's summary)."""
     from hotloop.closedloop.cells import Cell
     from hotloop.closedloop.eval_run import assemble_run
-    from hotloop.closedloop.execution import print_summary
     from hotloop.closedloop.executors import episodes_of, execute
 
     cells = [Cell.of(r) for r in requests]
@@ -379,7 +381,6 @@ def _run_on_cluster(requests: list[Any], options: Any) -> tuple[list[dict[str, A
         lambda row: rows.setdefault(row["cell"], []).append(row),
         options,
     )
-    print_summary(result.summary)
     runs = []
     for cell in cells:
         got = sorted(rows.get(cell.key, []), key=lambda r: r["seed"])
@@ -389,12 +390,13 @@ def _run_on_cluster(requests: list[Any], options: Any) -> tuple[list[dict[str, A
                 cell.request, [r["record"] for r in got], len(got) < len(cell.seeds), wall, options.threads()
             )
         )
-    return runs, result.interrupted, bool(result.refused)
+    return runs, result.interrupted, bool(result.refused), result.summary
 
 
 def run_sweep(sweep: EvalSweep) -> None:
     """Run every point of `sweep`; exit codes as `hotloop eval` documents them."""
     from hotloop.closedloop.eval_run import plot_sweep, print_table, run_eval, run_label
+    from hotloop.closedloop.execution import print_summary
     from hotloop.interrupts import first_interrupt_only
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
 
@@ -413,11 +415,16 @@ def run_sweep(sweep: EvalSweep) -> None:
 
     write_failed: list[str] = []
 
+    executor: dict[str, Any] = {}  # the executor's cost summary, once every point ran
+
+    def written() -> dict[str, Any]:
+        return runs[0] if single else {"runs": runs, **({"executor": executor} if executor else {})}
+
     def write() -> None:
         if sweep.json_path is None or not runs:
             return
         try:
-            atomic_write_json(sweep.json_path, runs[0] if single else {"runs": runs})
+            atomic_write_json(sweep.json_path, written())
         except OSError as e:  # checked writable at the start, lost since: keep evaluating, show the table
             if not write_failed:
                 typer.echo(
@@ -431,24 +438,38 @@ def run_sweep(sweep: EvalSweep) -> None:
     refused = False
     with first_interrupt_only():
         if options.cluster is not None:
-            runs, interrupted, refused = _run_on_cluster(requests, options)
-            write()
-        for request in requests if options.cluster is None else []:
-            result = run_eval(request, progress=not sweep.quiet)
-            runs.append(result)
-            write()  # after every point: Ctrl-C later keeps what finished
-            if result["interrupted"]:
-                interrupted = True
-                break
+            runs, interrupted, refused, summary = _run_on_cluster(requests, options)
+        else:
+            import socket
+
+            from hotloop.closedloop.execution import ExecStats
+            from hotloop.closedloop.pool import WorkerPool
+
+            total = sum(r.episodes for r in requests)
+            stats = ExecStats(total, "local", slots=max(1, min(sweep.workers, total)))
+            node = socket.gethostname()
+
+            def on_timing(timing: dict[str, Any]) -> None:
+                stats.timed({**timing, "node": node}, timing.get("slot"))
+
+            with WorkerPool(sweep.workers) as pool:  # one pool for every point: each worker builds once
+                for request in requests:
+                    result = run_eval(request, progress=not sweep.quiet, pool=pool, on_timing=on_timing)
+                    runs.append(result)
+                    write()  # after every point: Ctrl-C later keeps what finished
+                    if result["interrupted"]:
+                        interrupted = True
+                        break
+            summary = stats.summary(interrupted)
+        if not sweep.quiet:  # --quiet: a clean run writes nothing on stderr (the JSON holds it)
+            print_summary(summary)
+        executor.update(summary)
+        write()
         print_table(runs)
         points = against.compare(runs)
         if points and sweep.json_path is not None and not write_failed:
             atomic_write_json(
-                sweep.json_path,
-                {
-                    **(runs[0] if single else {"runs": runs}),
-                    "baseline_comparison": [p.to_dict() for p in points],
-                },
+                sweep.json_path, {**written(), "baseline_comparison": [p.to_dict() for p in points]}
             )
         if runs and not interrupted:
             against.record(runs[0] if single else {"runs": runs})

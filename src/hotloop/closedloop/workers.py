@@ -1,35 +1,21 @@
-"""Run evaluation episodes in worker processes, surviving crashes and Ctrl-C.
+"""What an evaluation worker runs: the job (`EpisodeJob`), the env and policy it builds once
+(`EpisodeRunner`, kept per build in a `RunnerCache`), and `run_episodes`, the seeds of one job on a
+worker pool (`hotloop.closedloop.pool`: worker processes that survive crashes and Ctrl-C).
 
-Each worker builds its environment and policy once, then runs the episode seeds it is handed one at a
-time over a pipe. The parent waits on every pipe and every process sentinel at once, so a worker that
-dies (a segfault in a native library, an out-of-memory kill) is noticed at once: its episode is recorded
-as an error (not a policy failure) with its seed and the error, and a fresh worker takes over the
-remaining seeds. A Python exception inside an episode is an error episode too (the worker survives). Ctrl-C stops the workers and
-returns what finished, flagged `interrupted`; further Ctrl-C presses while the workers stop are noted,
-not raised (`hotloop.interrupts`), so the finished episodes always come back.
-
-Workers ignore SIGINT (the terminal sends it to the whole process group); only the parent decides.
-`workers=0` runs everything in this process (for debugging and tests).
+A runner is built once per worker and build key: a sweep's cells that differ only in how an episode is
+played (strategy, latency, watchdog) share it, since every episode resets the env and the policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
-import os
-import signal
 import time
-import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from hotloop.errors import ConfigError, HotloopError, MemoryCapError
-
-# A record's key for where and how long it ran ({"pid", "episode_s", "build_s"}), set by the worker and
-# taken off by `run_episodes` before anyone else sees the record (`on_timing` gets it).
-EXEC_KEY = "_exec"
+from hotloop.errors import HotloopError, MemoryCapError
 
 
 @dataclass(frozen=True)
@@ -78,26 +64,48 @@ class EpisodeJob:
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
 
 
+# EpisodeJob fields that only say how an episode is played (the strategy, the latency model, the
+# watchdog), not what it is played with, each with the neutral value `build_key` gives it.
+_PLAY_FIELDS: dict[str, Any] = {
+    "strategy": "",
+    "latency": "",
+    "execute_steps": None,
+    "trigger_remaining": None,
+    "blend": "",
+    "fallback": "",
+    "deadline_ms": None,
+    "guidance_weight": None,
+    "ensemble_coeff": None,
+}
+
+
+def build_key(job: EpisodeJob) -> EpisodeJob:
+    """What decides a job's env and policy: jobs with equal keys share one `EpisodeRunner` (a sweep's cells
+    that differ only in strategy, latency or watchdog: each episode resets both, so a record does not
+    depend on what the runner played before). A pipeline or a perturbation wraps the policy and the latency
+    model together (a perturbation changes the scene too), so such a job shares with itself only."""
+    if job.pipeline or job.perturb:
+        return job
+    return dataclasses.replace(job, **_PLAY_FIELDS)
+
+
 class EpisodeRunner:
-    """Built once per worker; `run(seed)` plays one episode."""
+    """Built once per worker and build key (`build_key`); `use(job)` switches to another job of the same
+    build (cheap: strategy, latency and watchdog), `run(seed)` plays one episode."""
 
     def __init__(self, job: EpisodeJob) -> None:
         from hotloop.closedloop.evaluator import run_episode
-        from hotloop.closedloop.latency import parse_latency
-        from hotloop.realtime.strategies import default_strategies, make_strategy
-        from hotloop.sim.tasks import make_task
 
-        strategies = default_strategies()
-        strategies.get(job.strategy)  # unknown name: fail before building anything
-        # Settings that do not depend on the chunk length (the guidance weight) fail here; the ranges of
-        # --execute-steps / --trigger-remaining need the policy's horizon and are checked at its first chunk.
-        job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
-        self.scheduler_config = job.scheduler_config()
-        self.latency: Any = parse_latency(job.latency)  # a LatencyModel, or a PipelineLatency around one
+        self._check(job)
+        self.key = build_key(job)
+        self.latency: Any = None  # a LatencyModel, or a PipelineLatency around one (`_play`)
         if job.threads is not None:
             import torch
 
             torch.set_num_threads(job.threads)
+        self._play(job)  # the latency model first: a pipeline or perturbation wraps it below
+        from hotloop.sim.tasks import make_task
+
         self.env = make_task(job.task, difficulty=job.difficulty, task_kwargs=job.task_kwargs)
         self.policy = build_policy(
             job, self.env
@@ -108,9 +116,10 @@ class EpisodeRunner:
         # How the policy is meant to be executed (an ACT checkpoint's n_action_steps and ensembling
         # coefficient): the options the command line left unset.
         self.strategy_defaults = dict(getattr(self.policy, "strategy_defaults", None) or {})
-        self.describe: dict[str, Any] = {
+        self._described: dict[str, Any] = {
             "adaptation": adaptation.describe() if adaptation is not None else None,
             "length_unit": self.env.task_spec.length_unit,
+            "profile_note": getattr(self.env, "profile_note", None),  # said once, by the driver
         }
         if job.pipeline:
             from hotloop.perception.pipeline import attach_pipeline
@@ -139,6 +148,25 @@ class EpisodeRunner:
             self.fallback_policy is not None and reads_images(self.fallback_policy)
         )
         self._run = run_episode
+        self.describe: dict[str, Any] = dict(self._described)
+
+    @staticmethod
+    def _check(job: EpisodeJob) -> None:
+        from hotloop.realtime.strategies import default_strategies
+
+        default_strategies().get(job.strategy)  # unknown name: fail before building anything
+        # Settings that do not depend on the chunk length (the guidance weight) fail here; the ranges of
+        # --execute-steps / --trigger-remaining need the policy's horizon and are checked at its first chunk.
+        job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
+
+    def _play(self, job: EpisodeJob) -> None:
+        """How `job`'s episodes are played: its watchdog, latency model and strategy."""
+        from hotloop.closedloop.latency import parse_latency
+        from hotloop.realtime.strategies import make_strategy
+
+        self.job = job
+        self.scheduler_config = job.scheduler_config()
+        self.latency = parse_latency(job.latency)
 
         def strategy_for(horizon: int) -> Any:
             strategy = make_strategy(job.strategy, job.strategy_config(horizon, self.strategy_defaults))
@@ -146,6 +174,21 @@ class EpisodeRunner:
             return strategy
 
         self.strategy_for = strategy_for
+
+    def use(self, job: EpisodeJob) -> None:
+        """Play `job`'s episodes from now on, on this runner's env and policy (`build_key(job)` must be
+        this runner's: only the strategy, the latency model and the watchdog change)."""
+        if job == self.job:
+            return
+        if build_key(job) != self.key:
+            raise ValueError("EpisodeRunner.use: a job of another build")
+        self._check(job)
+        self._play(job)
+        # A new dict: records already handed out keep the description of the job they ran.
+        self.describe = dict(self._described)
+
+    def close(self) -> None:
+        self.env.close()
 
     def run(self, seed: int) -> dict[str, Any]:
         from hotloop.closedloop.evaluator import failed_record
@@ -198,33 +241,37 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
     return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
 
 
-def _worker(conn: Connection, job: EpisodeJob) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    t0 = time.perf_counter()
-    try:
-        runner = EpisodeRunner(job)
-    except HotloopError as e:  # bad input: the parent prints the message as it is
-        conn.send(("init_error", str(e), True))
-        return
-    except BaseException as e:  # noqa: BLE001 - report why the worker cannot start
-        conn.send(("init_error", _describe(e), False))
-        return
-    conn.send(("ready", time.perf_counter() - t0, None))
-    while True:
-        seed = conn.recv()
-        if seed is None:
-            return
-        try:
-            t1 = time.perf_counter()
-            record = runner.run(seed)
-            # Where and how long, for the sweep's cost summary; the parent takes it off the record.
-            record[EXEC_KEY] = {"pid": os.getpid(), "episode_s": time.perf_counter() - t1}
-            conn.send(("done", seed, record))
-        except HotloopError as e:
-            conn.send(("config_error", seed, str(e)))
-            return
-        except BaseException:  # noqa: BLE001
-            conn.send(("done", seed, _crash_record(seed, traceback.format_exc(limit=3))))
+class RunnerCache:
+    """The runners a worker holds, one per build key (`build_key`), at most `kept` of them (the least
+    recently used is closed): a worker builds its env and policy once and plays every cell of that build."""
+
+    def __init__(self, kept: int = 1) -> None:
+        self.kept = kept
+        self.runners: OrderedDict[EpisodeJob, EpisodeRunner] = OrderedDict()
+
+    def holds(self, job: EpisodeJob) -> bool:
+        return build_key(job) in self.runners
+
+    def get(self, job: EpisodeJob) -> tuple[EpisodeRunner, float]:
+        """A runner set to play `job`, and the seconds spent building it (0: one it held)."""
+        key = build_key(job)
+        runner = self.runners.get(key)
+        build_s = 0.0
+        if runner is None:
+            t0 = time.perf_counter()
+            runner = EpisodeRunner(job)
+            build_s = time.perf_counter() - t0
+            self.runners[key] = runner
+            while len(self.runners) > self.kept:
+                self.runners.popitem(last=False)[1].close()
+        else:
+            runner.use(job)
+            self.runners.move_to_end(key)
+        return runner, build_s
+
+    def close(self) -> None:
+        while self.runners:
+            self.runners.popitem()[1].close()
 
 
 def _describe(e: BaseException) -> str:
@@ -239,147 +286,32 @@ def _crash_record(seed: int, error: str) -> dict[str, Any]:
     return failed_record(seed, error)
 
 
-@dataclass
-class _Worker:
-    proc: Any
-    conn: Connection
-    seed: int | None = None
-    ready: bool = False
-    build_s: float | None = None  # until its first episode is reported
-
-
 def run_episodes(
     job: EpisodeJob,
     seeds: list[int],
     workers: int = 2,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_timing: Callable[[dict[str, Any]], None] | None = None,
+    pool: Any = None,
 ) -> tuple[list[dict[str, Any]], bool]:
     """Play every seed; returns (records in seed order, interrupted). `on_timing` gets, just before
-    `on_result` of the same episode, where and how long it ran: {"pid", "episode_s", "build_s"} (build_s:
-    the worker's env and policy build, on its first episode; 0 after)."""
-    from hotloop.interrupts import first_interrupt_only
+    `on_result` of the same episode, where and how long it ran (`hotloop.closedloop.pool.Timing`).
+    `pool`: a `WorkerPool` to run on (its workers stay up for the next call); None: one for this call."""
+    from hotloop.closedloop.pool import WorkerPool
 
-    with first_interrupt_only():
-        return _run_episodes(job, seeds, workers, on_result, on_timing)
-
-
-def _run_episodes(
-    job: EpisodeJob,
-    seeds: list[int],
-    workers: int,
-    on_result: Callable[[dict[str, Any]], None] | None,
-    on_timing: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[list[dict[str, Any]], bool]:
     results: dict[int, dict[str, Any]] = {}
 
-    def finish(record: dict[str, Any], build_s: float | None = None) -> None:
-        timing = record.pop(EXEC_KEY, None) or {"pid": None, "episode_s": None}
+    def on_done(index: int, record: dict[str, Any], timing: dict[str, Any]) -> None:
         if on_timing is not None:
-            on_timing({**timing, "build_s": build_s or 0.0})
-        results[record["seed"]] = record
+            on_timing(timing)
+        results[seeds[index]] = record
         if on_result is not None:
             on_result(record)
 
-    if workers <= 0:
-        t0 = time.perf_counter()
-        runner = EpisodeRunner(job)
-        build_s: float | None = time.perf_counter() - t0
-        try:
-            for seed in seeds:
-                t1 = time.perf_counter()
-                record = runner.run(seed)
-                record[EXEC_KEY] = {"pid": os.getpid(), "episode_s": time.perf_counter() - t1}
-                finish(record, build_s)
-                build_s = None
-        except KeyboardInterrupt:
-            return [results[s] for s in seeds if s in results], True
-        finally:
-            runner.env.close()
-        return [results[s] for s in seeds], False
-
-    ctx = mp.get_context("spawn")  # fork would copy torch threads and an EGL context: unsafe
-    queue = list(seeds)
-    pool: list[_Worker] = []
-    startup_failures = 0
-
-    def start() -> None:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child, job), daemon=True)
-        proc.start()
-        child.close()
-        pool.append(_Worker(proc, parent))
-
-    def give(w: _Worker) -> None:
-        if queue:
-            w.seed = queue.pop(0)
-            w.conn.send(w.seed)
-        else:
-            w.seed = None
-            w.conn.send(None)
-
-    for _ in range(min(workers, len(seeds))):
-        start()
-    interrupted = False
-    try:
-        while len(results) < len(seeds) and pool:
-            ready = wait([w.conn for w in pool] + [w.proc.sentinel for w in pool])
-            for w in list(pool):
-                dead = False
-                if w.conn in ready:
-                    try:
-                        kind, a, b = w.conn.recv()
-                    except (EOFError, OSError):
-                        dead = True  # the pipe closed: the process is gone (or going)
-                    else:
-                        if kind == "ready":
-                            w.ready = True
-                            w.build_s = a
-                            give(w)
-                        elif kind == "done":
-                            finish(b, w.build_s)
-                            w.build_s = None
-                            give(w)
-                        elif kind == "init_error":
-                            if b:  # a configuration error: every worker would hit it
-                                raise ConfigError(str(a))
-                            raise HotloopError(f"evaluation worker could not start: {a}")
-                        elif kind == "config_error":
-                            raise ConfigError(str(b))
-                        continue
-                if dead or w.proc.sentinel in ready:
-                    if not dead and w.conn.poll():
-                        continue  # read its last message first
-                    w.proc.join(timeout=5)
-                    pool.remove(w)
-                    code = w.proc.exitcode
-                    if w.seed is not None:
-                        finish(
-                            _crash_record(
-                                w.seed, f"worker process died (exit code {code}) in episode seed {w.seed}"
-                            )
-                        )
-                    elif not w.ready:
-                        startup_failures += 1
-                        if startup_failures >= 3:
-                            raise HotloopError(
-                                f"evaluation workers keep dying at start-up (exit code {code})"
-                            )
-                    if queue:
-                        start()
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        for w in pool:
-            if w.proc.is_alive():
-                if interrupted or len(results) < len(seeds):
-                    w.proc.terminate()
-                else:
-                    try:
-                        w.conn.send(None)
-                    except OSError:
-                        w.proc.terminate()
-            w.proc.join(timeout=5)
-            if w.proc.is_alive():
-                w.proc.kill()
+    work = [(job, s) for s in seeds]
+    if pool is not None:
+        interrupted = pool.run(work, on_done)
+    else:
+        with WorkerPool(workers) as own:
+            interrupted = own.run(work, on_done)
     return [results[s] for s in seeds if s in results], interrupted

@@ -1,10 +1,13 @@
 """The Ray executor: a sweep's episodes as Ray actor tasks, every cell at once over the whole cluster.
 
 One actor per worker slot (`--ray-cpus-per-worker` CPUs, `--ray-memory-mb` reserved, at most
-`--max-workers` of them). An actor builds a cell's env and policy once and keeps the two most recent
-(the driver hands an actor episodes of the cell it last ran while any remain), so it builds about as
-rarely as a local worker. The driver keeps two episodes in flight per actor, so an actor never waits
-for a round trip, and appends each result as it arrives.
+`--max-workers` of them). An actor builds an env and policy once per build key (target, task and what
+else makes them: `hotloop.closedloop.workers.build_key`; a sweep's cells that differ in strategy or
+latency share one) and keeps the two most recent; the driver hands an actor episodes of the cell it last
+ran while any remain. While more episodes are queued than there are actors, the driver keeps two in
+flight per actor, so an actor never waits for a round trip; near the end one, so none sits on an episode
+another could start. Each result is handed on (appended to the store) as it arrives, after the actor's
+next episode is submitted.
 
 Failure, as locally: an episode that raises is an error record (the actor survives). An actor whose
 process dies is restarted by Ray once and its in-flight episodes retried once (`max_restarts`,
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +37,7 @@ from hotloop.closedloop.workers import EpisodeJob
 from hotloop.errors import ConfigError, HotloopError
 
 IN_FLIGHT_PER_ACTOR = 2
-RUNNERS_KEPT = 2  # (target, task) builds an actor keeps; older ones are closed
+RUNNERS_KEPT = 2  # builds (env and policy) an actor keeps; older ones are closed
 REPLACEMENTS_PER_SLOT = 2
 
 
@@ -145,9 +148,12 @@ class EpisodeActor:
     def __init__(self) -> None:
         import ray
 
+        from hotloop.closedloop.workers import RunnerCache
+
         ctx = ray.get_runtime_context()
         self.node = f"{ray.util.get_node_ip_address()}/{ctx.get_node_id()[:6]}"
-        self.runners: OrderedDict[str, Any] = OrderedDict()
+        self.runners = RunnerCache(kept=RUNNERS_KEPT)
+        self.free = time.perf_counter()  # when it last finished something (dispatch: idle since)
 
     def where(self) -> dict[str, Any]:
         return {"node": self.node, "pid": os.getpid()}
@@ -155,27 +161,20 @@ class EpisodeActor:
     def run(self, cell: str, job: EpisodeJob, seed: int, artifact: bool) -> dict[str, Any]:
         import traceback
 
-        from hotloop.closedloop.workers import EpisodeRunner, _crash_record, _describe
+        from hotloop.closedloop.workers import _crash_record, _describe
 
-        build_s = 0.0
-        runner = self.runners.get(cell)
-        if runner is None:
+        got = time.perf_counter()
+        wait_s = max(0.0, got - self.free)
+        if not self.runners.holds(job):
             why = artifact_refusal(job.target, artifact, self.node)
             if why is not None:
                 return {"kind": "refused", "why": why, "node": self.node}
-            t0 = time.perf_counter()
-            try:
-                runner = EpisodeRunner(job)
-            except HotloopError as e:
-                return {"kind": "config_error", "why": str(e), "node": self.node}
-            except Exception as e:  # noqa: BLE001 - report why the worker cannot start
-                return {"kind": "init_error", "why": _describe(e), "node": self.node}
-            build_s = time.perf_counter() - t0
-            self.runners[cell] = runner
-            while len(self.runners) > RUNNERS_KEPT:
-                _, old = self.runners.popitem(last=False)
-                old.env.close()
-        self.runners.move_to_end(cell)
+        try:
+            runner, build_s = self.runners.get(job)
+        except HotloopError as e:
+            return {"kind": "config_error", "why": str(e), "node": self.node}
+        except Exception as e:  # noqa: BLE001 - report why the worker cannot start
+            return {"kind": "init_error", "why": _describe(e), "node": self.node}
         t1 = time.perf_counter()
         try:
             record = runner.run(seed)
@@ -183,7 +182,8 @@ class EpisodeActor:
             return {"kind": "config_error", "why": str(e), "node": self.node}
         except Exception:  # noqa: BLE001 - as the local worker: a crash is an error episode
             record = _crash_record(seed, traceback.format_exc(limit=3))
-        timing = {"pid": os.getpid(), "episode_s": time.perf_counter() - t1, "build_s": build_s}
+        self.free = time.perf_counter()
+        timing = {"pid": os.getpid(), "episode_s": self.free - t1, "build_s": build_s, "wait_s": wait_s}
         return {"kind": "done", "record": record, "timing": timing, "node": self.node}
 
 
@@ -246,7 +246,7 @@ def _run(
 ) -> ExecResult:
     from ray.exceptions import RayActorError
 
-    from hotloop.closedloop.workers import _crash_record
+    from hotloop.closedloop.workers import _crash_record, build_key
     from hotloop.progress import Progress
     from hotloop.targets import ARTIFACT_ENTRY, find_target
 
@@ -268,7 +268,7 @@ def _run(
 
     slots = [_Slot(new_actor()) for _ in range(n_slots)] if todo else []
     # Per cell, in cell order: an actor takes the next episode of the cell it ran last, else of the first
-    # cell it has not refused (O(cells) per episode, not O(episodes)).
+    # cell of the same build, else of the first cell it has not refused (O(cells) per episode).
     queue: dict[str, deque[Episode]] = {}
     for ep in todo:
         queue.setdefault(ep.cell, deque()).append(ep)
@@ -276,17 +276,25 @@ def _run(
     refused: dict[str, str] = {}
     interrupted = False
 
+    builds = {ep.cell: build_key(ep.job) for ep in todo}  # cells one actor build plays
+
     def take(slot: _Slot) -> Episode | None:
         if slot.cell is not None and slot.cell not in slot.refused and queue.get(slot.cell):
             return queue[slot.cell].popleft()
-        for cell, episodes in queue.items():
-            if episodes and cell not in slot.refused:
-                return episodes.popleft()
+        held = builds.get(slot.cell) if slot.cell is not None else None
+        for same in (True, False):  # a cell of the build it holds first
+            for cell, episodes in queue.items():
+                if episodes and cell not in slot.refused and (not same or builds[cell] == held):
+                    return episodes.popleft()
         return None
 
     def submit() -> None:
+        left = sum(len(q) for q in queue.values())
         for i, slot in enumerate(slots):
-            while slot.actor is not None and slot.in_flight < IN_FLIGHT_PER_ACTOR:
+            # A second episode only while every actor can still get one: at the end, none waits behind
+            # another's queued episode.
+            depth = IN_FLIGHT_PER_ACTOR if left > len(slots) else 1
+            while slot.actor is not None and slot.in_flight < depth:
                 ep = take(slot)
                 if ep is None:
                     break
@@ -294,11 +302,12 @@ def _run(
                 pending[ref] = (i, slot.generation, ep)
                 slot.cell = ep.cell
                 slot.in_flight += 1
+                left -= 1
 
-    def deliver(record: dict[str, Any], ep: Episode, timing: dict[str, Any], node: str) -> None:
+    def deliver(record: dict[str, Any], ep: Episode, timing: dict[str, Any], node: str, slot: int) -> None:
         row = make_row(ep.cell, record, timing, node)
         on_row(row)
-        stats.add(row)
+        stats.add(row, slot)
         bar.update(1, stats.postfix())
 
     desc = f"sweep (ray, {n_slots} worker{'s' if n_slots != 1 else ''})"
@@ -324,6 +333,7 @@ def _run(
                             ep,
                             {},
                             "?",
+                            i,
                         )
                         if slot.generation == generation:  # replace it once, not once per lost episode
                             slot.replaced += 1
@@ -337,7 +347,8 @@ def _run(
                                 ) from None
                         continue
                     if out["kind"] == "done":
-                        deliver(out["record"], ep, out["timing"], out["node"])
+                        submit()  # the actor's next episode first, then the bookkeeping
+                        deliver(out["record"], ep, out["timing"], out["node"], i)
                     elif out["kind"] == "refused":
                         slot.refused = slot.refused | {ep.cell}
                         if all(ep.cell in s.refused for s in slots if s.actor is not None):

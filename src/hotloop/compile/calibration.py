@@ -58,6 +58,9 @@ class CalibrationSet:
     dataset: str
     dropped_duplicates: int
     family: Any = field(default=None, compare=False)  # the `PolicyFamily` of `obs` (batching)
+    # Observations (batch 1) kept out of `obs` that a plan's final actions are judged on instead of the
+    # source's random one (`hotloop.compile.raw_batches`); empty: the source's own checks apply.
+    held_out: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -73,6 +76,7 @@ class CalibrationSet:
             "frames": len(self.frames),
             "episodes": len(episodes),
             "dropped_near_duplicates": self.dropped_duplicates,
+            **({"held_out": len(self.held_out)} if self.held_out else {}),
         }
 
 
@@ -226,11 +230,18 @@ def compression_plan_config(
     log: Callable[[str], None],
 ) -> Any:
     """`config` with calibration observations (from --calibration) and fp32 layers (from --mixed-plan)."""
+    from hotloop.compile.raw_batches import is_raw_batch_folder, raw_calibration
     from hotloop.compile.sources import load_target
 
     fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
     calib = None
-    if calibration is not None:
+    if calibration is not None and is_raw_batch_folder(Path(calibration)):
+        calib = raw_calibration(target, source, calibration, frames)
+        log(
+            f"calibration: {len(calib)} raw frames to calibrate, {len(calib.held_out)} held out to judge "
+            f"every plan on (sha256 {calib.sha256[:12]})"
+        )
+    elif calibration is not None:
         spec = CalibrationSpec(count=frames, seed=seed)
         dataset = open_dataset(calibration, "--calibration")
         _, adapter = load_target(target, dataset, seed, model=source.model)
@@ -243,6 +254,15 @@ def compression_plan_config(
 
 
 DEMO_TASK = "conveyor-pick"  # the built-in task the shipped demo policies were trained on
+
+
+def judged_on_held_out(source: Any, calib: CalibrationSet | None) -> Any:
+    """`source` whose candidate screen and whole-plan checks run on the calibration's held-out frames
+    (when it has any) instead of the source's random observations."""
+    if calib is None or not calib.held_out:
+        return source
+    first, *rest = calib.held_out
+    return replace(source, obs=first, plan_checks=tuple((o, source.noise) for o in rest))
 
 
 def task_calibration(target: str, source: Any, count: int, seed: int) -> CalibrationSet | None:

@@ -48,7 +48,10 @@ def compile_cmd(
     ] = None,
     calibration: Annotated[
         Path | None,
-        typer.Option("--calibration", help="recorded episodes (LeRobot v3 dir) to calibrate static int8 on"),
+        typer.Option(
+            "--calibration",
+            help="recorded episodes (LeRobot v3 dir), or a folder of raw LeRobot batches (.npz), to calibrate static int8 on",
+        ),
     ] = None,
     calibration_frames: Annotated[
         int, typer.Option("--calibration-frames", help="frames sampled from --calibration")
@@ -104,6 +107,14 @@ def compile_cmd(
             "stop timing the slow, no inductor by default where OpenVINO runs; full: every candidate, fully timed"
         ),
     ] = "fast",
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="time every candidate afresh: this machine's cache of candidate timings (which orders the "
+            "search and skips what it says cannot win; docs/compile.md) is neither read nor written",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
@@ -151,7 +162,8 @@ def compile_cmd(
 
         raise ConfigError(
             "--precisions int8 is static int8 and needs --calibration DIR (recorded episodes, "
-            "`hotloop record TASK -o DIR`); or use int8-dynamic"
+            "`hotloop record TASK -o DIR`, or a folder of raw LeRobot batches as .npz, "
+            "`benchmarks/lerobot_reference_run.py`); or use int8-dynamic"
         )
     check_output_dir(out, "-o")
     if json_path is not None:
@@ -203,6 +215,8 @@ def compile_cmd(
             )
         for note in notes:
             log(note)
+        if not no_cache:
+            config = dataclasses.replace(config, timing_cache=_open_timing_cache(threads, pin, max_load))
         candidates, best, result = plan_onnx(graph, config, log, onnx_calib)
         result["machine_load"] = _load_record(start_load)
         art = write_onnx_artifact(graph, best, result, out, config)
@@ -218,11 +232,12 @@ def compile_cmd(
         compilable_entry(target)
         source = policy_source(target, TargetOptions(views=views, num_steps=steps, seed=seed))
         if calibration is not None or mixed_plan is not None:
-            from hotloop.compile.calibration import compression_plan_config
+            from hotloop.compile.calibration import compression_plan_config, judged_on_held_out
 
             config = compression_plan_config(
                 config, target, source, calibration, calibration_frames, mixed_plan, seed, log
             )
+            source = judged_on_held_out(source, config.calibration)
         elif "int8" in config.precisions:  # a target trained on a built-in task: frames from that task
             from hotloop.compile.calibration import task_calibration
 
@@ -244,6 +259,8 @@ def compile_cmd(
             )
         for note in notes:
             log(note)
+        if not no_cache:
+            config = dataclasses.replace(config, timing_cache=_open_timing_cache(threads, pin, max_load))
         plan = plan_policy(source, config, log)
         result = plan.result
         result["machine_load"] = _load_record(start_load)
@@ -275,6 +292,21 @@ def _has_own_task(target: str) -> bool:
         return find_target(target).task_observations is not None
     except ConfigError:
         return False
+
+
+def _open_timing_cache(threads: int | None, pin: tuple[int, ...] | None, max_load: float) -> Any:
+    """This machine's timing cache for the threads the candidates run with; its warnings (an unreadable
+    or unwritable file) are said even with --quiet, in one line each."""
+    import torch
+
+    from hotloop.compile.timing_cache import TimingCache
+
+    return TimingCache.open(
+        threads if threads is not None else torch.get_num_threads(),
+        pin,
+        max_load,
+        lambda s: typer.echo(f"warning: {s}", err=True),
+    )
 
 
 def _load_record(start: Any) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from hotloop.compile.planner import (
     stats_dict,
     time_candidate,
 )
+from hotloop.compile.search import cached_slower
+from hotloop.compile.timing_cache import summary as timing_cache_summary
 from hotloop.compile.validate import compare_outputs
 from hotloop.errors import ConfigError
 
@@ -156,8 +158,17 @@ def plan_onnx(
             f"--backends {','.join(config.backends)}: eager and inductor run PyTorch modules; an ONNX file "
             "runs on onnxruntime, openvino or tensorrt: name one of those"
         )
-    for cand in candidates:
-        if cand.status != "pending":
+    cache = config.timing_cache
+    pending = [c for c in candidates if c.status == "pending"]
+    if cache is not None:
+        pending = _use_timing_cache(graph, pending, config, calibration, log)
+    skipped_by_cache: list[str] = []
+    for cand in pending:
+        why = cached_slower(cand, candidates)
+        if why is not None:
+            cand.status, cand.reason = "skipped", why
+            skipped_by_cache.append(cand.label)
+            log(f"{cand.label}: skipped, {why}")
             continue
         log(f"{cand.label}")
         extra: dict[str, Any] = {}
@@ -182,6 +193,8 @@ def plan_onnx(
             continue
         time_candidate(cand, _call_on_buffers(runner), config)
         cand.status, cand.runner = "accepted", runner
+        if cache is not None and cand.cache_key is not None:
+            cache.record(cand.cache_key, cand)
     ok = [c for c in candidates if c.status == "accepted"]
     if not ok:
         raise ConfigError(
@@ -214,8 +227,32 @@ def plan_onnx(
         if calibration
         else "seeded random inputs",
         "calibration": calibration.manifest_entry() if calibration is not None else None,
+        "timing_cache": None if cache is None else timing_cache_summary(cache, candidates, skipped_by_cache),
     }
     return candidates, best, result
+
+
+def _use_timing_cache(
+    graph: OnnxGraph,
+    pending: list[Candidate],
+    config: PlanConfig,
+    calibration: OnnxCalibration | None,
+    log: Callable[[str], None],
+) -> list[Candidate]:
+    """`pending` keyed in the timing cache; in a fast search, those with a trusted timing first (fastest
+    cached p99 first), the others after in their own order."""
+    from hotloop.compile.timing_cache import candidate_key, onnx_digest
+
+    cache = config.timing_cache
+    digest = onnx_digest(graph)
+    for cand in pending:
+        cand.cache_key = candidate_key(digest, cand, calibration, {})
+        if config.search == "fast":
+            cand.cached = cache.lookup(cand.cache_key)
+    held = sum(c.cache_key in cache.entries for c in pending)
+    log(f"timing cache: {held} of {len(pending)} candidates timed here before ({cache.path})")
+    cached = sorted((c for c in pending if c.cached is not None), key=lambda c: c.cached.p99)
+    return cached + [c for c in pending if c.cached is None]
 
 
 def write_onnx_artifact(

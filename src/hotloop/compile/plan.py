@@ -41,11 +41,13 @@ from hotloop.compile.search import (
     Eta,
     RooflineBounds,
     best_p99,
+    cached_slower,
     cannot_win,
     give_up_ms,
     needs_bounds,
     search_order,
 )
+from hotloop.compile.timing_cache import summary as timing_cache_summary
 from hotloop.compile.validate import compare_actions, compare_outputs
 from hotloop.errors import ConfigError
 from hotloop.families.protocol import Pipeline, PolicyFamily, PolicySource, SubEngine, constants_of
@@ -327,6 +329,9 @@ def _plan(
     candidates = list(candidate_specs(config, subs, variants, source.stage_of))
     pending = [c for c in candidates if c.status == "pending"]
     stage_names = [s.name for s in family.stages]
+    cache = config.timing_cache
+    if cache is not None:
+        _key_candidates(pending, ref_engines, config, log)
     bounds = None
     if config.search == "fast":
         if needs_bounds(config.precisions):
@@ -334,8 +339,11 @@ def _plan(
         pending = search_order(pending, stage_names, bounds)
     eta = Eta(len(pending))
     snapshot: WeightsSnapshot | None = None
+    skipped_by_cache: list[str] = []
     for i, cand in enumerate(pending):
         why = cannot_win(cand, bounds, best_p99(candidates, cand.stage))
+        if why is None and (why := cached_slower(cand, candidates)) is not None:
+            skipped_by_cache.append(cand.label)
         if why is not None:
             cand.status, cand.reason = "skipped", why
             log(f"[{i + 1}/{len(pending)}] {cand.label}: skipped, {why}")
@@ -350,6 +358,8 @@ def _plan(
             cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
         )
         eta.add(time.perf_counter() - t0)
+        if cache is not None and cand.cache_key is not None:
+            cache.record(cand.cache_key, cand)
         lat = f" p50 {cand.latency.p50:.2f} / p99 {cand.latency.p99:.2f} ms" if cand.latency else ""
         cos = f" action cos {cand.action.cosine:.6f}" if cand.action else ""
         log(f"    {cand.status}{lat}{cos} {cand.reason} (checked in {time.perf_counter() - t0:.1f} s)")
@@ -430,8 +440,38 @@ def _plan(
         "iterations": config.iterations,
         "prompt_buckets": [*(b.bucket for b in buckets), *_prompt_slots(source)],
         "buckets": [b.to_dict() for b in buckets],
+        "timing_cache": None if cache is None else timing_cache_summary(cache, candidates, skipped_by_cache),
     }
+    if cache is not None and skipped_by_cache:
+        log(f"timing cache: {len(skipped_by_cache)} candidates skipped on its word ({cache.path})")
     return Plan(candidates, chosen, result, buckets, snapshot)
+
+
+def _key_candidates(
+    pending: list[Candidate],
+    ref_engines: dict[str, SubEngine],
+    config: PlanConfig,
+    log: Callable[[str], None],
+) -> None:
+    """Each candidate's identity in the timing cache, and in a fast search its trusted cached timing."""
+    from hotloop.compile.timing_cache import candidate_key, graph_digests
+
+    cache = config.timing_cache
+    t0 = time.perf_counter()
+    digests = graph_digests(ref_engines)
+    held = untrusted = 0
+    for cand in pending:
+        cand.cache_key = candidate_key(digests[cand.sub_engine], cand, config.calibration, config.fp32_layers)
+        if cand.cache_key in cache.entries:
+            held += 1
+            cand.cached = cache.lookup(cand.cache_key) if config.search == "fast" else None
+            untrusted += not cache.trusted(cache.entries[cand.cache_key])
+    use = "" if config.search == "fast" else "; --search full reads none of them"
+    high = f", {untrusted} of them timed at a high load (not trusted)" if untrusted else ""
+    log(
+        f"timing cache: {held} of {len(pending)} candidates timed here before{high}{use} ({cache.path}; "
+        f"sub-engines hashed in {time.perf_counter() - t0:.1f} s)"
+    )
 
 
 def _prompt_slots(source: PolicySource) -> list[int]:

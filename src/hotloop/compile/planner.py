@@ -58,6 +58,9 @@ class PlanConfig:
     # layers a mixed-precision plan keeps fp32 ({sub-engine: [layer names]}).
     calibration: Any = None
     fp32_layers: dict[str, list[str]] = field(default_factory=dict)
+    # This machine's earlier candidate timings (`hotloop.compile.timing_cache.TimingCache`): read to order
+    # and skip candidates in a fast search, written with every candidate timed; None: neither.
+    timing_cache: Any = None
 
     def __post_init__(self) -> None:
         if self.budget_ms is not None and not self.budget_ms > 0:
@@ -102,6 +105,9 @@ class Candidate:
     latency: LatencyStats | None = None
     compile_s: float | None = None
     load_avg: float | None = None  # the 1-minute load average when it was timed
+    timed_calls: int | None = None  # calls its latency is over (fewer when its timing was stopped)
+    cache_key: str | None = None  # its identity in the timing cache (`hotloop.compile.timing_cache`)
+    cached: Any = None  # a trusted `CachedTiming` of an earlier run here: orders and skips, never reported
     runner: Runner | None = field(default=None, repr=False)
 
     @property
@@ -126,6 +132,15 @@ class Candidate:
             "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,
             "compile_s": self.compile_s,
             "load_avg": self.load_avg,
+            "cached_latency_ms": None
+            if self.cached is None
+            else {
+                "p50": self.cached.p50,
+                "p99": self.cached.p99,
+                "calls": self.cached.calls,
+                "load_avg": self.cached.load_avg,
+                "recorded": self.cached.recorded,
+            },
         }
 
 
@@ -203,6 +218,7 @@ def time_candidate(
             finished = False
             break
     cand.latency = LatencyStats.from_samples(samples)
+    cand.timed_calls = len(samples)
     cand.load_avg = round(os.getloadavg()[0], 3)
     return finished
 

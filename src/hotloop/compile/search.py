@@ -18,6 +18,10 @@ inductor's compiles (1-4 min per engine) and in timing emulated-bf16 engines tha
   the fast search's, interleaved; ../shared/PERFORMANCE-NOTES.md); `--backends ...,inductor` or
   `--search full` tries it.
 
+- **Cached timings** (`hotloop.compile.timing_cache`): candidates timed here by an earlier run go first,
+  fastest first, and one whose cached median is above `GIVE_UP_RATIO` times the cached p99 of a
+  candidate accepted in this run is skipped unprepared. A cached figure is never reported.
+
 Eager fp32 (the reference, sharing the model's weights) is never skipped nor cut short: it is the
 fallback of last resort when a plan's stages together miss the tolerance. `full` walks everything in
 the old order, the way to check what `fast` gives away.
@@ -103,12 +107,16 @@ def is_reference(cand: Any) -> bool:
 
 
 def search_order(pending: list[Any], stages: list[str], bounds: RooflineBounds | None) -> list[Any]:
-    """`pending` by stage (the family's order, which memory release relies on), fastest-expected first."""
+    """`pending` by stage (the family's order, which memory release relies on), fastest-expected first:
+    those with a cached timing by its p99, then the others by their roofline bound."""
 
-    def key(c: Any) -> tuple[float, int]:
-        bound = bounds.bound_ms(c.stage, c.precision) if bounds is not None else None
+    def key(c: Any) -> tuple[int, float, int]:
         rank = BACKEND_ORDER.index(c.backend) if c.backend in BACKEND_ORDER else len(BACKEND_ORDER)
-        return (bound if bound is not None else math.inf, rank)
+        cached = getattr(c, "cached", None)
+        if cached is not None:
+            return (0, cached.p99, rank)
+        bound = bounds.bound_ms(c.stage, c.precision) if bounds is not None else None
+        return (1, bound if bound is not None else math.inf, rank)
 
     return [c for stage in stages for c in sorted((c for c in pending if c.stage == stage), key=key)]
 
@@ -124,6 +132,29 @@ def cannot_win(cand: Any, bounds: RooflineBounds | None, best_p99: float | None)
     return (
         f"cannot win: {bounds.stage_gflop[cand.stage]:.2f} GFLOP at this machine's {cand.precision} matmul "
         f"peak ({peak:.0f} GFLOP/s) take at least {bound:.2f} ms, above the stage's best p99 {best_p99:.2f} ms"
+    )
+
+
+def cached_slower(cand: Any, candidates: list[Any]) -> str | None:
+    """Why `cand`'s cached timing says it cannot win, or None: its cached median is above
+    `GIVE_UP_RATIO` x the cached p99 of a candidate of its stage that was accepted in this run (numerics
+    checked, timed afresh). The comparison is between two timings of one earlier-run machine state."""
+    if getattr(cand, "cached", None) is None or is_reference(cand):
+        return None
+    rivals = [
+        c
+        for c in candidates
+        if c.stage == cand.stage and c.status == "accepted" and c.cached is not None and c.cached.complete
+    ]
+    if not rivals:
+        return None
+    best = min(rivals, key=lambda c: c.cached.p99)
+    limit = GIVE_UP_RATIO * best.cached.p99
+    if cand.cached.p50 <= limit:
+        return None
+    return (
+        f"cached timing: median {cand.cached.p50:.2f} ms here ({cand.cached.recorded}), above {GIVE_UP_RATIO:g} x "
+        f"the cached p99 {best.cached.p99:.2f} ms of {best.label}, accepted in this run"
     )
 
 

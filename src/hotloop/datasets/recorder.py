@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,6 +86,8 @@ def record(
         seed=seed, action_noise=action_noise, recovery_starts=recovery_starts, image_size=image_size
     )
     env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs, views=views)
+    if getattr(env, "profile_note", None):  # a gymnasium env hotloop has no profile for: what is assumed
+        print(env.profile_note, file=sys.stderr)
     expert = make_expert(task, env)
     spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
     shapes = {(i.height, i.width) for i in spec.images}

@@ -131,6 +131,15 @@ def rung_families(config: DemoConfig) -> Rung:
     )
 
 
+def rung_robustness(config: DemoConfig) -> Rung:
+    from hotloop.demo.robustness_rung import run_rung
+
+    out = run_rung(config.out_dir, config.full, progress=config.progress)
+    return Rung(
+        title=out["title"], summary=out["summary"], plots=[Path(p) for p in out["plots"]], html=out["html"]
+    )
+
+
 RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
     "harness": rung_harness,
     "vla": rung_vla,
@@ -138,12 +147,14 @@ RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
     "closed-loop": rung_closed_loop,
     "compression": rung_compression,
     "families": rung_families,
+    "robustness": rung_robustness,
 }
 
 
-# The compression and families rungs compile and evaluate several candidates (minutes on 2 cores): they
-# run under `--full` or when named with `--rung`, so the default demo stays a few minutes on a fresh machine.
-OPT_IN_RUNGS = ("compression", "families")
+# The compression and families rungs compile and evaluate several candidates, the robustness rung runs
+# two plans at eight points (minutes on 2 cores): they run under `--full` or when named with `--rung`, so
+# the default demo stays a few minutes on a fresh machine.
+OPT_IN_RUNGS = ("compression", "families", "robustness")
 
 
 def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[DemoConfig], Rung]]:

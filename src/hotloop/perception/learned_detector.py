@@ -287,6 +287,22 @@ class LearnedBoxDetector:
                 self._session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         return self._session.run(None, {"image": x})[0]  # type: ignore[no-any-return]
 
+    @property
+    def centre_std_m(self) -> float | None:
+        """The standard deviation (m, per axis on the belt) of this detector's centre at its resolution, from
+        the held-out evaluation its training wrote (`detector.json`): what a tracker should take as its
+        measurement noise. The centre error is a distance on the belt plane; for a 2-D Gaussian of
+        per-axis std s its median is 1.177 s and its 95th percentile 2.448 s, and the larger of the two
+        estimates is taken (the errors have a heavier tail than a Gaussian's). None when unknown (an int8
+        plan: its manifest keeps no frame-level evaluation)."""
+        evaluation = self.model.meta.get("evaluation") or {}
+        stats = (evaluation.get("per_resolution") or {}).get(str(self.resolution))
+        if self.resolution == self.camera.size == 64:  # the camera's own image, not a resampled render
+            stats = (evaluation.get("camera_64px") or {}).get("learned", stats)
+        if not stats or "centre_mm_p50" not in stats or "centre_mm_p95" not in stats:
+            return None
+        return max(stats["centre_mm_p50"] / 1.1774, stats["centre_mm_p95"] / 2.4477) / 1e3
+
     def detect(self, image: np.ndarray) -> Any:
         from hotloop.perception.box_detector import Detection
 

@@ -27,10 +27,11 @@ from torch import Tensor
 
 from hotloop.compile.artifact import entries, read_manifest
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
-from hotloop.compile.backends.base import OnnxGraph, PreparedFiles, Runner
+from hotloop.compile.backends.base import BackendError, OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
+from hotloop.runtime.onnx_check import check_onnx_entry
 
 _log = logging.getLogger(__name__)
 
@@ -267,9 +268,17 @@ class Engine:
                 options["threads"] = threads
             files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
             graph.path = self.path / name / _graph_file(entry.backend, files.files)
-            self.runners[name] = get_backend(entry.backend).load(
-                graph, entry.precision, self.path / name, files
-            )
+            where = self.path / "manifest.json"
+            check_onnx_entry(where, self.manifest, name, entry, graph.path)  # before any buffer is fed
+            try:
+                runner = get_backend(entry.backend).load(graph, entry.precision, self.path / name, files)
+            except BackendError as exc:
+                raise CheckpointError(
+                    f"{where}: sub-engine {name!r} does not run with the I/O its entry records "
+                    f"({str(exc).splitlines()[0][:200]}); recompile the artifact"
+                ) from None
+            check_recorded_io(where, name, entry, runner)  # the outputs the graph gives
+            self.runners[name] = runner
 
     def _maybe_capture_cuda_graph(self) -> None:
         """Capture the denoise loop once on CUDA (eager / inductor loop engines only)."""

@@ -9,6 +9,9 @@ perturbation is applied where it happens physically:
 | `camera-shift` | metres [0, 0.2] | scene | the top camera moved by this much in a random horizontal direction per episode |
 | `camera-rotate` | degrees [0, 30] | scene | the top camera turned by this much about a random axis per episode |
 | `box-colour` | fraction [0, 1] | scene | the box's colour blended this far towards grey (0.5 0.5 0.5) |
+| `box-size` | factor [0.5, 1.5] | scene | the box (conveyor-pick) this many times its 4 cm, same mass |
+| `distractors` | count 0..5 | scene | this many other objects on the belt (or table), carried along, seeded shape, size, colour and place |
+| `occlusion` | metres [0, 0.2] | scene | an opaque plate above the workspace hides a square this wide of the box's path from the top camera |
 | `belt-speed` | factor (0, 3] | scene | the belt (and the box on it) runs at this multiple of the drawn speed |
 | `image-noise` | std [0, 1] | sensor | Gaussian pixel noise, std as a fraction of 255, every view |
 | `blur` | sigma px [0, 10] | sensor | Gaussian blur of every view |
@@ -16,7 +19,13 @@ perturbation is applied where it happens physically:
 | `state-noise` | std [0, 0.1] | sensor | Gaussian noise on every number of the state (m for positions) |
 | `latency-jitter` | mean ms [0, 1000] | time | each inference waits an extra exponential delay of this mean |
 
-The scene ones are for the built-in gantry tasks (conveyor-pick, reach; `belt-speed` for conveyor-pick);
+The scene ones are for the built-in gantry tasks (conveyor-pick, reach; `belt-speed` and `box-size` for
+conveyor-pick). `distractors` and `occlusion` add bodies to the scene once (`GantryEnv.add_bodies`):
+distractors are real objects (a free joint, 50 g, friction like the box's) placed each episode on the
+belt away from the box and moving at the belt's speed, so the gripper can hit them and they can hit the
+box; the occluder is a thin plate 45 cm up (above anything the gantry reaches, no collisions) on the top
+camera's line of sight to a random point of the box's path, sized so that it hides a square of VALUE
+metres there (partial occlusion when the box passes its edge, whole when under its middle).
 the sensor and time ones work on every task. They move the world, not the robot's knowledge of it: the
 perception chain's camera calibration (`--pipeline`) is read before the camera is moved, as a robot's
 calibration file is, so a shifted camera gives a biased detector.
@@ -43,6 +52,9 @@ PERTURBATIONS: dict[str, tuple[float, float, bool, str]] = {
     "camera-rotate": (0.0, 30.0, True, "scene"),
     "box-colour": (0.0, 1.0, True, "scene"),
     "belt-speed": (0.0, 3.0, False, "scene"),
+    "box-size": (0.5, 1.5, True, "scene"),
+    "distractors": (0.0, 5.0, True, "scene"),
+    "occlusion": (0.0, 0.2, True, "scene"),
     "image-noise": (0.0, 1.0, True, "sensor"),
     "blur": (0.0, 10.0, True, "sensor"),
     "drop-frames": (0.0, 1.0, True, "sensor"),
@@ -50,6 +62,9 @@ PERTURBATIONS: dict[str, tuple[float, float, bool, str]] = {
     "latency-jitter": (0.0, 1000.0, True, "time"),
 }
 GREY = np.array([0.5, 0.5, 0.5])
+WHOLE = ("distractors",)  # perturbations whose value is a count
+OCCLUDER_Z = 0.45  # the occluding plate's height (m): above the workspace (0.35) and the gripper's reach
+DISTRACTOR_GAP = 0.09  # m between a distractor's centre and the box's (or another's) at the start
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,8 @@ def parse_perturb(spec: str, flag: str = "--perturb") -> tuple[Perturbation, ...
             raise ConfigError(
                 f"{flag} {item!r}: {name} takes a value in {bracket}{low:g}, {high:g}{end}, e.g. {name}:{high / 4:g}"
             )
+        if name in WHOLE and value != int(value):
+            raise ConfigError(f"{flag} {item!r}: {name} is a count, a whole number in [{low:g}, {high:g}]")
         if any(p.name == name for p in out):
             raise ConfigError(f"{flag} {spec!r} names {name} twice")
         out.append(Perturbation(name, value))
@@ -120,9 +137,19 @@ class Perturber:
             )
         if "belt-speed" in self.items and not hasattr(env, "belt_speed"):
             raise ConfigError("--perturb belt-speed is for conveyor-pick (the task has no belt)")
+        if "box-size" in self.items and not hasattr(env, "box_half"):
+            raise ConfigError("--perturb box-size is for conveyor-pick (the task has no box)")
         self.seed: int | None = None
         self._step = 0
         self._last_images: dict[str, np.ndarray] | None = None
+        self.distractors = int(self.items.get("distractors", 0))
+        occlusion = self.items.get("occlusion", 0.0)
+        if self.distractors or occlusion:
+            # Bodies the scene lacks: added once (a rebuild), then placed and drawn per episode.
+            env.add_bodies(_distractor_xml(self.distractors) + (_occluder_xml() if occlusion else ""))
+            model = env.model
+        if occlusion:
+            self._occluder = _Occluder.for_scene(model, occlusion)
         if scene:
             self._nominal = {
                 "light_diffuse": model.light_diffuse.copy(),
@@ -130,6 +157,8 @@ class Perturber:
                 "cam_pos": model.cam_pos.copy(),
                 "cam_quat": model.cam_quat.copy(),
                 "geom_rgba": model.geom_rgba.copy(),
+                "geom_size": model.geom_size.copy(),
+                "body_inertia": model.body_inertia.copy(),
             }
 
     def describe(self) -> dict[str, Any]:
@@ -176,16 +205,63 @@ class Perturber:
             gid = model.geom("box").id
             f = self.items["box-colour"]
             model.geom_rgba[gid, :3] = (1 - f) * nom["geom_rgba"][gid, :3] + f * GREY
+        if "box-size" in self.items:  # same mass: the inertia scales with the size squared
+            f = self.items["box-size"]
+            gid = model.geom("box").id
+            _resize(model, gid, nom["geom_size"][gid] * f, nom["body_inertia"][model.geom_bodyid[gid]] * f**2)
+        if self.distractors:
+            rng = _rng(seed, "distractors")
+            for i in range(self.distractors):
+                gid = model.geom(f"distractor{i}").id
+                half = rng.uniform(0.012, 0.025, 3)
+                if model.geom_type[gid] == mujoco.mjtGeom.mjGEOM_CYLINDER:
+                    half = np.array([half[0], rng.uniform(0.012, 0.03), 0.0])  # radius, half height
+                _resize(model, gid, half, _inertia(model, gid, half))
+                model.geom_rgba[gid, :3] = rng.uniform(0.1, 0.95, 3)
+        if hasattr(self, "_occluder"):
+            self._occluder.place(model, _rng(seed, "occlusion"))
+        if "box-size" in self.items or self.distractors:
+            mujoco.mj_setConst(model, mujoco.MjData(model))  # the solver's weights for the new sizes
 
     def after_reset(self) -> bool:
         """Called after the task's reset; True when the start state changed (observe again)."""
-        if "belt-speed" not in self.items:
+        if "belt-speed" not in self.items and not self.distractors:
             return False
         env = self.env
-        env.belt_speed *= self.items["belt-speed"]
-        env.data.qvel[env._box_dof] = env.belt_speed
-        env.data.qvel[env._belt_dof] = env.belt_speed
+        if "belt-speed" in self.items:
+            env.belt_speed *= self.items["belt-speed"]
+            env.data.qvel[env._box_dof] = env.belt_speed
+            env.data.qvel[env._belt_dof] = env.belt_speed
+        if self.distractors:
+            self._place_distractors()
         return True
+
+    def _place_distractors(self) -> None:
+        """On the belt (or table), clear of the box and of each other, riding at the belt's speed."""
+        from hotloop.sim.mujoco_import import import_mujoco
+        from hotloop.sim.tasks.gantry import BELT_TOP
+
+        import_mujoco()
+        import mujoco
+
+        env, model, data = self.env, self.env.model, self.env.data
+        rng = _rng(self.seed, "distractors", 1)
+        taken = [env.box_pos()[:2]] if hasattr(env, "box_pos") else []
+        for i in range(self.distractors):
+            for _ in range(200):  # rejection sampling; 5 objects on a 0.8 x 0.22 m strip always fit
+                xy = np.array([rng.uniform(-0.45, 0.35), rng.uniform(-0.11, 0.11)])
+                if all(np.linalg.norm(xy - t) >= DISTRACTOR_GAP for t in taken):
+                    break
+            taken.append(xy)
+            gid = model.geom(f"distractor{i}").id
+            cylinder = model.geom_type[gid] == mujoco.mjtGeom.mjGEOM_CYLINDER
+            half_z = model.geom_size[gid][1 if cylinder else 2]
+            yaw = rng.uniform(0.0, np.pi)
+            joint = model.joint(f"distractor{i}")
+            adr, dof = joint.qposadr[0], joint.dofadr[0]
+            data.qpos[adr : adr + 7] = [*xy, BELT_TOP + half_z, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+            data.qvel[dof : dof + 6] = [getattr(env, "belt_speed", 0.0), 0.0, 0.0, 0.0, 0.0, 0.0]
+        mujoco.mj_forward(model, data)
 
     # ---- sensor -----------------------------------------------------------------------------------
 
@@ -220,6 +296,94 @@ class Perturber:
                 self._last_images = images
             out["images"] = images
         return out
+
+
+def _distractor_xml(count: int) -> str:
+    """`count` free objects, boxes and cylinders in turn (sizes, colours and places are drawn per episode)."""
+    shapes = ("box", "cylinder")
+    return "".join(
+        f"""
+    <body name="distractor{i}" pos="{1.0 + 0.1 * i:.2f} 0.5 0.5">
+      <freejoint name="distractor{i}"/>
+      <geom name="distractor{i}" type="{shapes[i % 2]}" size="0.02 0.02 0.02" mass="0.05" rgba="0.5 0.5 0.5 1"
+            friction="1.2 0.01 0.001"/>
+    </body>"""
+        for i in range(count)
+    )
+
+
+def _occluder_xml() -> str:
+    return """
+    <body name="occluder" pos="0 0 -1">
+      <geom name="occluder" type="box" size="0.01 0.01 0.002" rgba="0.3 0.3 0.33 1" contype="0" conaffinity="0"/>
+    </body>"""
+
+
+@dataclass(frozen=True)
+class _Occluder:
+    """The plate that hides a square of `width` metres of the box's path from the top camera."""
+
+    camera: np.ndarray  # the top camera's nominal position (world)
+    plane_z: float  # the box centre's height on the belt
+    width: float
+
+    @classmethod
+    def for_scene(cls, model: Any, width: float) -> _Occluder:
+        from hotloop.sim.mujoco_import import import_mujoco
+        from hotloop.sim.tasks.conveyor import BOX_HALF
+        from hotloop.sim.tasks.gantry import BELT_TOP
+
+        import_mujoco()
+        import mujoco
+
+        data = mujoco.MjData(model)  # scratch: the nominal camera, not the episode's state
+        mujoco.mj_forward(model, data)
+        occluder = cls(data.cam_xpos[model.camera("top").id].copy(), BELT_TOP + BOX_HALF, width)
+        scale = (occluder.camera[2] - OCCLUDER_Z) / (occluder.camera[2] - occluder.plane_z)
+        model.geom_size[model.geom("occluder").id, :2] = width / 2 * scale  # similar squares
+        return occluder
+
+    def place(self, model: Any, rng: np.random.Generator) -> None:
+        """On the camera's line of sight to a random point of the box's path (x along the belt in the
+        camera's view, y where the box starts)."""
+        target = np.array([rng.uniform(-0.2, 0.25), rng.uniform(-0.06, 0.06), self.plane_z])
+        s = (self.camera[2] - OCCLUDER_Z) / (self.camera[2] - self.plane_z)
+        model.body_pos[model.body("occluder").id] = self.camera + s * (target - self.camera)
+
+
+def _resize(model: Any, gid: int, half: np.ndarray, inertia: np.ndarray) -> None:
+    """Set a box or cylinder geom's size with what collision detection derives from it, and its body's
+    inertia (the body holds this one geom)."""
+    from hotloop.sim.mujoco_import import import_mujoco
+
+    import_mujoco()
+    import mujoco
+
+    model.geom_size[gid] = half
+    if model.geom_type[gid] == mujoco.mjtGeom.mjGEOM_CYLINDER:
+        r, h = half[0], half[1]
+        model.geom_rbound[gid] = np.hypot(r, h)
+        model.geom_aabb[gid, 3:] = [r, r, h]
+    else:
+        model.geom_rbound[gid] = np.linalg.norm(half)
+        model.geom_aabb[gid, 3:] = half
+    model.body_inertia[model.geom_bodyid[gid]] = inertia
+
+
+def _inertia(model: Any, gid: int, half: np.ndarray) -> np.ndarray:
+    """Principal inertia of a solid box (half sides) or cylinder (radius, half height) of the body's mass."""
+    from hotloop.sim.mujoco_import import import_mujoco
+
+    import_mujoco()
+    import mujoco
+
+    m = float(model.body_mass[model.geom_bodyid[gid]])
+    if model.geom_type[gid] == mujoco.mjtGeom.mjGEOM_CYLINDER:
+        r, h = half[0], half[1]
+        side = m * (3 * r**2 + 4 * h**2) / 12
+        return np.array([side, side, m * r**2 / 2])
+    a, b, c = half**2
+    return m / 3 * np.array([b + c, a + c, a + b])
 
 
 def _camera_names(model: Any) -> set[str]:

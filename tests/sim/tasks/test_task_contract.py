@@ -112,11 +112,12 @@ def test_make_is_told_its_name_and_the_image_size_and_the_profile_holds_still(pl
         assert np.abs(task.state()[:2] - start).max() < 1e-9
     finally:
         task.close()
-    assert "no hotloop profile" not in capsys.readouterr().err
-    # The same env without its profile: the generic one is announced, and holding a delta drifts.
+    assert "no hotloop profile" not in capsys.readouterr().err and task.profile_note is None
+    # The same env without its profile: the generic one is announced (by the command that runs it, once;
+    # not by every worker that builds the task), and holding a delta drifts.
     bare = make_task("drift", task_kwargs={"profile": False})
     try:
-        assert "no hotloop profile" in capsys.readouterr().err
+        assert "no hotloop profile" in bare.profile_note and not capsys.readouterr().err
         obs, _ = bare.reset(seed=3)
         bare.advance(np.array([0.5, 0.0]), 20)  # "hold 0.5" is a velocity to a delta env
         assert bare.state()[0] - obs["state"][0] > 0.4
@@ -298,3 +299,16 @@ def test_eval_reports_duplicate_starts(plugins, tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(result.read_text())["duplicate_starts"] == 2
     assert "2 of 3 episodes" in r.output and "not independent trials" in r.output
+
+
+def test_the_generic_profile_note_is_said_once_per_run(plugins, capsys):
+    """Every worker builds its own task; eval's driver says the note once, from their run info."""
+    from hotloop.closedloop.eval_run import EvalRequest, run_eval
+
+    request = EvalRequest(
+        target="expert:scripted", task="drift", strategy="chunk", latency="fixed:0", episodes=2, workers=0,
+        task_kwargs='{"profile": false, "end_after": 3}',
+    )  # fmt: skip
+    run_eval(request, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("no hotloop profile") == 1, err

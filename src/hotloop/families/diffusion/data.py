@@ -38,6 +38,16 @@ def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return out
 
 
+def _fitted(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A frame at the model's size: floats in [0, 1] (raw LeRobot batches) pass through untouched when
+    they already fit, anything else is resized as uint8 pixels."""
+    if image.dtype.kind == "f" and image.shape[:2] == (height, width):
+        return image
+    if image.dtype.kind == "f":
+        image = np.round(np.clip(image, 0.0, 1.0) * 255.0)
+    return resize_with_pad(image.astype(np.uint8), height, width)
+
+
 def diffusion_target_adapter(name: str | Path, cfg: Any, preprocessor: Any) -> TargetAdapter:
     from hotloop.families.diffusion.engines import DiffusionObservation
     from hotloop.families.diffusion.family import DiffusionFamily
@@ -51,7 +61,7 @@ def diffusion_target_adapter(name: str | Path, cfg: Any, preprocessor: Any) -> T
         views = {}
         if cfg.image_shape is not None:
             _, h, w = cfg.image_shape
-            views = {k: resize_with_pad(np.asarray(v, dtype=np.uint8), h, w) for k, v in images.items()}
+            views = {k: _fitted(np.asarray(v), h, w) for k, v in images.items()}
         frame = wrapper.frame({"images": views, "state": state})
         rep = {k: torch.stack([v] * o, dim=1) for k, v in frame.items()}
         return DiffusionObservation(rep[STATE], rep.get(IMAGES), rep.get(ENV_STATE))

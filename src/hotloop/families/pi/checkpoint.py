@@ -479,7 +479,9 @@ def load_checkpoint(
         raise CheckpointError(
             f"{folder / 'model.safetensors'} lacks tensor {missing!r}: not a pi0/pi05 checkpoint"
         ) from exc
-    with torch.device("meta"):
+    from hotloop.models.meta_init import meta_device
+
+    with meta_device():  # every value comes from the checkpoint: no initialisers
         model = PiModel(config).to(torch_dtype)
     load_weights(model, folder, torch_dtype, report)
     model = model.to(torch_device).eval()

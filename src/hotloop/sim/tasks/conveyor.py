@@ -82,13 +82,17 @@ class ConveyorPickEnv(GantryEnv):
             x = float(options["box_x"])
             if not cfg.start_x[0] <= x < cfg.exit_x:
                 raise ConfigError(f"box_x must be in [{cfg.start_x[0]}, {cfg.exit_x}) (got {x})")
-        self.data.qpos[self._box_qpos : self._box_qpos + 7] = [x, y, BELT_TOP + BOX_HALF, 1, 0, 0, 0]
+        self.data.qpos[self._box_qpos : self._box_qpos + 7] = [x, y, BELT_TOP + self.box_half(), 1, 0, 0, 0]
         self.data.qvel[self._box_dof] = self.belt_speed  # already riding the belt
         self.data.qvel[self._belt_dof] = self.belt_speed
 
     def _before_tick(self) -> None:
         # The belt is a driven surface: its speed is imposed, friction carries the box.
         self.data.qvel[self._belt_dof] = self.belt_speed
+
+    def box_half(self) -> float:
+        """The box's half size (m): BOX_HALF, unless a perturbation (`box-size`) resized it."""
+        return float(self.model.geom_size[self._box_geom][2])
 
     def box_pos(self) -> np.ndarray:
         return self.data.xpos[self._box_body].copy()
@@ -101,7 +105,7 @@ class ConveyorPickEnv(GantryEnv):
 
     def _outcome(self) -> tuple[bool, bool]:
         pos = self.data.xpos[self._box_body]
-        lifted = pos[2] - BOX_HALF > BELT_TOP + self.task_config.lift_height and self._held()
+        lifted = pos[2] - self.box_half() > BELT_TOP + self.task_config.lift_height and self._held()
         failed = pos[0] > self.task_config.exit_x or pos[2] < BELT_TOP - 0.05 or abs(pos[1]) > 0.16
         return bool(lifted), bool(failed and not lifted)
 

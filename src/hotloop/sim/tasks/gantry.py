@@ -189,6 +189,31 @@ class GantryEnv(gym.Env):  # type: ignore[misc]
             }
         )
 
+    def add_bodies(self, xml: str) -> None:
+        """Rebuild the scene with `xml` (bodies) added to the world after the task's own: a perturbation's
+        distractor objects or occluder (`hotloop.sim.perturb`). Everything the scene already had keeps
+        its id and address (the new bodies, joints and geoms come last), so ids cached by the task stay
+        valid; the episode's state starts again at the next reset."""
+        old = self.model
+        self._added_xml = getattr(self, "_added_xml", "") + xml
+        model = mujoco.MjModel.from_xml_string(
+            gantry_xml(self._extra_xml() + self._added_xml, belt=self.has_belt)
+        )
+        model.opt.timestep = self.config.physics_dt
+        for kind, count in (
+            ("body", old.nbody),
+            ("joint", old.njnt),
+            ("geom", old.ngeom),
+            ("camera", old.ncam),
+        ):
+            for i in range(count):
+                if getattr(model, kind)(i).name != getattr(old, kind)(i).name:
+                    raise ConfigError(
+                        f"add_bodies: {kind} {i} moved; new bodies must come after the task's own"
+                    )
+        self.close()  # the renderers hold the old model's context
+        self.model, self.data = model, mujoco.MjData(model)
+
     def set_views(self, views: tuple[str, ...] | list[str]) -> None:
         """Render these views from the next observation on (a policy asked for them; see
         `hotloop.closedloop.adapter.request_views`)."""

@@ -22,7 +22,6 @@ too (the env is never stepped past it), and a non-finite observation is a fault 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +123,13 @@ class GymTask:
                 f"{task_name} has a {type(space).__name__} action space {space}; hotloop's policies output "
                 "continuous targets (a one-dimensional gymnasium Box), so it cannot run this env"
             )
-        if type(profile) is GymProfile:  # nothing is known of this env: say what is assumed
-            print(f"note: {task_name} has no hotloop profile; {GENERIC_ASSUMPTIONS}", file=sys.stderr)
+        # Nothing is known of this env: what is assumed, said once by the command that runs it (`record`,
+        # or eval's driver from its workers' run info), not by every worker that builds the task.
+        self.profile_note = (
+            f"note: {task_name} has no hotloop profile; {GENERIC_ASSUMPTIONS}"
+            if type(profile) is GymProfile
+            else None
+        )
         size = image_size or profile.image_size
         dt = self.profile.step_dt(self.env)
         steps = _max_episode_steps(self.env)
