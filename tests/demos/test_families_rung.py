@@ -36,7 +36,7 @@ def test_families_rung_runs_closed_loop_and_compression(
         (families_rung.FamilyDemo("demo:conveyor-smolvla", ("chunk",), "steps:5", "chunk", 0.9),),
     )
     monkeypatch.setattr(
-        families_rung, "rung_plan", lambda full: families_rung.FamiliesPlan((0.0, 200.0), 2, 2, 2, workers=0)
+        families_rung, "rung_plan", lambda full: families_rung.FamiliesPlan((0.0, 200.0), 2, 2, 2)
     )
     rungs = run_demo(DemoConfig(out_dir=tmp_path, progress=False, only=("families",)), log=lambda s: None)
     assert len(rungs) == 1 and rungs[0].error is None, rungs[0].error
