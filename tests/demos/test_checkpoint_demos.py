@@ -74,6 +74,8 @@ def test_task_observations_are_the_task_start_frames_as_the_model_sees_them(targ
     # (1, cameras, 3, H, W).
     a, b = (torch.cat(list(o.images)) if isinstance(o.images, tuple) else o.images for o in observations)
     assert a.shape == b.shape and not torch.equal(a, b)
+    if hasattr(batch, "lang_tokens"):  # SmolVLA: the prompt in the engines' slots, as the planner runs them
+        assert batch.lang_tokens.shape[1] == source.shape.prompt_slots
     with torch.no_grad():
         noise = torch.zeros(source.family.noise_shape(source.cfg, source.shape, 2))
         out = source.family.sample_actions(source.model, batch, noise, source.shape.num_steps)

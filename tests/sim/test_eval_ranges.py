@@ -49,7 +49,7 @@ def test_a_low_value_names_the_range_where_the_length_is_known_only_after_loadin
     assert "--execute-steps must be from 1 to its chunk length for pi05:tiny's policy (got 0)" in res.output
 
 
-@pytest.mark.parametrize("target", ["demo:conveyor-act", "expert:scripted"])
+@pytest.mark.parametrize("target", ["demo:conveyor-act", "demo:conveyor-smolvla", "expert:scripted"])
 def test_the_declared_chunk_length_is_the_built_policys(target: str) -> None:
     """The early check refuses only what the policy would: its declared length is what it returns."""
     from hotloop.closedloop.workers import EpisodeJob, build_policy

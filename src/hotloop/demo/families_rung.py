@@ -1,13 +1,15 @@
 """The families rung of `hotloop demo` (under `--full`, or `--rung families`): the demo policies shipped as
-LeRobot checkpoints, `demo:conveyor-act` and `demo:conveyor-diffusion`, in closed loop.
+LeRobot checkpoints, `demo:conveyor-act`, `demo:conveyor-diffusion` and `demo:conveyor-smolvla`, in closed loop.
 
 Per policy: success against simulated latency for each way LeRobot (or hotloop) can execute it — `sync`
-(replan every control period), `chunk` (n_action_steps per inference, LeRobot's action queue), `async`
-(the next chunk computed while the robot moves) and, for ACT, `ensemble` (temporal ensembling, one
-inference per control period) — and its
+(replan every control period), `chunk` (hold while inferring, then execute the policy's default steps:
+ACT's n_action_steps, as LeRobot's queue; half of Diffusion's and SmolVLA's, docs/smolvla.md), `async`
+(the next chunk computed while the robot moves), for ACT `ensemble` (temporal ensembling, one
+inference per control period) and for SmolVLA `rtc` (LeRobot's own real-time chunking) — and its
 compressed plan (`hotloop compress`) judged in closed loop beside its reference on the same seeds:
 ACT int8 + compile, Diffusion DDIM 25 + compile against its 100 DDPM steps (DDIM 10 lost 16 points of
-success on 200 seeds, DDIM 25 none: docs/diffusion.md).
+success on 200 seeds, DDIM 25 none: docs/diffusion.md), SmolVLA 5 flow steps of its 10 + int8 + compile
+(200/200 against its fp32 self's 198/200 on 200 fresh seeds at 0 ms: docs/smolvla.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class FamilyDemo:
 DEMOS = (
     FamilyDemo("demo:conveyor-act", ("sync", "chunk", "async", "ensemble"), "quantize,compile", "sync", 0.9),
     FamilyDemo("demo:conveyor-diffusion", ("chunk", "async"), "ddim:25,compile", "chunk", 0.3),
+    FamilyDemo(
+        "demo:conveyor-smolvla", ("sync", "chunk", "async", "rtc"), "steps:5,quantize,compile", "chunk", 0.9
+    ),
 )
 
 
@@ -51,6 +56,7 @@ class FamiliesPlan:
     episodes: int  # per (strategy, latency) point
     recipe_episodes: int  # per compression rung (reference and each step), sync at 0 ms
     bench_iters: int
+    workers: int = 2  # closed-loop worker processes (0: in this process, no start-up per run)
 
 
 def rung_plan(full: bool) -> FamiliesPlan:
@@ -59,7 +65,7 @@ def rung_plan(full: bool) -> FamiliesPlan:
     return FamiliesPlan((0.0, 200.0), 10, 10, 5)
 
 
-def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2) -> dict[str, Any]:
+def run_rung(out_dir: Path, full: bool, progress: bool = True) -> dict[str, Any]:
     from hotloop.closedloop.eval_run import EvalRequest, plot_sweep, run_eval
     from hotloop.io import atomic_write_json
 
@@ -82,7 +88,7 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
                     strategy=strategy,
                     latency=f"fixed:{ms:g}",
                     episodes=plan.episodes,
-                    workers=workers,
+                    workers=plan.workers,
                 ),
                 progress=progress,
             )
@@ -110,7 +116,7 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
         sections.append(_html(demo, table, plan, compression))
     atomic_write_json(out_dir / "families.json", summary)
     return {
-        "title": "LeRobot families: demo:conveyor-act and demo:conveyor-diffusion in closed loop",
+        "title": f"LeRobot families: {', '.join(d.target for d in DEMOS)} in closed loop",
         "summary": summary,
         "plots": plots,
         "html": "".join(sections),
@@ -131,6 +137,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
             tolerance=Tolerance(cos=demo.min_cos),
             out=out,
             episodes=plan.recipe_episodes,
+            workers=plan.workers,
             calibration_frames=8,
             eval_observations=8,
             bench_iters=plan.bench_iters,

@@ -69,8 +69,8 @@ def build_bench(name: str, options: TargetOptions) -> Any:
 
 
 # The config.json field that is the chunk length each family's policy returns (ActPolicy.horizon:
-# chunk_size; the diffusion policy's spec: n_action_steps).
-_HORIZON_FIELD = {"act": "chunk_size", "diffusion": "n_action_steps"}
+# chunk_size; the diffusion and SmolVLA policies' specs: n_action_steps).
+_HORIZON_FIELD = {"act": "chunk_size", "diffusion": "n_action_steps", "smolvla": "n_action_steps"}
 
 
 def declared_horizon(name: str) -> int | None:
@@ -125,7 +125,11 @@ def task_observations(name: str, options: TargetOptions, task: str, count: int) 
                 observations.append(policy.observation(obs))
     finally:
         env.close()
-    return observations
+    # As the engines take them (what the planner checks and calibrates): SmolVLA's preprocessor pads the
+    # prompt to the batch's longest, as LeRobot does; its engines hold the tokenizer's max_length slots.
+    source = build_source(name, options)
+    one = dataclasses.replace(source.shape, batch=1)
+    return [source.family.validate_observation(source.cfg, one, o) for o in observations]
 
 
 def ship(run_dir: str | Path, family: str, assets: Path = ASSETS) -> Path:
