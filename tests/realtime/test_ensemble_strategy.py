@@ -210,7 +210,8 @@ def test_eval_refuses_options_the_ensemble_does_not_read() -> None:
 def test_the_evaluator_ensembles_any_chunk_policy() -> None:
     """Family-neutral: the toy MLP target in closed loop on `reach`, ensembled at a sub-period latency:
     one inference per control period, the default coefficient in the run's description."""
-    from hotloop.closedloop.workers import EpisodeJob, run_episodes
+    from hotloop.closedloop.pool import run_episodes
+    from hotloop.closedloop.workers import EpisodeJob
 
     job = EpisodeJob(target="toy:mlp", task="reach", difficulty=None, strategy="ensemble", latency="fixed:30")
     (record,), interrupted = run_episodes(job, [0], workers=0)

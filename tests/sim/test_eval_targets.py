@@ -2,7 +2,8 @@
 
 import pytest
 
-from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner, run_episodes
+from hotloop.closedloop.pool import run_episodes
+from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
 from hotloop.errors import ConfigError
 
 

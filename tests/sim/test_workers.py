@@ -1,4 +1,5 @@
-from hotloop.closedloop.workers import EpisodeJob, run_episodes
+from hotloop.closedloop.pool import run_episodes
+from hotloop.closedloop.workers import EpisodeJob
 
 
 def test_a_crashing_worker_is_an_error_episode_and_the_run_continues():

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hotloop.closedloop.workers import EpisodeJob, run_episodes
+from hotloop.closedloop.pool import run_episodes
+from hotloop.closedloop.workers import EpisodeJob
 from hotloop.errors import ConfigError
 
 MAX_EPISODES = 1_000_000  # per point: days of simulation; beyond that, a typo

@@ -297,3 +297,32 @@ class WorkerPool:
             if not complete:  # interrupted or failed: nothing a worker holds is wanted any more
                 self._stop(graceful=False)
         return interrupted
+
+
+def run_episodes(
+    job: EpisodeJob,
+    seeds: list[int],
+    workers: int = 2,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+    on_timing: Callable[[dict[str, Any]], None] | None = None,
+    pool: Any = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Play every seed; returns (records in seed order, interrupted). `on_timing` gets, just before
+    `on_result` of the same episode, where and how long it ran (`hotloop.closedloop.pool.Timing`).
+    `pool`: a `WorkerPool` to run on (its workers stay up for the next call); None: one for this call."""
+    results: dict[int, dict[str, Any]] = {}
+
+    def on_done(index: int, record: dict[str, Any], timing: dict[str, Any]) -> None:
+        if on_timing is not None:
+            on_timing(timing)
+        results[seeds[index]] = record
+        if on_result is not None:
+            on_result(record)
+
+    work = [(job, s) for s in seeds]
+    if pool is not None:
+        interrupted = pool.run(work, on_done)
+    else:
+        with WorkerPool(workers) as own:
+            interrupted = own.run(work, on_done)
+    return [results[s] for s in seeds if s in results], interrupted

@@ -1,6 +1,6 @@
-"""What an evaluation worker runs: the job (`EpisodeJob`), the env and policy it builds once
-(`EpisodeRunner`, kept per build in a `RunnerCache`), and `run_episodes`, the seeds of one job on a
-worker pool (`hotloop.closedloop.pool`: worker processes that survive crashes and Ctrl-C).
+"""What an evaluation worker runs: the job (`EpisodeJob`) and the env and policy it builds once
+(`EpisodeRunner`, kept per build in a `RunnerCache`). The worker processes that play them, and
+`run_episodes` (the seeds of one job), are in `hotloop.closedloop.pool`.
 
 A runner is built once per worker and build key: a sweep's cells that differ only in how an episode is
 played (strategy, latency, watchdog) share it, since every episode resets the env and the policy.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,34 +283,3 @@ def _crash_record(seed: int, error: str) -> dict[str, Any]:
     from hotloop.closedloop.evaluator import failed_record
 
     return failed_record(seed, error)
-
-
-def run_episodes(
-    job: EpisodeJob,
-    seeds: list[int],
-    workers: int = 2,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
-    on_timing: Callable[[dict[str, Any]], None] | None = None,
-    pool: Any = None,
-) -> tuple[list[dict[str, Any]], bool]:
-    """Play every seed; returns (records in seed order, interrupted). `on_timing` gets, just before
-    `on_result` of the same episode, where and how long it ran (`hotloop.closedloop.pool.Timing`).
-    `pool`: a `WorkerPool` to run on (its workers stay up for the next call); None: one for this call."""
-    from hotloop.closedloop.pool import WorkerPool
-
-    results: dict[int, dict[str, Any]] = {}
-
-    def on_done(index: int, record: dict[str, Any], timing: dict[str, Any]) -> None:
-        if on_timing is not None:
-            on_timing(timing)
-        results[seeds[index]] = record
-        if on_result is not None:
-            on_result(record)
-
-    work = [(job, s) for s in seeds]
-    if pool is not None:
-        interrupted = pool.run(work, on_done)
-    else:
-        with WorkerPool(workers) as own:
-            interrupted = own.run(work, on_done)
-    return [results[s] for s in seeds if s in results], interrupted

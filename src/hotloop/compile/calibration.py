@@ -230,7 +230,7 @@ def compression_plan_config(
     log: Callable[[str], None],
 ) -> Any:
     """`config` with calibration observations (from --calibration) and fp32 layers (from --mixed-plan)."""
-    from hotloop.compile.raw_batches import is_raw_batch_folder, raw_calibration
+    from hotloop.compile.raw_batches import is_raw_batch_folder
     from hotloop.compile.sources import load_target
 
     fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
@@ -254,6 +254,24 @@ def compression_plan_config(
 
 
 DEMO_TASK = "conveyor-pick"  # the built-in task the shipped demo policies were trained on
+
+
+def raw_calibration(target: str, source: Any, folder: str | Path, frames: int) -> CalibrationSet:
+    """A folder of raw LeRobot batches (`hotloop.compile.raw_batches`) as a calibration set whose
+    held-out frames judge the plan."""
+    from hotloop.compile.raw_batches import raw_observations
+
+    got = raw_observations(target, source, folder, frames)
+    return CalibrationSet(
+        obs=got.family.stack(got.calibrate),
+        actions=torch.zeros(0),
+        frames=tuple((0, i) for i in got.calibrate_frames),
+        sha256=got.raw.sha256,
+        dataset=f"{got.raw.root.resolve()} ({len(got.raw.frames)} raw frames)",
+        dropped_duplicates=0,
+        family=got.family,
+        held_out=tuple(got.held_out),
+    )
 
 
 def judged_on_held_out(source: Any, calib: CalibrationSet | None) -> Any:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from hotloop.errors import ConfigError
 
@@ -199,10 +198,20 @@ def _state(frame: RawFrame) -> np.ndarray:
     return frame.state if frame.state is not None else np.zeros(0, np.float32)  # a state-less checkpoint
 
 
-def raw_calibration(target: str, source: Any, folder: str | Path, frames: int) -> Any:
-    """A `CalibrationSet` of the folder's frames as the target's model sees them: up to `frames` to
-    calibrate on, and every fourth frame (up to MAX_HELD_OUT) held out to judge candidates on."""
-    from hotloop.compile.calibration import CalibrationSet
+@dataclass(frozen=True)
+class RawObservations:
+    """A folder's frames as the target's model sees them (batch 1 each), split into the frames to
+    calibrate on and the held-out ones to judge candidates on."""
+
+    calibrate: list[Any]
+    held_out: list[Any]
+    calibrate_frames: list[int]  # the calibrating frames' places in the folder (files by name, rows in order)
+    family: Any  # the `PolicyFamily` of the observations (batching)
+    raw: RawBatches
+
+
+def raw_observations(target: str, source: Any, folder: str | Path, frames: int) -> RawObservations:
+    """Up to `frames` observations to calibrate on, and every fourth frame (up to MAX_HELD_OUT) held out."""
     from hotloop.compile.sources import load_target
 
     raw = read_raw_batches(folder)
@@ -220,15 +229,10 @@ def raw_calibration(target: str, source: Any, folder: str | Path, frames: int) -
     calibrate = [i for i in range(len(observations)) if i not in held]
     if not calibrate:
         raise ConfigError(f"{FLAG} {raw.root}: one frame cannot both calibrate and judge; give at least two")
-    calibrate = calibrate[:frames]
-    family = adapter.family
-    return CalibrationSet(
-        obs=family.stack([observations[i] for i in calibrate]),
-        actions=torch.zeros(0),
-        frames=tuple((0, i) for i in calibrate),
-        sha256=raw.sha256,
-        dataset=f"{raw.root.resolve()} ({len(raw.frames)} raw frames)",
-        dropped_duplicates=0,
-        family=family,
-        held_out=tuple(observations[i] for i in held[:MAX_HELD_OUT]),
+    return RawObservations(
+        [observations[i] for i in calibrate[:frames]],
+        [observations[i] for i in held[:MAX_HELD_OUT]],
+        calibrate[:frames],
+        adapter.family,
+        raw,
     )

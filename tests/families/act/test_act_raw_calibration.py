@@ -14,8 +14,8 @@ from act_checkpoint_files import raw_observation, write_checkpoint
 from typer.testing import CliRunner
 
 from hotloop.cli import app
-from hotloop.compile.calibration import judged_on_held_out
-from hotloop.compile.raw_batches import raw_calibration, read_raw_batches
+from hotloop.compile.calibration import judged_on_held_out, raw_calibration
+from hotloop.compile.raw_batches import read_raw_batches
 from hotloop.errors import ConfigError
 
 runner = CliRunner()

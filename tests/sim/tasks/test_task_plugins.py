@@ -7,7 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from hotloop.closedloop.workers import EpisodeJob, run_episodes
+from hotloop.closedloop.pool import run_episodes
+from hotloop.closedloop.workers import EpisodeJob
 from hotloop.errors import UnknownNameError
 from hotloop.sim.tasks import check_task, make_task, plugin_tasks
 
