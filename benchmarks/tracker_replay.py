@@ -59,7 +59,9 @@ def log(pipeline: str, seed0: int, n: int, out: str) -> None:
     for seed in range(seed0, seed0 + n):
         cycles.clear()
         rec = runner.run(seed)
-        episodes.append({"seed": seed, "success": rec["success"], "info": rec["info"], "cycles": list(cycles)})
+        episodes.append(
+            {"seed": seed, "success": rec["success"], "info": rec["info"], "cycles": list(cycles)}
+        )
         print(seed, "success" if rec["success"] else "-", f"{time.time() - t0:.0f} s", flush=True)
     with open(out, "w") as f:
         json.dump(episodes, f)
@@ -115,13 +117,19 @@ def replay(files: list[str]) -> None:
     for f in files:
         with open(f) as fh:
             episodes += json.load(fh)
-    print(f"{len(episodes)} episodes; estimate x error (mm): all p50 p95 | 1.5-5 cm p50 p95 mean | else p95 | vx p50 p95 (mm/s)")
+    print(
+        f"{len(episodes)} episodes; estimate x error (mm): all p50 p95 | 1.5-5 cm p50 p95 mean | else p95 | vx p50 p95 (mm/s)"
+    )
     for std, q, near in (
         (0.005, 1e-4, None), (0.0025, 1e-4, None), (0.005, 1e-4, 0.01), (0.005, 1e-4, 0.02),
         (0.005, 1e-3, 0.02), (0.005, 1e-5, 0.02),
     ):  # fmt: skip
         r = replay_one(episodes, std, q, near)
-        label = f"noise {std * 1e3:.1f} mm" + (f", {near * 1e3:.0f} mm in the band" if near else "") + f", q {q:g}"
+        label = (
+            f"noise {std * 1e3:.1f} mm"
+            + (f", {near * 1e3:.0f} mm in the band" if near else "")
+            + f", q {q:g}"
+        )
         print(f"{label:42s} " + " ".join(f"{v:6.1f}" for v in r))
     rows = []
     for e in episodes:
