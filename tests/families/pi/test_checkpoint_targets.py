@@ -56,7 +56,8 @@ def test_bench_and_compile_take_the_folder(checkpoint: Path, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_eval_runs_the_folder_in_closed_loop(checkpoint: Path) -> None:
-    from hotloop.closedloop.workers import EpisodeJob, run_episodes
+    from hotloop.closedloop.pool import run_episodes
+    from hotloop.closedloop.workers import EpisodeJob
 
     job = EpisodeJob(
         target=str(checkpoint), task="reach", difficulty=None, strategy="chunk", latency="fixed:0"

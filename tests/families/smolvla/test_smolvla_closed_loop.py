@@ -17,7 +17,8 @@ from hotloop.targets import TargetOptions, find_target
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["sync", "rtc-soft"])
 def test_an_episode_runs_in_closed_loop(checkpoint: Path, strategy: str) -> None:
-    from hotloop.closedloop.workers import EpisodeJob, run_episodes
+    from hotloop.closedloop.pool import run_episodes
+    from hotloop.closedloop.workers import EpisodeJob
 
     job = EpisodeJob(
         target=str(checkpoint),
@@ -34,7 +35,8 @@ def test_an_episode_runs_in_closed_loop(checkpoint: Path, strategy: str) -> None
 
 @pytest.mark.slow
 def test_the_named_target_runs_in_closed_loop() -> None:
-    from hotloop.closedloop.workers import EpisodeJob, run_episodes
+    from hotloop.closedloop.pool import run_episodes
+    from hotloop.closedloop.workers import EpisodeJob
 
     job = EpisodeJob(
         target="smolvla:tiny", task="reach", difficulty=None, strategy="chunk", latency="fixed:0", threads=1

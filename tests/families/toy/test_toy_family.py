@@ -94,7 +94,8 @@ def test_compress_refuses_steps_the_toy_family_cannot_run(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_the_compiled_toy_policy_runs_in_closed_loop(compiled: Path) -> None:
-    from hotloop.closedloop.workers import EpisodeJob, run_episodes
+    from hotloop.closedloop.pool import run_episodes
+    from hotloop.closedloop.workers import EpisodeJob
 
     job = EpisodeJob(target=str(compiled), task="reach", difficulty=None, strategy="chunk", latency="fixed:0")
     records, interrupted = run_episodes(job, [0], workers=0)
