@@ -64,6 +64,14 @@ def test_points_pair_by_key_then_strategy_then_latency_then_the_only_one() -> No
     ]
 
 
+def test_a_perturbed_point_pairs_only_with_the_same_perturbation() -> None:
+    # A --sweep-perturb result: every point shares strategy and latency; the perturbation tells them apart.
+    sweep = [PointKey("sync", None, "fixed:50", p) for p in (None, "lighting:0.5", "blur:1")]
+    assert pair_points(sweep[::-1], sweep) == sweep[::-1]
+    assert pair_points([PointKey("sync", None, "fixed:50", "occlusion:0.08")], sweep) == [None]
+    assert PointKey("sync", None, "fixed:50", "blur:1").label == "sync fixed:50 (blur:1)"
+
+
 def test_paired_counts_metrics_and_unpaired_seeds() -> None:
     then = [episode(s, s < 8, jerk=100.0, jump=0.010) for s in range(10)]
     then.append(episode(10, True, error="boom"))  # crashed: left out of every count

@@ -1,8 +1,10 @@
-"""`hotloop history DIR` and `hotloop compare OLD NEW` (registered on the app by `add_commands`).
+"""`hotloop history DIR`, `hotloop compare OLD NEW` and `hotloop robustness RESULT...` (registered on the
+app by `add_commands`).
 
 `history` prints a history folder's runs in order with what changed between each and the one before;
 `compare` puts two results already on disk side by side with the statistics of `--baseline`, so a
-claim can be re-checked from its JSON files without measuring again.
+claim can be re-checked from its JSON files without measuring again; `robustness` puts several plans'
+`--sweep-perturb` results side by side, per perturbation.
 """
 
 from __future__ import annotations
@@ -143,9 +145,63 @@ def compare_cmd(
         raise typer.Exit(3)
 
 
+def robustness_cmd(
+    results: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="RESULT...", help="`hotloop eval --sweep-perturb --json` results, one per plan"
+        ),
+    ],
+    label: Annotated[
+        list[str] | None,
+        typer.Option(help="a column's name, once per RESULT in order (default: its target and --pipeline)"),
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG: success per perturbation, a bar per plan")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the table as JSON")] = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="print the table as markdown too (for docs)")
+    ] = False,
+) -> None:
+    """Success per perturbation, several plans side by side: which plan breaks first and under what."""
+    from hotloop.closedloop.baseline import check_eval_result
+    from hotloop.closedloop.robustness import (
+        Plan,
+        markdown_robustness,
+        plot_robustness,
+        print_robustness,
+        robustness_summary,
+    )
+    from hotloop.errors import ConfigError
+    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.measure.baseline import read_json_result
+
+    labels = list(label or [])
+    if labels and len(labels) != len(results):
+        raise ConfigError(f"--label given {len(labels)} times for {len(results)} results: once per RESULT")
+    check_output_file(plot, "--plot")
+    check_output_file(json_out, "--json")
+    plans = []
+    for i, path in enumerate(results):
+        runs = check_eval_result(read_json_result(str(path), "RESULT"), str(path), "RESULT")
+        first = runs[0]
+        pipeline = (first.get("request") or {}).get("pipeline")
+        name = labels[i] if labels else str(first["target"]) + (f" + {pipeline}" if pipeline else "")
+        plans.append(Plan(name, runs))
+    summary = robustness_summary(plans)
+    print_robustness(summary)
+    if markdown:
+        typer.echo(markdown_robustness(summary))
+    if json_out is not None:
+        atomic_write_json(json_out, summary)
+        typer.echo(f"wrote {json_out}")
+    if plot is not None:
+        typer.echo(f"wrote {plot_robustness(summary, plot, str(plans[0].runs[0]['task']))}")
+
+
 def add_commands(app: typer.Typer) -> None:
     app.command("history")(user_errors(history_cmd))
     app.command("compare")(user_errors(compare_cmd))
+    app.command("robustness")(user_errors(robustness_cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover

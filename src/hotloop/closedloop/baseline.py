@@ -47,11 +47,13 @@ class PointKey:
     strategy: str
     trigger: int | None
     latency: str
+    perturb: str | None = None  # the point's --perturb spec (a --sweep-perturb point); None: unperturbed
 
     @property
     def label(self) -> str:
         k = "" if self.trigger is None else f" k={self.trigger}"
-        return f"{self.strategy}{k} {self.latency}"
+        p = "" if self.perturb is None else f" ({self.perturb})"
+        return f"{self.strategy}{k} {self.latency}{p}"
 
 
 def eval_runs(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -63,14 +65,22 @@ def eval_runs(data: dict[str, Any]) -> list[dict[str, Any]]:
 def run_key(run: dict[str, Any]) -> PointKey:
     request = run.get("request") or {}
     return PointKey(
-        str(run["strategy"]["name"]), request.get("trigger_remaining"), str(run["latency"]["spec"])
+        str(run["strategy"]["name"]),
+        request.get("trigger_remaining"),
+        str(run["latency"]["spec"]),
+        request.get("perturb") or None,
     )
 
 
 def request_key(request: Any) -> PointKey:
     from hotloop.closedloop.latency import parse_latency
 
-    return PointKey(request.strategy, request.trigger_remaining, parse_latency(request.latency).spec)
+    return PointKey(
+        request.strategy,
+        request.trigger_remaining,
+        parse_latency(request.latency).spec,
+        request.perturb or None,
+    )
 
 
 _RUN_FIELDS = ("target", "task", "strategy", "latency", "per_episode")
@@ -110,12 +120,13 @@ def load_eval_baseline(
 
 
 def pair_points(current: Sequence[PointKey], baseline: Sequence[PointKey]) -> list[PointKey | None]:
-    """For each current point, the baseline point it is compared with (None: no partner)."""
+    """For each current point, the baseline point it is compared with (None: no partner). A perturbed
+    point pairs only with a point under the same perturbation."""
     rules: tuple[Callable[[PointKey], Any], ...] = (
         lambda k: k,
-        lambda k: (k.strategy, k.trigger),
-        lambda k: k.latency,
-        lambda k: None,  # the baseline's only point
+        lambda k: (k.strategy, k.trigger, k.perturb),
+        lambda k: (k.latency, k.perturb),
+        lambda k: k.perturb,  # the baseline's only point (under this perturbation)
     )
     out: list[PointKey | None] = []
     for key in current:

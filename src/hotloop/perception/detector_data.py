@@ -176,7 +176,7 @@ def render_frames(
                 bar.update(1)
     finally:
         env.close()
-    return _frames(np.stack(images), np.stack(centres), np.stack(boxes), np.stack(positions), camera,
+    return frames_from_arrays(np.stack(images), np.stack(centres), np.stack(boxes), np.stack(positions), camera,
                    BELT_TOP + BOX_HALF)  # fmt: skip
 
 
@@ -206,13 +206,15 @@ def frames_from_dataset(path: Path) -> DetectorFrames:
     pos = np.concatenate(positions)
     upright = np.array([1.0, 0.0, 0.0, 0.0])
     labels = [box_labels(camera, p, upright, BOX_HALF) for p in pos]
-    return _frames(stacked, np.stack([c for c, _ in labels]), np.stack([b for _, b in labels]), pos, camera,
+    return frames_from_arrays(stacked, np.stack([c for c, _ in labels]), np.stack([b for _, b in labels]), pos, camera,
                    BELT_TOP + BOX_HALF)  # fmt: skip
 
 
-def _frames(
+def frames_from_arrays(
     images: np.ndarray, centre: np.ndarray, bbox: np.ndarray, pos: np.ndarray, camera: Any, plane_z: float
 ) -> DetectorFrames:
+    """Frames from their images and labels; `visible` and `on_belt` follow from the labels and the belt
+    plane's height `plane_z`."""
     visible = np.all((centre > 0.0) & (centre < 1.0), axis=1)
     on_belt = np.abs(pos[:, 2] - plane_z) < ON_BELT_MM / 1e3
     return DetectorFrames(
@@ -223,4 +225,23 @@ def _frames(
         visible,
         on_belt,
         camera,
+    )
+
+
+def concat_frames(parts: list[DetectorFrames]) -> DetectorFrames:
+    """One set of frames from several of the same image size (the first part's camera calibration)."""
+    sizes = {p.size for p in parts}
+    if len(sizes) != 1:
+        raise ConfigError(f"frames of different sizes cannot be joined: {sorted(sizes)} px")
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
+    return DetectorFrames(
+        joined("images"),
+        joined("centre"),
+        joined("bbox"),
+        joined("box_pos"),
+        joined("visible"),
+        joined("on_belt"),
+        parts[0].camera,
     )

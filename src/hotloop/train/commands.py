@@ -51,6 +51,17 @@ def train_demo_cmd(
             "top,wrist; diffusion: top)"
         ),
     ] = None,
+    rollouts: Annotated[
+        int | None,
+        typer.Option(
+            help="detector variant: closed-loop episodes of the chain (demo:conveyor behind "
+            "--rollout-pipeline) whose camera frames join the expert's"
+        ),
+    ] = None,
+    rollout_pipeline: Annotated[
+        str | None,
+        typer.Option(help="detector variant: the chain --rollouts runs (default detector:model=learned)"),
+    ] = None,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion /
     smolvla a LeRobot ACT / Diffusion Policy / SmolVLA checkpoint) on expert episodes, on CPU."""
@@ -95,6 +106,8 @@ def train_demo_cmd(
     variant = variant or "state"
     if variant not in ("state", "vision", "detector"):
         raise ConfigError(f"--variant {variant!r} is not known; use state, vision or detector")
+    if variant != "detector" and (rollouts is not None or rollout_pipeline is not None):
+        raise ConfigError("--rollouts / --rollout-pipeline are for --variant detector; drop them")
     if variant == "detector":
         if views is not None or action_prefix_prob is not None or max_action_prefix is not None:
             raise ConfigError(
@@ -105,8 +118,9 @@ def train_demo_cmd(
         from hotloop.train.detector_demo import run_from_cli as detector_from_cli
 
         detector_from_cli(
-            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship
-        )
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship,
+            rollouts=rollouts, rollout_pipeline=rollout_pipeline,
+        )  # fmt: skip
         return
     if views is not None and variant != "vision":
         raise ConfigError("--views is for --variant vision (demo:conveyor reads the top view only)")

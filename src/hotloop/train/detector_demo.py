@@ -44,6 +44,11 @@ class TrainDetectorConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 5.0
     record_seed: int = 10_000
+    # Closed-loop episodes of the chain whose frames join the expert's (`hotloop.train.detector_rollouts`):
+    # the frames the deployed chain meets, which the expert's episodes do not show (seeds from rollout_seed).
+    rollouts: int = 0
+    rollout_seed: int = 20_000
+    rollout_pipeline: str = "detector:model=learned"
     seed: int = 0
     threads: int = 1
     store_dtype: str = "float16"
@@ -54,6 +59,12 @@ class TrainDetectorConfig:
         for name in ("episodes", "steps", "batch", "threads", "every", "held_out"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.rollouts < 0:
+            raise ConfigError(f"--rollouts must be >= 0 (got {self.rollouts})")
+        if self.rollouts:  # a bad chain fails here, before any frame is rendered
+            from hotloop.train.detector_rollouts import check_rollout_pipeline
+
+            check_rollout_pipeline(self.rollout_pipeline)
         for r in self.resolutions:
             check_resolution(r, "train-demo resolution")
 
@@ -113,7 +124,12 @@ def train_detector(
     import torch.nn.functional as F
 
     from hotloop.io import atomic_write_json
-    from hotloop.perception.detector_data import HELD_OUT_SEED, frames_from_dataset, render_frames
+    from hotloop.perception.detector_data import (
+        HELD_OUT_SEED,
+        concat_frames,
+        frames_from_dataset,
+        render_frames,
+    )
     from hotloop.perception.detector_eval import evaluate_colour, evaluate_learned
     from hotloop.perception.learned_detector import DetectorConfig, DetectorModel, build_network
     from hotloop.sim.tasks.conveyor import BOX_HALF
@@ -134,6 +150,17 @@ def train_detector(
     else:
         seeds = range(cfg.record_seed, cfg.record_seed + cfg.episodes)
         train = render_frames(seeds, cfg.size, every=cfg.every, progress=progress)
+    expert_frames = len(train)
+    rollouts: dict[str, Any] | None = None
+    if cfg.rollouts:
+        from hotloop.train.detector_rollouts import rollout_frames
+
+        seen, rollouts = rollout_frames(
+            range(cfg.rollout_seed, cfg.rollout_seed + cfg.rollouts), train.size, cfg.rollout_pipeline,
+            every=cfg.every, progress=progress,
+        )  # fmt: skip
+        rollouts["frames"] = len(seen)
+        train = concat_frames([train, seen])
     t_data = time.perf_counter()
 
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -193,6 +220,8 @@ def train_detector(
         "evaluation": evaluation,
         "training": {
             "frames": n,
+            "expert_frames": expert_frames,
+            "rollouts": rollouts,
             "source": str(dataset_dir) if dataset_dir is not None else f"rendered {cfg.size} px",
             "data_s": round(t_data - t0, 1),
             "train_s": round(t_trained - t_data, 1),
@@ -217,13 +246,18 @@ def run_from_cli(
     seed: int,
     threads: int | None,
     ship: bool,
+    rollouts: int | None = None,
+    rollout_pipeline: str | None = None,
 ) -> None:
     import dataclasses
 
     import typer
 
     updates: dict[str, Any] = {"seed": seed}
-    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
+    for name, value in (
+        ("steps", steps), ("episodes", episodes), ("threads", threads), ("rollouts", rollouts),
+        ("rollout_pipeline", rollout_pipeline),
+    ):  # fmt: skip
         if value is not None:
             updates[name] = value
     cfg = dataclasses.replace(TrainDetectorConfig(), **updates)
