@@ -233,6 +233,7 @@ def concat_frames(parts: list[DetectorFrames]) -> DetectorFrames:
     sizes = {p.size for p in parts}
     if len(sizes) != 1:
         raise ConfigError(f"frames of different sizes cannot be joined: {sorted(sizes)} px")
+
     def joined(name: str) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in parts])
 
