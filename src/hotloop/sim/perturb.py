@@ -463,10 +463,11 @@ class JitteredLatency:
         return float(self.base.sample_ms(measured_ms, rng)) + float(rng.exponential(self.mean_ms))
 
 
-def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Any, Any]:
-    """Perturb `env` (its scene and resets), the observations `policy` sees and the loop's `latency`."""
-    perturbations = parse_perturb(spec)
-    perturber = Perturber(env, perturbations)
+def perturb_env(env: Any, spec: str) -> Perturber:
+    """Perturb `env`'s scene at every reset, seeded by the reset's seed (the one path for `hotloop eval` and
+    `hotloop record`, so one seed is one perturbed scene in both); the returned `Perturber`'s `observe`
+    turns the task's observation into what the perturbed sensors deliver."""
+    perturber = Perturber(env, parse_perturb(spec))
     reset = env.reset
 
     def perturbed_reset(*, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -476,8 +477,14 @@ def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tupl
             obs, info = env.observe(), env.info()
         return obs, info
 
-    env.reset = perturbed_reset  # this worker's own env: its episodes all run perturbed
+    env.reset = perturbed_reset  # this worker's (or recorder's) own env: its episodes all run perturbed
     env.perturbation = perturber.describe()
+    return perturber
+
+
+def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Any, Any]:
+    """Perturb `env` (its scene and resets), the observations `policy` sees and the loop's `latency`."""
+    perturber = perturb_env(env, spec)
     jitter = perturber.items.get("latency-jitter")
     if jitter:
         latency = JitteredLatency(latency, jitter)
