@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 
 from hotloop.cli import app
 from hotloop.closedloop.latency import parse_latency
+from hotloop.compile.calibration import CalibrationSpec, load_calibration, open_dataset
+from hotloop.compile.sources import load_target
 from hotloop.datasets.lerobot_v3 import Dataset
 from hotloop.datasets.recorder import record
 from hotloop.sim.perturb import attach_perturbations
@@ -57,7 +59,8 @@ def test_record_stores_the_perturbed_world_and_sensors_with_the_clean_labels(tmp
     assert np.abs(noisy.images["top"].astype(int) - plain.images["top"]).mean() > 10
     assert 0 < np.abs(noisy.state - plain.state).max() < 0.06
     np.testing.assert_array_equal(noisy.action, plain.action)
-    np.testing.assert_array_equal(dim.action, plain.action)  # light moves nothing
+    np.testing.assert_array_equal(dim.action, plain.action)  # light and the camera move nothing
+    np.testing.assert_array_equal(shifted.action, plain.action)
     # The same seed meets the same perturbed scene in `hotloop eval --perturb`.
     env = make_task("conveyor-pick")
     attach_perturbations(_Still(), env, "camera-shift:0.05", parse_latency("fixed:0"))
@@ -65,6 +68,17 @@ def test_record_stores_the_perturbed_world_and_sensors_with_the_clean_labels(tmp
     env.close()
     np.testing.assert_array_equal(shifted.images["top"][0], first["images"]["top"])
     assert not np.array_equal(shifted.images["top"][0], plain.images["top"][0])
+    # A calibration set drawn from it says how its frames were made (in the compiled plan's manifest).
+    data = tmp_path / "dim"
+    _, adapter = load_target("pi05:tiny", open_dataset(data))
+    assert (
+        load_calibration(data, adapter, CalibrationSpec(count=2)).manifest_entry()["perturb"]
+        == "lighting:0.3"
+    )
+    assert (
+        "perturb"
+        not in load_calibration(tmp_path / "plain", adapter, CalibrationSpec(count=2)).manifest_entry()
+    )
 
 
 def test_record_refuses_a_bad_perturbation_before_writing(tmp_path):

@@ -1,4 +1,5 @@
-"""Named, seeded, parameterised perturbations for closed-loop evaluation (`hotloop eval --perturb`).
+"""Named, seeded, parameterised perturbations for closed-loop evaluation (`hotloop eval --perturb`) and
+recorded data (`hotloop record --perturb`: the scene as here, sensor ones on what is stored).
 
 A plan is only trusted once it holds when the world is not the one it was trained in (R7.4). Each
 perturbation is applied where it happens physically:
@@ -133,7 +134,7 @@ class Perturber:
         if scene and (model is None or not hasattr(env, "config") or "top" not in _camera_names(model)):
             raise ConfigError(
                 f"--perturb {', '.join(scene)}: scene perturbations change the MuJoCo scene of a built-in gantry task; task "
-                f"{getattr(env, 'task_name', env)!r} takes the sensor and time ones only"
+                f"{getattr(env, 'task_name', env)!r} takes the sensor ones only (and, in eval, latency-jitter)"
             )
         if "belt-speed" in self.items and not hasattr(env, "belt_speed"):
             raise ConfigError("--perturb belt-speed is for conveyor-pick (the task has no belt)")
