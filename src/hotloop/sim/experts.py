@@ -53,7 +53,7 @@ class ConveyorExpert:
         box_now = env.box_pos()
         box = box_now + env.box_vel() * (0.5 * period)  # where the box is mid-way through the next period
         half = env.box_half()  # the simulator's truth: BOX_HALF unless `--perturb box-size` resized it
-        grasp_z = self.grasp_z + half - BOX_HALF  # the same grip height on the box, whatever its size
+        grasp_z = self.grasp_z + (half - BOX_HALF)  # the same grip height on the box (exact when nominal)
         xy_err = float(np.linalg.norm(ee[:2] - box_now[:2]))
         holding = 2 * half - 0.004 < opening < 2 * half + 0.006 and box_now[2] > BELT_TOP + 0.01
         if holding or (opening < 2 * half + 0.006 and box_now[2] > BELT_TOP + half + 0.004):
