@@ -61,6 +61,7 @@ class CalibrationSet:
     # Observations (batch 1) kept out of `obs` that a plan's final actions are judged on instead of the
     # source's random one (`hotloop.compile.raw_batches`); empty: the source's own checks apply.
     held_out: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    perturb: str | None = None  # the dataset's `hotloop record --perturb` spec: how its frames were made
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -77,6 +78,7 @@ class CalibrationSet:
             "episodes": len(episodes),
             "dropped_near_duplicates": self.dropped_duplicates,
             **({"held_out": len(self.held_out)} if self.held_out else {}),
+            **({"perturb": self.perturb} if self.perturb else {}),
         }
 
 
@@ -191,6 +193,7 @@ def load_calibration(
         dataset=str(Path(data).resolve()),
         dropped_duplicates=dropped,
         family=adapter.family,
+        perturb=(dataset.info.get("recorder") or {}).get("perturb"),
     )
 
 
@@ -246,9 +249,10 @@ def compression_plan_config(
         dataset = open_dataset(calibration, "--calibration")
         _, adapter = load_target(target, dataset, seed, model=source.model)
         calib = load_calibration(calibration, adapter, spec, "--calibration")
+        perturbed = f", recorded with --perturb {calib.perturb}" if calib.perturb else ""
         log(
             f"calibration: {len(calib)} frames from {len(set(e for e, _ in calib.frames))} episodes "
-            f"(sha256 {calib.sha256[:12]})"
+            f"(sha256 {calib.sha256[:12]}{perturbed})"
         )
     return replace(config, calibration=calib, fp32_layers=fp32_layers)
 

@@ -46,6 +46,13 @@ def record_cmd(
         int | None,
         typer.Option(help="side of the recorded images in pixels, 16-512 (default: the task's own, 64)"),
     ] = None,
+    perturb: Annotated[
+        str | None,
+        typer.Option(
+            help="perturbations, NAME:VALUE,... as for hotloop eval (scene ones change the world, sensor ones "
+            "the stored images and state; the expert acts on the truth; see docs/perception.md)"
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
@@ -62,7 +69,11 @@ def record_cmd(
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     check_record_options(
-        seed=seed, action_noise=action_noise, recovery_starts=recovery_starts, image_size=image_size
+        seed=seed,
+        action_noise=action_noise,
+        recovery_starts=recovery_starts,
+        image_size=image_size,
+        perturb=perturb,
     )
     check_difficulty(task, difficulty)
     view_keys = _record_views(task, views)
@@ -93,6 +104,7 @@ def record_cmd(
             task_kwargs=task_kwargs,
             views=view_keys,
             image_size=image_size,
+            perturb=perturb,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "

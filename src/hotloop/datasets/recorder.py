@@ -12,6 +12,7 @@ import numpy as np
 
 from hotloop.datasets.lerobot_v3 import DatasetWriter
 from hotloop.errors import ConfigError, HotloopError
+from hotloop.sim.perturb import parse_perturb, perturb_env
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
 from hotloop.sim.tasks.protocol import TaskFault, check_observation, start_digest
@@ -37,9 +38,16 @@ def recovery_start(env: object, rng: np.random.Generator) -> dict[str, object] |
 
 
 def check_record_options(
-    *, seed: int, action_noise: float, recovery_starts: float, image_size: int | None = None
+    *,
+    seed: int,
+    action_noise: float,
+    recovery_starts: float,
+    image_size: int | None = None,
+    perturb: str | None = None,
 ) -> None:
     """The numbers `record` takes, checked before anything runs (NaN would reach meta/info.json)."""
+    if perturb is not None:
+        check_record_perturb(perturb)
     if image_size is not None and not 16 <= image_size <= 512:
         raise ConfigError(f"--image-size must be in [16, 512] pixels (got {image_size})")
     if not 0.0 <= recovery_starts <= 1.0:
@@ -48,6 +56,17 @@ def check_record_options(
         raise ConfigError(f"--action-noise is a std in metres, a finite number >= 0 (got {action_noise})")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"--seed must be an integer from 0 to {MAX_SEED} (got {seed!r})")
+
+
+def check_record_perturb(spec: str) -> None:
+    """`--perturb` for a recording: eval's grammar and ranges (`parse_perturb`), less `latency-jitter`."""
+    for p in parse_perturb(spec):
+        if p.kind == "time":
+            raise ConfigError(
+                f"--perturb {p.spec()}: {p.name} delays a policy's inference in `hotloop eval`; record runs the "
+                "scripted expert in lockstep with the simulation, so there is no inference to delay (a stale "
+                "camera is drop-frames); drop it here"
+            )
 
 
 def record(
@@ -64,6 +83,7 @@ def record(
     stop: Callable[[], bool] | None = None,
     task_kwargs: str | None = None,
     views: tuple[str, ...] | None = None,
+    perturb: str | None = None,
 ) -> dict[str, float]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
@@ -77,17 +97,32 @@ def record(
     `stop()` is asked before each episode: True ends the recording early and writes the finished ones.
     `task_kwargs` (a JSON object) go to `gym:` and plugin tasks; action noise is in the task's units.
     `views`: the camera views a built-in task records (default: its own, the top view).
+    `perturb` (`NAME:VALUE,...`, `hotloop.sim.perturb`): scene perturbations change the world of each
+    episode exactly as `hotloop eval --perturb` does for the same seed; sensor ones change the state and
+    images that are stored (what the robot's sensors would have delivered), while the expert acts on the
+    clean observation and the simulator's truth, so the labels stay right (`latency-jitter` is refused).
     Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped", "duplicate_starts"
     (episodes that began in the start state of an earlier one: repeats, not new data)}.
     A non-finite observation stops the recording with a one-line error naming the episode (the task is
     at fault; nothing is written).
     """
     check_record_options(
-        seed=seed, action_noise=action_noise, recovery_starts=recovery_starts, image_size=image_size
+        seed=seed,
+        action_noise=action_noise,
+        recovery_starts=recovery_starts,
+        image_size=image_size,
+        perturb=perturb,
     )
     env = make_task(task, difficulty=difficulty, image_size=image_size, task_kwargs=task_kwargs, views=views)
     if getattr(env, "profile_note", None):  # a gymnasium env hotloop has no profile for: what is assumed
         print(env.profile_note, file=sys.stderr)
+    try:
+        # Before the expert (which may cache the model) and before any episode: a scene perturbation the
+        # task cannot take fails here, with nothing written.
+        perturber = perturb_env(env, perturb) if perturb else None
+    except Exception:
+        env.close()
+        raise
     expert = make_expert(task, env)
     spec = env.task_spec  # names, views and rate of whatever task this is (gantry, gym:, plugin)
     shapes = {(i.height, i.width) for i in spec.images}
@@ -129,7 +164,9 @@ def record(
                 success = False
                 while not env.timed_out:
                     action = np.clip(np.asarray(expert.act(obs), dtype=np.float64), low, high)
-                    writer.add_frame(obs, action)  # the label: the clean action as the task executes it
+                    # The label: the clean action as the task executes it, beside what the robot's
+                    # (perturbed) sensors would have delivered; the expert acted on the clean observation.
+                    writer.add_frame(obs if perturber is None else perturber.observe(obs), action)
                     frames += 1
                     executed = action.copy()
                     if action_noise > 0:
@@ -170,6 +207,9 @@ def record(
                     "expert": type(expert).__name__,
                     "image_size": image_size,
                     "duplicate_starts": duplicates,
+                    # How a calibration or distillation set was made: `hotloop eval --perturb` with this
+                    # spec and the same seeds meets the same scenes.
+                    "perturb": perturber.describe()["spec"] if perturber is not None else None,
                 },
             }
         )

@@ -52,22 +52,24 @@ class ConveyorExpert:
         opening = env.grip_opening()
         box_now = env.box_pos()
         box = box_now + env.box_vel() * (0.5 * period)  # where the box is mid-way through the next period
+        half = env.box_half()  # the simulator's truth: BOX_HALF unless `--perturb box-size` resized it
+        grasp_z = self.grasp_z + (half - BOX_HALF)  # the same grip height on the box (exact when nominal)
         xy_err = float(np.linalg.norm(ee[:2] - box_now[:2]))
-        holding = 2 * BOX_HALF - 0.004 < opening < 2 * BOX_HALF + 0.006 and box_now[2] > BELT_TOP + 0.01
-        if holding or (opening < 2 * BOX_HALF + 0.006 and box_now[2] > BELT_TOP + BOX_HALF + 0.004):
+        holding = 2 * half - 0.004 < opening < 2 * half + 0.006 and box_now[2] > BELT_TOP + 0.01
+        if holding or (opening < 2 * half + 0.006 and box_now[2] > BELT_TOP + half + 0.004):
             self.phase = "lift"
             target = np.array([ee[0], ee[1], min(self.lift_z, ee[2] + 0.04)])
             return np.array([*target, 1.0], dtype=np.float32)
-        if opening < 2 * BOX_HALF - 0.004:  # closed on nothing: open and go round again
+        if opening < 2 * half - 0.004:  # closed on nothing: open and go round again
             self.phase = "reopen"
             target = np.array([box[0], box[1], min(self.hover_z, ee[2] + 0.03)])
             return np.array([*target, 0.0], dtype=np.float32)
         xy = _step_toward(ee[:2], box[:2], MAX_STEP)
         # Funnel: the height allowed shrinks with the xy error, so descent and alignment end together.
-        z_goal = self.grasp_z + float(np.clip((xy_err - 0.008) * 2.0, 0.0, self.hover_z - self.grasp_z))
+        z_goal = grasp_z + float(np.clip((xy_err - 0.008) * 2.0, 0.0, self.hover_z - grasp_z))
         z = max(z_goal, ee[2] - 0.035) if z_goal < ee[2] else min(z_goal, ee[2] + 0.04)
-        low = ee[2] < self.grasp_z + 0.008 and xy_err < 0.012
-        closing = opening < 0.078 and xy_err < 0.02 and ee[2] < self.grasp_z + 0.012
+        low = ee[2] < grasp_z + 0.008 and xy_err < 0.012
+        closing = opening < 0.078 and xy_err < 0.02 and ee[2] < grasp_z + 0.012
         grip = 1.0 if low or closing else 0.0
         self.phase = "close" if grip else ("descend" if z_goal < self.hover_z else "approach")
         return np.array([xy[0], xy[1], z, grip], dtype=np.float32)

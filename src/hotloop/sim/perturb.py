@@ -1,4 +1,5 @@
-"""Named, seeded, parameterised perturbations for closed-loop evaluation (`hotloop eval --perturb`).
+"""Named, seeded, parameterised perturbations for closed-loop evaluation (`hotloop eval --perturb`) and
+recorded data (`hotloop record --perturb`: the scene as here, sensor ones on what is stored).
 
 A plan is only trusted once it holds when the world is not the one it was trained in (R7.4). Each
 perturbation is applied where it happens physically:
@@ -133,7 +134,7 @@ class Perturber:
         if scene and (model is None or not hasattr(env, "config") or "top" not in _camera_names(model)):
             raise ConfigError(
                 f"--perturb {', '.join(scene)}: scene perturbations change the MuJoCo scene of a built-in gantry task; task "
-                f"{getattr(env, 'task_name', env)!r} takes the sensor and time ones only"
+                f"{getattr(env, 'task_name', env)!r} takes the sensor ones only (and, in eval, latency-jitter)"
             )
         if "belt-speed" in self.items and not hasattr(env, "belt_speed"):
             raise ConfigError("--perturb belt-speed is for conveyor-pick (the task has no belt)")
@@ -463,10 +464,11 @@ class JitteredLatency:
         return float(self.base.sample_ms(measured_ms, rng)) + float(rng.exponential(self.mean_ms))
 
 
-def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Any, Any]:
-    """Perturb `env` (its scene and resets), the observations `policy` sees and the loop's `latency`."""
-    perturbations = parse_perturb(spec)
-    perturber = Perturber(env, perturbations)
+def perturb_env(env: Any, spec: str) -> Perturber:
+    """Perturb `env`'s scene at every reset, seeded by the reset's seed (the one path for `hotloop eval` and
+    `hotloop record`, so one seed is one perturbed scene in both); the returned `Perturber`'s `observe`
+    turns the task's observation into what the perturbed sensors deliver."""
+    perturber = Perturber(env, parse_perturb(spec))
     reset = env.reset
 
     def perturbed_reset(*, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -476,8 +478,14 @@ def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tupl
             obs, info = env.observe(), env.info()
         return obs, info
 
-    env.reset = perturbed_reset  # this worker's own env: its episodes all run perturbed
+    env.reset = perturbed_reset  # this worker's (or recorder's) own env: its episodes all run perturbed
     env.perturbation = perturber.describe()
+    return perturber
+
+
+def attach_perturbations(policy: Any, env: Any, spec: str, latency: Any) -> tuple[Any, Any]:
+    """Perturb `env` (its scene and resets), the observations `policy` sees and the loop's `latency`."""
+    perturber = perturb_env(env, spec)
     jitter = perturber.items.get("latency-jitter")
     if jitter:
         latency = JitteredLatency(latency, jitter)
