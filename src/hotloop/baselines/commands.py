@@ -149,7 +149,9 @@ def robustness_cmd(
     results: Annotated[
         list[Path],
         typer.Argument(
-            metavar="RESULT...", help="`hotloop eval --sweep-perturb --json` results, one per plan"
+            metavar="RESULT...",
+            help="`hotloop eval --sweep-perturb --json` results (or `--perturb` ones); results of one target "
+            "(or one --label) are one plan's points",
         ),
     ],
     label: Annotated[
@@ -180,13 +182,14 @@ def robustness_cmd(
         raise ConfigError(f"--label given {len(labels)} times for {len(results)} results: once per RESULT")
     check_output_file(plot, "--plot")
     check_output_file(json_out, "--json")
-    plans = []
+    by_label: dict[str, list[dict[str, Any]]] = {}  # results of one label are one plan's points
     for i, path in enumerate(results):
         runs = check_eval_result(read_json_result(str(path), "RESULT"), str(path), "RESULT")
         first = runs[0]
         pipeline = (first.get("request") or {}).get("pipeline")
         name = labels[i] if labels else str(first["target"]) + (f" + {pipeline}" if pipeline else "")
-        plans.append(Plan(name, runs))
+        by_label.setdefault(name, []).extend(runs)
+    plans = [Plan(name, runs) for name, runs in by_label.items()]
     summary = robustness_summary(plans)
     print_robustness(summary)
     if markdown:

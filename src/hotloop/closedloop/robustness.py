@@ -51,7 +51,10 @@ def robustness_summary(plans: list[Plan]) -> dict[str, Any]:
         for run in plan.runs:
             name = _perturb(run)
             if name in points:
-                raise ConfigError(f"{plan.label} holds two points under {name}; give one sweep per result")
+                raise ConfigError(
+                    f"{plan.label} holds two points under {name}: give each perturbation once per plan, or "
+                    "name the results apart with --label"
+                )
             if str(run["latency"]["spec"]) != latency or _seeds(run) != seeds:
                 raise ConfigError(
                     f"{plan.label} ({name}) ran latency {run['latency']['spec']} on {len(_seeds(run))} seeds, "
