@@ -112,7 +112,9 @@ def test_compressed_artifact_loads_in_engine(recorded: Path, tmp_path: Path) -> 
     args = ["compile", "pi05:tiny", "-o", str(out), "--budget-ms", "100000", "--backends", "onnxruntime"]
     args += ["--precisions", "int8", "--variants", "plain", "--iters", "1", "--warmup", "0", "--quiet"]
     args += ["--threads", "1", "--calibration", str(recorded), "--calibration-frames", "8"]
-    args += ["--mixed-plan", str(plan), "--tolerance", "cos:0.99"]
+    # Two flow-matching steps: ONNX Runtime's static quantizer takes time faster than linear in the
+    # unrolled loop's nodes, and nothing here depends on the count.
+    args += ["--mixed-plan", str(plan), "--tolerance", "cos:0.99", "--steps", "2"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())

@@ -179,11 +179,12 @@ def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: P
     """`--buckets` reaches the recipe's compile step: static int8 prefix and denoise engines are prepared
     (and calibrated) once more for the short prompt, and the judged artifact runs them. ONNX Runtime: its
     static int8 is a few times cheaper to prepare than OpenVINO's (whose bucket calibration is
-    test_quantize's)."""
+    test_quantize's). Two flow-matching steps first: the quantizer's cost grows with the unrolled loop's
+    nodes (faster than linearly), and nothing here depends on the count."""
     out = tmp_path / "art"
     res = runner.invoke(
         app,
-        ["compress", "pi05:tiny", "--recipe", "quantize,compile", "--data", str(recorded), "--buckets", "8",
+        ["compress", "pi05:tiny", "--recipe", "steps:2,quantize,compile", "--data", str(recorded), "--buckets", "8",
          "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends",
          "onnxruntime", "--threads", "1", "--quiet", "--tolerance", "cos:0.9", "-o", str(out)],
     )  # fmt: skip

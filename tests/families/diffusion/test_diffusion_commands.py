@@ -271,8 +271,8 @@ def test_static_int8_calibrates_on_recorded_frames_and_falls_back_honestly(
         app,
         ["compile", str(tiny_ckpt), "-o", str(art), "--budget-ms", "1e5", "--calibration", str(data),
          "--calibration-frames", "4", "--precisions", "int8,fp32", "--backends", "onnxruntime", "--json",
-         str(js), *FAST],
-    )  # fmt: skip
+         str(js), "--steps", "2", *FAST],
+    )  # fmt: skip  # two DDPM steps: the loop engine's quantization grows faster than its unrolled nodes
     assert res.exit_code == 0, res.output
     plan = json.loads(js.read_text())
     int8 = [c for c in plan["candidates"] if c["precision"] == "int8"]

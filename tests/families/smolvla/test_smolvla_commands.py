@@ -5,6 +5,7 @@ distillation), and bad input refused in one line with exit 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -17,9 +18,13 @@ from typer.testing import CliRunner
 
 from hotloop.cli import app
 from hotloop.families.reference import as_batch
+from hotloop.families.smolvla.targets import SIZES
 from hotloop.targets import TargetOptions, find_target
 
 runner = CliRunner()
+# The compress tests' own checkpoint: two text layers (one self-, one cross-attention layer, as the
+# session's four-layer checkpoint alternates them) halve the work of every candidate the recipe judges.
+TWO_LAYERS = dataclasses.replace(SIZES["tiny"], text_layers=2)
 FAST = ["--iters", "1", "--warmup", "0", "--threads", "1"]
 
 
@@ -155,7 +160,8 @@ def test_verify_passes_with_the_artifact(
     assert report["artifact"]["violation"] is None and report["artifact"]["samples"] == 2
 
 
-def test_compress_fewer_steps_then_quantize(checkpoint: Path, tmp_path: Path) -> None:
+def test_compress_fewer_steps_then_quantize(make_checkpoint: Any, tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(sizes=TWO_LAYERS)  # the recipe's steps do not depend on the depth
     out, js = tmp_path / "q", tmp_path / "q.json"
     res = runner.invoke(
         app,
@@ -169,7 +175,8 @@ def test_compress_fewer_steps_then_quantize(checkpoint: Path, tmp_path: Path) ->
     assert json.loads((out / "manifest.json").read_text())["shape"]["num_steps"] == 5
 
 
-def test_compress_step_distillation_trains_the_expert(checkpoint: Path, tmp_path: Path) -> None:
+def test_compress_step_distillation_trains_the_expert(make_checkpoint: Any, tmp_path: Path) -> None:
+    checkpoint = make_checkpoint(sizes=TWO_LAYERS)
     out, js = tmp_path / "d", tmp_path / "d.json"
     res = runner.invoke(
         app,
@@ -187,7 +194,11 @@ def test_compress_step_distillation_trains_the_expert(checkpoint: Path, tmp_path
 
 
 @pytest.mark.slow
-def test_compress_int8_calibrates_on_recorded_frames(checkpoint: Path, tmp_path: Path) -> None:
+def test_compress_int8_calibrates_on_recorded_frames(make_checkpoint: Any, tmp_path: Path) -> None:
+    # Three denoising steps as well: ONNX Runtime's static quantizer is quadratic in the graph's nodes, and
+    # the unrolled denoising loop of the session's checkpoint (4 layers x 10 steps) made this test the
+    # suite's slowest (66 s) for the same calibration.
+    checkpoint = make_checkpoint(sizes=dataclasses.replace(TWO_LAYERS, num_steps=3))
     data = tmp_path / "data"
     res = runner.invoke(app, ["record", "--task", "reach", "--episodes", "1", "--views", "top,wrist", "-o", str(data),
                               "--quiet"])  # fmt: skip
