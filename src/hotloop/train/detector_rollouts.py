@@ -12,6 +12,7 @@ the simulator, exactly as the expert's frames are.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -103,13 +104,16 @@ def rollout_frames(
     chain = runner.policy
     keeper = FrameKeeper(chain.detector, runner.env, size)
     chain.detector = keeper
-    parts, successes = [], 0
+    parts, successes, crashed = [], 0, []
     seeds = list(seeds)
     try:
         with Progress(len(seeds), "closed-loop detector frames", "episode", enabled=progress) as bar:
             for seed in seeds:
                 start = len(keeper.images)
-                successes += int(bool(runner.run(seed)["success"]))
+                record = runner.run(seed)
+                if record.get("error"):  # a crash is not a policy failure: counted apart, and said
+                    crashed.append(f"seed {seed}: {record['error']}")
+                successes += int(bool(record["success"]))
                 keep = slice(start, None, every)
                 if keeper.images[keep]:
                     parts.append(
@@ -130,5 +134,11 @@ def rollout_frames(
         runner.close()
     if not parts:
         raise ConfigError(f"--rollouts: the chain's detector saw no frame in {len(seeds)} episodes")
-    summary = {"episodes": len(seeds), "successes": successes, "pipeline": pipeline, "latency": latency}
+    if crashed:
+        print(f"--rollouts: {len(crashed)} episodes crashed (their frames up to the crash are kept): "
+              + "; ".join(crashed[:3]), file=sys.stderr)  # fmt: skip
+    summary = {
+        "episodes": len(seeds), "successes": successes, "errors": len(crashed), "pipeline": pipeline,
+        "latency": latency,
+    }  # fmt: skip
     return concat_frames(parts), summary
