@@ -305,18 +305,27 @@ _BUILTIN: tuple[tuple[str, TargetEntry], ...] = (
             horizon="hotloop.sim.expert_policy:declared_horizon",
         ),
     ),
-    (
-        "demo:conveyor",
-        TargetEntry(
-            "the shipped pi0.5-nano policy trained on conveyor-pick",
-            "hotloop.demos.conveyor:build_bench",
-            "hotloop.demos.conveyor:build_policy",
-            source=_DEMO_SOURCE,
-            data=_DEMO_DATA,
-            task_observations=_DEMO_TASK_OBSERVATIONS,
-            wrap="hotloop.demos.conveyor:wrap_engine_policy",
-            horizon="hotloop.demos.conveyor:declared_horizon",
-        ),
+    *(
+        (
+            name,
+            TargetEntry(
+                description,
+                "hotloop.demos.conveyor:build_bench",
+                "hotloop.demos.conveyor:build_policy",
+                source=_DEMO_SOURCE,
+                data=_DEMO_DATA,
+                task_observations=_DEMO_TASK_OBSERVATIONS,
+                wrap="hotloop.demos.conveyor:wrap_engine_policy",
+                horizon="hotloop.demos.conveyor:declared_horizon",
+            ),
+        )
+        for name, description in (
+            ("demo:conveyor", "the shipped pi0.5-nano policy trained on conveyor-pick"),
+            (
+                "demo:conveyor-chain",
+                "demo:conveyor trained for an estimated box state: the policy behind --pipeline detector:...",
+            ),
+        )
     ),
     (
         "demo:conveyor-vision",

@@ -75,3 +75,23 @@ def test_rtc_guidance_reaches_the_demo_policy_through_the_evaluators_adapter():
     out = policy.infer({**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 2})
     assert out[GUIDED_KEY] is True and out["actions"].shape == free.shape
     assert np.abs(out["actions"][:2, 0] - prev[:2, 0]).mean() < np.abs(free[:2, 0] - prev[:2, 0]).mean()
+
+
+def test_the_chain_policy_is_its_own_weights_trained_on_a_noisy_box_state():
+    from hotloop.demos.conveyor import CHAIN_ASSET_DIR
+
+    chain = default_targets().get("demo:conveyor-chain").build_policy("demo:conveyor-chain", TargetOptions())
+    plain = default_targets().get("demo:conveyor").build_policy("demo:conveyor", TargetOptions())
+    assert (CHAIN_ASSET_DIR / "model.safetensors").read_bytes() != (
+        ASSET_DIR / "model.safetensors"
+    ).read_bytes()
+    noise = chain.meta["state_noise"]  # what it was trained for, stated beside the weights
+    assert noise["box_xy_mm"] > 0 and noise["box_velocity_xy_mms"] > 0
+    assert plain.meta.get("state_noise") is None
+    assert (
+        default_targets().get("demo:conveyor-chain").declared_horizon("demo:conveyor-chain") == chain.horizon
+    )
+    obs, _ = make_task("conveyor-pick").reset(seed=3)
+    chain.reset()
+    actions = chain.infer(obs)["actions"]
+    assert actions.shape == (chain.horizon, 4) and np.all(np.isfinite(actions))

@@ -2,8 +2,9 @@
 conveyor-pick under named perturbations (`hotloop.sim.perturb`), several plans side by side, so a reader
 sees which plan breaks first and under what.
 
-Plans: `demo:conveyor-vision` (the policy that sees the box only through the camera) and `demo:conveyor`
-behind the layered chain with the learned detector (`--pipeline detector:model=learned`), both sync at
+Plans: `demo:conveyor-vision` (the policy that sees the box only through the camera) and
+`demo:conveyor-chain` (trained for an estimated box state) behind the layered chain with the learned
+detector (`--pipeline detector:model=learned`), both sync at
 a simulated 50 ms. Points: unperturbed, then one perturbation each: the scene (lighting, a bumped camera,
 distractor objects, an occluder, a bigger box) and the sensor (pixel noise, blur). Every point runs the
 same seeds, so the cells of a row are paired. Default: 10 episodes a point; `full=True`: 50.
@@ -30,7 +31,7 @@ class Plan:
 
 PLANS = (
     Plan("demo:conveyor-vision", "demo:conveyor-vision"),
-    Plan("demo:conveyor + learned detector", "demo:conveyor", "detector:model=learned"),
+    Plan("demo:conveyor-chain + learned detector", "demo:conveyor-chain", "detector:model=learned"),
 )
 PERTURBATIONS = (
     "lighting:0.5",

@@ -24,6 +24,15 @@ from hotloop.errors import CheckpointError
 
 PROMPT_TOKENS = (1, 2, 3)  # fixed task ids: one task, no tokenizer needed
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor"
+# demo:conveyor-chain: the same model and transforms, trained for an estimated box state (the layered
+# chain's, `--pipeline detector:...`): `hotloop train-demo --variant chain`.
+CHAIN_ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_chain"
+_ASSET_DIRS = {"conveyor": ASSET_DIR, "conveyor-chain": CHAIN_ASSET_DIR}
+
+
+def asset_dir(config_name: str) -> Path:
+    """The shipped folder of `demo:<config_name>` (`conveyor` or `conveyor-chain`)."""
+    return _ASSET_DIRS[config_name]
 
 
 def model_state(state: np.ndarray) -> np.ndarray:
@@ -235,12 +244,12 @@ def demo_horizon(folder: Path) -> int | None:
 
 
 def declared_horizon(config_name: str) -> int | None:
-    return demo_horizon(ASSET_DIR)
+    return demo_horizon(asset_dir(config_name))
 
 
 def build_policy(config_name: str, options: Any) -> DemoConveyorPolicy:
     options.reject_unsupported(f"demo:{config_name}", {"num_steps"})
-    return load_demo_policy(num_steps=options.num_steps, seed=options.seed)
+    return load_demo_policy(asset_dir(config_name), num_steps=options.num_steps, seed=options.seed)
 
 
 def build_bench(config_name: str, options: Any) -> Any:

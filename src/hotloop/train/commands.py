@@ -10,6 +10,10 @@ import typer
 
 from hotloop.cli_errors import user_errors
 
+# `--variant chain`'s noise on the box state (docs/perception.md, "A policy for the chain's estimate").
+CHAIN_BOX_NOISE_MM = 3.0
+CHAIN_BOX_VELOCITY_NOISE_MMS = 20.0
+
 
 def train_demo_cmd(
     out: Annotated[Path, typer.Option("-o", "--out", help="output folder")] = Path("runs/train-demo"),
@@ -33,8 +37,10 @@ def train_demo_cmd(
     variant: Annotated[
         str | None,
         typer.Option(
-            help="pi: state (demo:conveyor, box pose in the state, the default), vision (demo:conveyor-vision) "
-            "or detector (demo:detector, the learned box detector of the --pipeline perception layer)"
+            help="pi: state (demo:conveyor, box pose in the state, the default), chain (demo:conveyor-chain, "
+            "the same trained for an estimated box pose: the policy behind --pipeline), vision "
+            "(demo:conveyor-vision) or detector (demo:detector, the learned box detector of the --pipeline "
+            "perception layer)"
         ),
     ] = None,
     action_prefix_prob: Annotated[
@@ -56,6 +62,22 @@ def train_demo_cmd(
         typer.Option(
             help="detector variant: closed-loop episodes of the chain (demo:conveyor behind "
             "--rollout-pipeline) whose camera frames join the expert's"
+        ),
+    ] = None,
+    box_noise_mm: Annotated[
+        float | None,
+        typer.Option(
+            "--box-noise-mm",
+            help="state and chain variants: std (mm) of the noise on the box's x, y position the model is "
+            f"trained on (chain default {CHAIN_BOX_NOISE_MM:g}, state 0)",
+        ),
+    ] = None,
+    box_velocity_noise: Annotated[
+        float | None,
+        typer.Option(
+            "--box-velocity-noise",
+            help="state and chain variants: std (mm/s) of the noise on the box's x, y velocity (chain default "
+            f"{CHAIN_BOX_VELOCITY_NOISE_MMS:g}, state 0)",
         ),
     ] = None,
     rollout_pipeline: Annotated[
@@ -104,8 +126,10 @@ def train_demo_cmd(
             typer.echo(f"shipped to {ship_checkpoint(out, family)} (demo:conveyor-{family})")
         return
     variant = variant or "state"
-    if variant not in ("state", "vision", "detector"):
-        raise ConfigError(f"--variant {variant!r} is not known; use state, vision or detector")
+    if variant not in ("state", "chain", "vision", "detector"):
+        raise ConfigError(f"--variant {variant!r} is not known; use state, chain, vision or detector")
+    if variant not in ("state", "chain") and (box_noise_mm is not None or box_velocity_noise is not None):
+        raise ConfigError("--box-noise-mm / --box-velocity-noise are for --variant state or chain; drop them")
     if variant != "detector" and (rollouts is not None or rollout_pipeline is not None):
         raise ConfigError("--rollouts / --rollout-pipeline are for --variant detector; drop them")
     if variant == "detector":
@@ -123,7 +147,9 @@ def train_demo_cmd(
         )  # fmt: skip
         return
     if views is not None and variant != "vision":
-        raise ConfigError("--views is for --variant vision (demo:conveyor reads the top view only)")
+        raise ConfigError(
+            f"--views is for --variant vision (demo:conveyor{'-chain' if variant == 'chain' else ''} reads the top view only)"
+        )
     view_keys = None
     if views is not None:
         from hotloop.sim.tasks.gantry import check_views
@@ -160,6 +186,15 @@ def train_demo_cmd(
         updates["action_prefix_prob"] = action_prefix_prob
     if max_action_prefix is not None:
         updates["max_action_prefix"] = max_action_prefix
+    chain = variant == "chain"
+    updates["box_noise_mm"] = (
+        box_noise_mm if box_noise_mm is not None else (CHAIN_BOX_NOISE_MM if chain else 0.0)
+    )
+    updates["box_velocity_noise_mms"] = (
+        box_velocity_noise
+        if box_velocity_noise is not None
+        else (CHAIN_BOX_VELOCITY_NOISE_MMS if chain else 0.0)
+    )
     cfg = dataclasses.replace(cfg, **updates)
     summary = train_demo(cfg, out, dataset_dir=dataset)
     tr = summary["training"]
@@ -168,7 +203,8 @@ def train_demo_cmd(
         f"wrote {out} (loss curve {out / 'loss.png'})"
     )
     if ship:
-        typer.echo(f"shipped to {ship_assets(out)}")
+        target = "demo:conveyor-chain" if chain else "demo:conveyor"
+        typer.echo(f"shipped to {ship_assets(out, target)} ({target})")
 
 
 def _train_act(

@@ -43,6 +43,14 @@ class TrainDemoConfig:
     # (flow time 0) and left out of the loss. 0 trains the plain policy with the exact draws of before.
     action_prefix_prob: float = 0.0
     max_action_prefix: int = 8
+    # Training for an estimated box state (`--variant chain`, demo:conveyor-chain): the box position and
+    # velocity the model is given are perturbed along the belt plane (x, y) by Gaussian noise of these stds,
+    # drawn `state_noise_copies` times per frame before training; the expert's labels stay the clean ones.
+    # A policy trained on the exact state re-aims at every few-millimetre wobble of a camera estimate
+    # (docs/perception.md, "what really limits the chain"). 0 and 0: the exact state, the draws of before.
+    box_noise_mm: float = 0.0
+    box_velocity_noise_mms: float = 0.0
+    state_noise_copies: int = 8
 
     def __post_init__(self) -> None:
         for name in ("episodes", "steps", "batch", "threads"):
@@ -63,6 +71,14 @@ class TrainDemoConfig:
                 )
         if not 0.0 <= self.recovery_starts <= 1.0:
             raise ConfigError(f"train-demo recovery_starts must be in [0, 1] (got {self.recovery_starts})")
+        for flag, value in (("--box-noise-mm", self.box_noise_mm),
+                            ("--box-velocity-noise", self.box_velocity_noise_mms)):  # fmt: skip
+            if not 0.0 <= value <= 100.0:
+                raise ConfigError(
+                    f"train-demo {flag} must be in [0, 100] (got {value}); 0 trains on the exact state"
+                )
+        if self.state_noise_copies < 1:
+            raise ConfigError(f"train-demo state_noise_copies must be >= 1 (got {self.state_noise_copies})")
         if not 0 < self.lr < 1:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
 
@@ -70,8 +86,8 @@ class TrainDemoConfig:
 @dataclass
 class _Arrays:
     images: np.ndarray  # (N, 64, 64, 3) uint8
-    tokens: np.ndarray  # (N, L) int64
-    token_masks: np.ndarray  # (N, L) bool
+    tokens: np.ndarray  # (K, N, L) int64: K noisy draws of each frame's state (1: the exact state)
+    token_masks: np.ndarray  # (K, N, L) bool
     actions: np.ndarray  # (N, H, max_action_dim) float32, normalised, zero-padded
     action_dim: int
 
@@ -82,7 +98,37 @@ def quantiles(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, np.maximum(hi, lo + 1e-3)  # a constant column must not divide by zero
 
 
-def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, Any, int]:
+@dataclass(frozen=True)
+class StateNoise:
+    """Gaussian noise on the box's x, y position (m) and velocity (m/s) in the env state, `copies` draws
+    per frame from `seed`; stds of 0 give the one exact copy."""
+
+    position_std: float = 0.0
+    velocity_std: float = 0.0
+    copies: int = 1
+    seed: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.position_std > 0 or self.velocity_std > 0
+
+    def draws(self, state: np.ndarray) -> list[np.ndarray]:
+        """The env states (N, 10) as the model is to see them: [state] when inactive."""
+        if not self.active:
+            return [state]
+        rng = np.random.default_rng(self.seed)
+        out = []
+        for _ in range(self.copies):
+            noisy = state.copy()
+            noisy[:, 4:6] += rng.normal(0.0, self.position_std, (len(state), 2)).astype(np.float32)
+            noisy[:, 7:9] += rng.normal(0.0, self.velocity_std, (len(state), 2)).astype(np.float32)
+            out.append(noisy)
+        return out
+
+
+def _build_arrays(
+    dataset: Any, cfg_model: Any, horizon: int, noise: StateNoise = StateNoise()
+) -> tuple[_Arrays, Any, int]:
     from hotloop.demos.conveyor import PROMPT_TOKENS, model_state, to_relative
     from hotloop.families.pi.policy import NormStats, Stats
     from hotloop.models.pi0 import state_prompt_tokens
@@ -98,23 +144,28 @@ def _build_arrays(dataset: Any, cfg_model: Any, horizon: int) -> tuple[_Arrays, 
         # Chunk for frame j: actions j..j+H-1, the last one repeated past the episode's end.
         idx = np.minimum(np.arange(t)[:, None] + np.arange(horizon)[None, :], t - 1)
         chunks.append(to_relative(ep.action[idx], ep.state))
-        states.append(model_state(ep.state))
+        states.append(np.asarray(ep.state, dtype=np.float32))
         images.append(ep.images["top"])
     if not used:
         raise ConfigError("the dataset has no successful episodes to learn from")
-    state = np.concatenate(states)
+    env_state = np.concatenate(states)
+    state = model_state(env_state)  # the norm stats are the exact state's: the robot's range is the same
     rel = np.concatenate(chunks)
     action_dim = rel.shape[-1]
     s_lo, s_hi = quantiles(state)
     a_lo, a_hi = quantiles(rel.reshape(-1, action_dim))
     norm = NormStats(state=Stats(q01=s_lo, q99=s_hi), actions=Stats(q01=a_lo, q99=a_hi), mode="quantiles")
-    nstate = np.clip(norm.normalize(state, "state"), -1.0, 1.0)
-    tokens, masks = zip(
-        *(state_prompt_tokens(list(PROMPT_TOKENS), s, cfg_model) for s in nstate), strict=True
-    )
+    all_tokens, all_masks = [], []
+    for drawn in noise.draws(env_state):
+        nstate = np.clip(norm.normalize(model_state(drawn), "state"), -1.0, 1.0)
+        tokens, masks = zip(
+            *(state_prompt_tokens(list(PROMPT_TOKENS), s, cfg_model) for s in nstate), strict=True
+        )
+        all_tokens.append(np.stack(tokens))
+        all_masks.append(np.stack(masks))
     nact = np.zeros((rel.shape[0], horizon, cfg_model.max_action_dim), dtype=np.float32)
     nact[..., :action_dim] = norm.normalize(rel, "actions")
-    arrays = _Arrays(np.concatenate(images), np.stack(tokens), np.stack(masks), nact, action_dim)
+    arrays = _Arrays(np.concatenate(images), np.stack(all_tokens), np.stack(all_masks), nact, action_dim)
     return arrays, norm, used
 
 
@@ -184,9 +235,13 @@ def train_demo(
 
     model_cfg = get_pi_config(cfg.model)
     horizon = model_cfg.chunk_size
-    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon)
+    noise = StateNoise(
+        cfg.box_noise_mm / 1e3, cfg.box_velocity_noise_mms / 1e3, cfg.state_noise_copies, cfg.seed + 1
+    )
+    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon, noise)
     check_finite({"actions": arrays.actions}, f"the dataset {dataset.root}")
     n = arrays.images.shape[0]
+    copies = arrays.tokens.shape[0]
 
     gen = torch.Generator().manual_seed(cfg.seed)
     model = new_model(model_cfg, gen, cfg.ordinal_state_embeddings)
@@ -202,7 +257,9 @@ def train_demo(
     def step_loss(step: int) -> dict[str, Any]:
         idx = torch.randint(0, n, (cfg.batch,), generator=gen)
         img = images[idx].permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)[:, None]
-        obs = observation(img, ones, tokens[idx], token_masks[idx])
+        # One noisy draw per example; the exact state (one copy) takes no draw, so its runs are unchanged.
+        k = torch.randint(0, copies, (cfg.batch,), generator=gen) if copies > 1 else torch.zeros_like(idx)
+        obs = observation(img, ones, tokens[k, idx], token_masks[k, idx])
         if cfg.action_prefix_prob > 0:
             prefix_len = _draw_prefix_len(cfg, gen)
             per = flow_matching_loss(
@@ -229,6 +286,9 @@ def train_demo(
         "horizon": horizon,
         "action_dim": arrays.action_dim,
         "state_transform": "ee, grip, box - ee, box velocity (hotloop.demos.conveyor.model_state)",
+        "state_noise": {"box_xy_mm": cfg.box_noise_mm, "box_velocity_xy_mms": cfg.box_velocity_noise_mms}
+        if noise.active
+        else None,
         "action_transform": "xyz relative to the ee at observation time, absolute grip",
         "prompt_tokens": [1, 2, 3],
         # Sampling from x = 0 (the flow's mode) instead of a random draw: measured 18/20 against 5/20
@@ -255,17 +315,19 @@ def train_demo(
 SHIPPED_FILES = ("config.json", "model.safetensors", "norm_stats.json", "demo.json", "loss.png")
 
 
-def ship_assets(run_dir: str | Path) -> Path:
-    """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor` loads)."""
+def ship_assets(run_dir: str | Path, target: str = "demo:conveyor") -> Path:
+    """Copy a trained run's checkpoint files into the package's assets (what `target` loads:
+    demo:conveyor or demo:conveyor-chain)."""
     import shutil
 
-    from hotloop.demos.conveyor import ASSET_DIR
+    from hotloop.demos.conveyor import asset_dir
 
+    dest = asset_dir(target.split(":", 1)[1])
     src = Path(run_dir)
     missing = [f for f in SHIPPED_FILES if not (src / f).is_file()]
     if missing:
         raise ConfigError(f"{src} lacks {', '.join(missing)}; run `hotloop train-demo -o {src}` first")
-    ASSET_DIR.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_FILES:
-        shutil.copyfile(src / name, ASSET_DIR / name)
-    return ASSET_DIR
+        shutil.copyfile(src / name, dest / name)
+    return dest
