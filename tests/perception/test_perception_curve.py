@@ -58,6 +58,28 @@ def test_curve_of_a_detector_folder_writes_points_chosen_and_a_plot(tmp_path, fr
     assert r.exit_code == 0 and "no resolution fits" in r.output
 
 
+def test_curve_closed_loop_drives_the_policy_it_is_given(tmp_path, frames_file):
+    folder = tiny_detector(tmp_path / "det")
+    out = tmp_path / "c.json"
+    args = [
+        "perception-curve",
+        str(folder),
+        "--data",
+        str(frames_file),
+        "--resolutions",
+        "16",
+        "--iters",
+        "2",
+    ]
+    args += ["--warmup", "0", "--episodes", "1", "--workers", "0", "--latency", "fixed:0"]
+    r = runner.invoke(app, [*args, "--policy", "demo:conveyor-chain", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["closed_loop"] == {"policy": "demo:conveyor-chain", "latency": "fixed:0", "episodes": 1}
+    (point,) = doc["points"]
+    assert point["success_rate"] in (0.0, 1.0) and len(point["success_ci95"]) == 2
+
+
 def test_curve_refuses_bad_input_before_any_work(tmp_path, frames_file):
     folder = tiny_detector(tmp_path / "det")
     for extra, words in (
@@ -66,6 +88,7 @@ def test_curve_refuses_bad_input_before_any_work(tmp_path, frames_file):
         (["--metric", "map"], "--metric"),
         (["--int8", str(tmp_path / "p"), "--tolerance", "iou:2"], "(0, 1]"),
         (["--input", "x:1,3,32,32"], "--input and --images are for an ONNX"),
+        (["--episodes", "1", "--policy", "demo:nope"], "--policy demo:nope: unknown target"),
     ):
         r = runner.invoke(app, ["perception-curve", str(folder), "--data", str(frames_file), *extra])
         assert r.exit_code == 2 and words in r.output, (extra, r.output)

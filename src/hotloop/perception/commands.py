@@ -34,8 +34,15 @@ def perception_curve_cmd(
         float | None, typer.Option(help="latency budget (ms, p99 of the compiled path): pick within it")
     ] = None,
     episodes: Annotated[
-        int | None, typer.Option(help="closed-loop episodes per resolution (demo:conveyor with the chain)")
+        int | None, typer.Option(help="closed-loop episodes per resolution (--policy behind the chain)")
     ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="closed loop: the conveyor-pick policy behind the chain (a target, artifact or checkpoint; "
+            "demo:conveyor-chain is trained for an estimated box state)"
+        ),
+    ] = "demo:conveyor",
     latency: Annotated[
         str, typer.Option(help="closed loop: the decision layer's latency (as eval)")
     ] = "measured",
@@ -83,6 +90,14 @@ def perception_curve_cmd(
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
     if held_out < 1:
         raise ConfigError(f"--held-out must be >= 1 (got {held_out})")
+    if episodes is not None:
+        from hotloop.errors import UnknownNameError
+        from hotloop.targets import find_target
+
+        try:
+            find_target(policy)
+        except (ConfigError, UnknownNameError) as e:
+            raise ConfigError(f"--policy {policy}: {e.args[0] if e.args else e}") from None
     for path, flag in ((json_path, "--json"), (plot, "--plot")):
         if path is not None:
             check_output_file(path, flag)
@@ -112,7 +127,7 @@ def perception_curve_cmd(
 
         result = learned_curve(
             detector, sizes, data, held_out, metric, budget_ms, iters, warmup, episodes, latency, workers, plot,
-            int8, tolerance,
+            int8, tolerance, policy,
         )  # fmt: skip
     _finish(result, json_path, plot)
 

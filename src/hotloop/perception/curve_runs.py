@@ -51,6 +51,7 @@ def learned_curve(
     plot: Path | None,
     int8_dir: Path | None = None,
     tolerance: str = "iou:0.85",
+    policy: str = "demo:conveyor",
 ) -> dict[str, Any]:
     import onnxruntime as ort
     import torch
@@ -114,7 +115,7 @@ def learned_curve(
                 )  # fmt: skip
             if episodes is not None:
                 point.success_rate, point.success_ci95 = _closed_loop(
-                    model_ref, r, episodes, latency, workers
+                    policy, model_ref, r, episodes, latency, workers
                 )
             points.append(point)
             bar.update(1, f"{r} px")
@@ -127,6 +128,7 @@ def learned_curve(
         points, chosen, metric, budget_ms, detector=name, frames=len(frames), frame_size=frames.size,
         data=str(data) if data is not None else f"rendered seeds {HELD_OUT_SEED}..{HELD_OUT_SEED + held_out - 1}",
         latency_paths={"eager": "torch, 1 thread", "compiled": f"onnxruntime {ort.__version__}, 1 thread"},
+        closed_loop={"policy": policy, "latency": latency, "episodes": episodes} if episodes is not None else None,
     )  # fmt: skip
 
 
@@ -184,12 +186,12 @@ def _int8_point(
 
 
 def _closed_loop(
-    model_ref: str, resolution: int, episodes: int, latency: str, workers: int
+    policy: str, model_ref: str, resolution: int, episodes: int, latency: str, workers: int
 ) -> tuple[float, list[float]]:
     from hotloop.closedloop.eval_run import EvalRequest, run_eval
 
     request = EvalRequest(
-        target="demo:conveyor",
+        target=policy,
         latency=latency,
         episodes=episodes,
         workers=workers,
