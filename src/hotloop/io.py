@@ -168,3 +168,15 @@ def check_plot_file(path: str | os.PathLike[str] | None, flag: str, others: dict
         if other is not None and Path(os.path.realpath(other)) == Path(os.path.realpath(target)):
             raise ConfigError(f"{flag} {path} is the same file as {other_flag}; give the plot its own file")
     check_output_file(path, flag)
+
+
+def cache_root() -> Path:
+    """hotloop's cache folder: `$HOTLOOP_CACHE_DIR`, else `$XDG_CACHE_HOME/hotloop`, else ~/.cache/hotloop."""
+    own = os.environ.get("HOTLOOP_CACHE_DIR")
+    if own:
+        return Path(own)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = (
+        Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    )  # the spec: relative = unset
+    return base / "hotloop"

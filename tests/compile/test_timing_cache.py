@@ -207,3 +207,13 @@ def test_a_changed_weight_or_input_shape_is_another_graph() -> None:
     with torch.no_grad():
         lin.weight[0, 0] += 1.0
     assert digest() != first
+
+
+def test_the_roofline_peaks_live_in_the_same_cache_folder(tmp_path, monkeypatch):
+    from hotloop.measure.roofline import default_cache_dir
+
+    monkeypatch.setenv("HOTLOOP_CACHE_DIR", str(tmp_path / "own"))
+    assert default_cache_dir() == tmp_path / "own" / "roofline"
+    monkeypatch.delenv("HOTLOOP_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "hotloop" / "roofline"

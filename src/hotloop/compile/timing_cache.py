@@ -45,21 +45,10 @@ from pathlib import Path
 from typing import Any
 
 import hotloop
+from hotloop.io import cache_root  # noqa: F401  (re-exported: where the timings live)
 
 SCHEMA = 1
 _VERSIONED = ("torch", "numpy", "onnxruntime", "openvino", "tensorrt")
-
-
-def cache_root() -> Path:
-    """hotloop's cache folder: `$HOTLOOP_CACHE_DIR`, else `$XDG_CACHE_HOME/hotloop`, else ~/.cache/hotloop."""
-    own = os.environ.get("HOTLOOP_CACHE_DIR")
-    if own:
-        return Path(own)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = (
-        Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    )  # the spec: relative = unset
-    return base / "hotloop"
 
 
 def timing_fingerprint(threads: int, pin: tuple[int, ...] | None) -> dict[str, Any]:

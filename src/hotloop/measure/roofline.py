@@ -5,7 +5,7 @@ Three parts:
   target (`PolicyFamily.stage_work`; pi's in `hotloop.families.pi.roofline`, counting matmuls and attention: 2 FLOPs per multiply-add);
 - this machine's measured matmul peak per precision (`measure_peaks`): square matmuls in PyTorch at the
   current thread count, best of several timed runs. `hotloop doctor` measures them once and caches them
-  under ~/.cache/hotloop/roofline, keyed by the machine fingerprint (CPU model and flags, usable CPUs,
+  under hotloop's cache folder (`$HOTLOOP_CACHE_DIR`, else ~/.cache/hotloop)/roofline, keyed by the machine fingerprint (CPU model and flags, usable CPUs,
   threads, torch version), so a different machine or thread count never reads another's figures;
 - `roofline(work, stage_p50_ms, peaks)`: per stage the achieved GFLOP/s and its share of the peak of the
   stage's precision.
@@ -217,7 +217,10 @@ def measure_peaks(precisions: tuple[str, ...] = PRECISIONS, budget_s: float = 0.
 
 
 def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "hotloop" / "roofline"
+    """`roofline` under hotloop's cache folder (`$HOTLOOP_CACHE_DIR`, else the XDG cache, else ~/.cache)."""
+    from hotloop.io import cache_root
+
+    return cache_root() / "roofline"
 
 
 def load_peaks(cache_dir: Path, key: str) -> MatmulPeaks | None:
