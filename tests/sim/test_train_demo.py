@@ -58,13 +58,7 @@ def test_prefix_conditioned_training_is_repeatable_and_its_policy_runs_rtc_prefi
     from hotloop.realtime.rtc import DELAY_KEY, MODE_KEY, PREV_ACTIONS_KEY
 
     cfg = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1, action_prefix_prob=0.5, max_action_prefix=4)
-    train_demo(cfg, tmp_path / "a", progress=False)
-    train_demo(cfg, tmp_path / "b", dataset_dir=tmp_path / "a" / "dataset", progress=False)
-    weights = (tmp_path / "a" / "model.safetensors").read_bytes()
-    assert weights == (tmp_path / "b" / "model.safetensors").read_bytes()
-    plain = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1)
-    train_demo(plain, tmp_path / "c", dataset_dir=tmp_path / "a" / "dataset", progress=False)
-    assert weights != (tmp_path / "c" / "model.safetensors").read_bytes()  # the augmentation acts
+    _assert_repeatable_and_unlike_plain_training(cfg, tmp_path)  # the augmentation acts
     policy = load_demo_policy(tmp_path / "a")
     obs, _ = make_task("conveyor-pick").reset(seed=0)
     prev = policy.infer(obs)["actions"][:8]
@@ -108,13 +102,7 @@ def test_noisy_state_training_is_repeatable_and_differs_from_the_exact_state(tmp
     cfg = TrainDemoConfig(
         episodes=2, steps=3, batch=4, warmup=1, box_noise_mm=3.0, box_velocity_noise_mms=20.0
     )
-    train_demo(cfg, tmp_path / "a", progress=False)
-    train_demo(cfg, tmp_path / "b", dataset_dir=tmp_path / "a" / "dataset", progress=False)
-    weights = (tmp_path / "a" / "model.safetensors").read_bytes()
-    assert weights == (tmp_path / "b" / "model.safetensors").read_bytes()
-    plain = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1)
-    train_demo(plain, tmp_path / "c", dataset_dir=tmp_path / "a" / "dataset", progress=False)
-    assert weights != (tmp_path / "c" / "model.safetensors").read_bytes()  # the noise reaches the model
+    _assert_repeatable_and_unlike_plain_training(cfg, tmp_path)  # the noise reaches the model
     meta = json.loads((tmp_path / "a" / "demo.json").read_text())
     assert meta["state_noise"] == {"box_xy_mm": 3.0, "box_velocity_xy_mms": 20.0}
     assert json.loads((tmp_path / "c" / "demo.json").read_text())["state_noise"] is None
@@ -144,3 +132,15 @@ def test_train_demo_refuses_state_noise_for_other_variants(tmp_path):
         app, ["train-demo", "--variant", "chain", "--box-noise-mm", "-1", "-o", str(out)]
     )
     assert result.exit_code == 2 and "--box-noise-mm must be in [0, 100]" in result.output
+
+
+def _assert_repeatable_and_unlike_plain_training(cfg, tmp_path):
+    """Train `cfg` twice on one recording (into a/ and b/) and once without its option (into c/):
+    the twin runs must match to the byte and differ from the plain one, so the option reaches the model."""
+    train_demo(cfg, tmp_path / "a", progress=False)
+    train_demo(cfg, tmp_path / "b", dataset_dir=tmp_path / "a" / "dataset", progress=False)
+    weights = (tmp_path / "a" / "model.safetensors").read_bytes()
+    assert weights == (tmp_path / "b" / "model.safetensors").read_bytes()
+    plain = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1)
+    train_demo(plain, tmp_path / "c", dataset_dir=tmp_path / "a" / "dataset", progress=False)
+    assert weights != (tmp_path / "c" / "model.safetensors").read_bytes()
