@@ -20,8 +20,16 @@ def compress_cmd(
         Path | None, typer.Option(help="recorded episodes (hotloop record) to calibrate and distill on")
     ] = None,
     tolerance: Annotated[
-        str, typer.Option(help="final-action agreement with the fp32 reference, e.g. cos:0.99")
-    ] = "cos:0.99",
+        str | None,
+        typer.Option(
+            help="the gate against the fp32 reference: a policy's final-action agreement (default cos:0.99); "
+            "a detector's iou:T or centre-mm:X against its float32 boxes (default iou:0.85)"
+        ),
+    ] = None,
+    resolution: Annotated[
+        int | None,
+        typer.Option(help="detector: the input size (px) of its int8 plan (default 64, the camera's own)"),
+    ] = None,
     episodes: Annotated[
         int, typer.Option(help="closed-loop episodes per step (targets with a task; 0 skips)")
     ] = 0,
@@ -68,7 +76,13 @@ def compress_cmd(
             help="step-distill: extra loss weight on the chunk's first action (the one sync executes)"
         ),
     ] = 0.0,
-    bench_iters: Annotated[int, typer.Option("--bench-iters", help="timed inferences per step")] = 20,
+    bench_iters: Annotated[
+        int | None,
+        typer.Option(
+            "--bench-iters",
+            help="timed inferences per step (default 20; a detector's sub-millisecond calls: 1000 a path)",
+        ),
+    ] = None,
     backends: Annotated[
         str, typer.Option(help="backends the compile step may choose from")
     ] = "eager,onnxruntime,openvino",
@@ -82,7 +96,23 @@ def compress_cmd(
     seed: Annotated[int, typer.Option(help="seed for weights, noise and data order")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
 ) -> None:
-    """Compress TARGET step by step (judged after each step); write the last passing artifact."""
+    """Compress TARGET step by step (judged after each step); write the last passing artifact. A learned
+    box detector (demo:detector or its folder) takes `--recipe quantize`: an int8 plan gated in its own terms."""
+    from hotloop.perception.compress_detector import is_detector
+
+    if is_detector(target):
+        _compress_detector(
+            target, recipe, out, data, tolerance, resolution, episodes, eval_latency, calibration_frames,
+            bench_iters, json_path, plot, seed, quiet,
+        )  # fmt: skip
+        return
+    if resolution is not None:
+        from hotloop.errors import ConfigError
+
+        raise ConfigError(
+            f"--resolution is for a detector target (demo:detector or its folder), not {target}"
+        )
+    tolerance = tolerance if tolerance is not None else "cos:0.99"
     from hotloop.closedloop.latency import parse_latency
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compile.backends import check_backend_names
@@ -130,7 +160,7 @@ def compress_cmd(
         distill_lr=distill_lr,
         buckets=parse_buckets(buckets) if buckets is not None else (),
         step_distill_first_action=first_action_weight,
-        bench_iters=bench_iters,
+        bench_iters=bench_iters if bench_iters is not None else 20,
         backends=names,
         fp32_layers=fp32_layers,
         threads=threads,
@@ -162,6 +192,99 @@ def compress_cmd(
     if report["stopped"]:
         typer.echo(f"stopped: {report['stopped']}; the best passing result was kept", err=True)
         raise typer.Exit(EXIT_TOLERANCE)
+
+
+def _compress_detector(
+    target: str,
+    recipe: str,
+    out: Path,
+    data: Path | None,
+    tolerance: str | None,
+    resolution: int | None,
+    episodes: int,
+    eval_latency: str,
+    calibration_frames: int,
+    bench_iters: int | None,
+    json_path: Path | None,
+    plot: Path | None,
+    seed: int,
+    quiet: bool,
+) -> None:
+    from hotloop.compile.artifact import check_output_dir
+    from hotloop.compress.recipe import EXIT_TOLERANCE
+    from hotloop.errors import ConfigError
+    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.perception.compress_detector import (
+        DEFAULT_RESOLUTION,
+        DEFAULT_TOLERANCE,
+        DETECTOR_BENCH_ITERS,
+        DetectorCompressConfig,
+        compress_detector,
+    )
+
+    if plot is not None:
+        raise ConfigError(
+            "--plot draws a policy recipe's steps; a detector's int8 plan is drawn beside float32 per "
+            "resolution by `hotloop perception-curve DETECTOR --int8 DIR --plot OUT.png`"
+        )
+    config = DetectorCompressConfig(
+        target=target,
+        recipe=tuple(s.strip() for s in recipe.split(",") if s.strip()),
+        tolerance=tolerance if tolerance is not None else DEFAULT_TOLERANCE,
+        out=out,
+        resolution=resolution if resolution is not None else DEFAULT_RESOLUTION,
+        data=data,
+        calibration_frames=calibration_frames,
+        episodes=episodes,
+        eval_latency=eval_latency,
+        bench_iters=bench_iters if bench_iters is not None else DETECTOR_BENCH_ITERS,
+        seed=seed,
+    )
+    check_output_dir(out, "-o")
+    check_output_file(json_path, "--json")
+    if data is not None and not data.exists():
+        raise ConfigError(
+            f"--data {data} does not exist; give a frames .npz or a dataset `hotloop record` wrote"
+        )
+    log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
+    report = compress_detector(config, log)
+    if json_path is not None:
+        atomic_write_json(json_path, report)
+        typer.echo(f"wrote {json_path}")
+    _print_detector(report)
+    typer.echo(f"wrote {out} (--pipeline detector:model={out})")
+    if report["precision"] != "int8":
+        typer.echo(
+            f"stopped: no int8 layer kept {report['tolerance']}; the plan is the float32 graph", err=True
+        )
+        raise typer.Exit(EXIT_TOLERANCE)
+
+
+def _print_detector(report: dict) -> None:  # type: ignore[type-arg]
+    gate, speed, acc = report["gate"], report["speed"], report["accuracy"]
+    kind = next(k for k in gate if k not in ("passed", "frames"))
+    kept = ", ".join(report["fp32_modules"]) or "none"
+    typer.echo(
+        f"int8 plan at {report['resolution']} px: gate {kind} {gate[kind]:.3f} on {gate['frames']} held-out "
+        f"frames ({'passed' if gate['passed'] else 'failed'} {report['tolerance']}); float32 layers: {kept}"
+    )
+    centre = "-" if acc["centre_mm_p50"] is None else f"{acc['centre_mm_p50']:.2f} mm"
+    typer.echo(
+        f"against the labels: IoU {acc['iou']:.3f}, centre p50 {centre}, detected {acc['detection_rate']:.1%}"
+    )
+    typer.echo(
+        f"latency (onnxruntime, 1 thread, interleaved): int8 p50/p99 {speed['int8_ms']['p50']:.3f}/"
+        f"{speed['int8_ms']['p99']:.3f} ms, fp32 {speed['fp32_ms']['p50']:.3f}/{speed['fp32_ms']['p99']:.3f} ms; "
+        f"fp32/int8 {speed['ratio_p50']:.2f}x at p50, {speed['ratio_p99']:.2f}x at p99"
+    )
+    loop = report.get("closed_loop")
+    if loop:
+        d = loop["paired"]["difference"]
+        typer.echo(
+            f"closed loop ({loop['policy']}, {loop['latency']}, seeds {loop['seeds'][0]}..{loop['seeds'][1]}): "
+            f"fp32 {loop['fp32']['successes']}/{loop['fp32']['completed']}, int8 {loop['int8']['successes']}/"
+            f"{loop['int8']['completed']}; paired change {d['estimate']:+.1%} ({d['low']:+.1%} to {d['high']:+.1%}) (McNemar p {loop['paired']['mcnemar_p']:.2f})"
+        )
 
 
 def _print(report: dict) -> None:  # type: ignore[type-arg]

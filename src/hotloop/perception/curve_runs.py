@@ -148,37 +148,17 @@ def _int8_point(
     iters: int,
     warmup: int,
 ) -> dict[str, Any]:
-    """The int8 plan at one resolution: quantized with the gate, scored against the labels like the
-    float32 point, and timed interleaved with the float32 ONNX Runtime session (the speed ratio)."""
-    from hotloop.io import atomic_write_json
-    from hotloop.perception.detector_eval import evaluate_maps, learned_outputs
-    from hotloop.perception.learned_detector import resample
-    from hotloop.perception.quantize import quantize_detector, run_session, session
+    """The int8 plan at one resolution (`build_int8_plan`), as a point of the curve."""
+    from hotloop.perception.quantize import build_int8_plan
 
-    manifest = quantize_detector(model, resolution, calibration, frames, gate, out, plane_z)
-    plan = session(out / "model.onnx")
-    maps = learned_outputs(model, frames, resolution, lambda b: run_session(plan, b))
-    details = evaluate_maps(model, frames, maps, plane_z).to_dict()
-    x = resample(frames.images[:1], resolution)
-    int8_ms, fp32_ms = time_calls(
-        f"int8 {resolution}", lambda: plan.run(None, {"image": x}), iters, warmup,
-        compare=(f"fp32 {resolution}", lambda: fp32_session.run(None, {"image": x})),
-    )  # fmt: skip
-    assert fp32_ms is not None
-    speed = {
-        "int8_ms": int8_ms,
-        "fp32_ms": fp32_ms,
-        "ratio_p50": fp32_ms["p50"] / int8_ms["p50"],  # > 1: int8 is faster
-        "interleaved": True,
-    }
-    manifest["speed"] = speed
-    manifest["accuracy"] = details
-    atomic_write_json(out / "manifest.json", manifest)
+    manifest = build_int8_plan(
+        model, resolution, calibration, frames, gate, out, plane_z, iters, warmup, fp32_session
+    )
     return {
-        "accuracy": metric_value(details, metric),
-        "details": details,
-        "latency_ms": int8_ms,
-        "speed_ratio_p50": speed["ratio_p50"],
+        "accuracy": metric_value(manifest["accuracy"], metric),
+        "details": manifest["accuracy"],
+        "latency_ms": manifest["speed"]["int8_ms"],
+        "speed_ratio_p50": manifest["speed"]["ratio_p50"],
         "gate": manifest["gate"],
         "fp32_layers": manifest["fp32_modules"],
         "plan": str(out),

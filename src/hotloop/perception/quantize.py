@@ -217,3 +217,47 @@ def quantize_detector(
     }
     atomic_write_json(out_dir / "manifest.json", manifest)
     return manifest
+
+
+def build_int8_plan(
+    model: Any,
+    resolution: int,
+    calibration: Any,
+    frames: Any,
+    gate: Tolerance,
+    out: Path,
+    plane_z: float,
+    iters: int,
+    warmup: int,
+    fp32_session: Any = None,
+) -> dict[str, Any]:
+    """`quantize_detector`, then the plan scored against the labels like the float32 network (`accuracy`)
+    and timed interleaved with the float32 graph in ONNX Runtime (`speed`, the ratio at p50), both added
+    to its manifest, which is returned. `fp32_session`: the float32 graph's session if one is open."""
+    from hotloop.io import atomic_write_json
+    from hotloop.perception.curve import time_calls
+    from hotloop.perception.detector_eval import evaluate_maps, learned_outputs
+    from hotloop.perception.learned_detector import resample
+
+    manifest = quantize_detector(model, resolution, calibration, frames, gate, out, plane_z)
+    plan = session(out / "model.onnx")
+    fp32 = fp32_session if fp32_session is not None else session(out / "fp32.onnx")
+    maps = learned_outputs(model, frames, resolution, lambda b: run_session(plan, b))
+    details = evaluate_maps(model, frames, maps, plane_z).to_dict()
+    x = resample(frames.images[:1], resolution)
+    int8_ms, fp32_ms = time_calls(
+        f"int8 {resolution}", lambda: plan.run(None, {"image": x}), iters, warmup,
+        compare=(f"fp32 {resolution}", lambda: fp32.run(None, {"image": x})),
+    )  # fmt: skip
+    assert fp32_ms is not None
+    manifest["speed"] = {
+        "int8_ms": int8_ms,
+        "fp32_ms": fp32_ms,
+        "ratio_p50": fp32_ms["p50"] / int8_ms["p50"],  # > 1: int8 is faster
+        "ratio_p99": fp32_ms["p99"] / int8_ms["p99"],
+        "interleaved": True,
+        "iterations": iters,
+    }
+    manifest["accuracy"] = details
+    atomic_write_json(out / "manifest.json", manifest)
+    return manifest
