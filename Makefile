@@ -8,8 +8,13 @@ OPENPI_VENV := .venv-openpi
 # pytest-xdist processes for `make test`: most tests use one core, so two workers halve the wall time here.
 TEST_WORKERS ?= 2
 OPENPI_STAMP := $(OPENPI_VENV)/.installed
+# LeRobot's own released code beside hotloop and its plugin (the plugin and `serve --protocol lerobot` tests).
+LEROBOT_VENV := .venv-lerobot
+LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
+LEROBOT_LOCK := requirements-lerobot-lock.txt
+PLUGIN := plugins/lerobot_policy_hotloop
 
-.PHONY: demo test lint install lock openpi-venv clean test-mujoco-min
+.PHONY: demo test lint install lock openpi-venv lerobot-venv clean test-mujoco-min
 
 # Every third-party package at the version CI tested (`make lock` rewrites both from tested venvs).
 LOCK := requirements-lock.txt
@@ -30,6 +35,29 @@ $(OPENPI_STAMP): $(OPENPI_LOCK)
 	$(OPENPI_VENV)/bin/pip install -q -c $(OPENPI_LOCK) openpi-client==0.1.2 'numpy<2' typing_extensions
 	touch $(OPENPI_STAMP)
 
+# LeRobot 0.4.x is the last release for Python 3.11 (0.5+ needs 3.12) and pins torch<2.11, torchvision<0.26: its
+# code goes in without dependencies beside our CPU torch, then what its policy, processor, eval and async modules
+# import (at the lock's versions, its own pins where they hold), then hotloop and the plugin, editable.
+# The registry's torchvision is a CUDA build whose C++ ops cannot load here: tools/lerobot_torchvision_shim.py
+# (a .pth import hook) defines the two op schemas its import needs.
+LEROBOT_DEPS := draccus huggingface-hub deepdiff packaging setuptools safetensors einops gymnasium termcolor \
+	grpcio protobuf datasets opencv-python-headless av jsonlines pyserial pillow accelerate diffusers imageio \
+	imageio-ffmpeg pynput wandb transformers num2words gym-pusht pytest
+$(LEROBOT_STAMP): $(LEROBOT_LOCK) pyproject.toml $(PLUGIN)/pyproject.toml tools/lerobot_torchvision_shim.py
+	rm -rf $(LEROBOT_VENV) && $(PY) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install -q -c $(LEROBOT_LOCK) pip
+	$(LEROBOT_VENV)/bin/pip install -q -c $(LEROBOT_LOCK) torch
+	$(LEROBOT_VENV)/bin/pip install -q --no-deps -c $(LEROBOT_LOCK) lerobot torchvision
+	$(LEROBOT_VENV)/bin/pip install -q -c $(LEROBOT_LOCK) $(LEROBOT_DEPS)
+	$(LEROBOT_VENV)/bin/pip install -q -c $(LEROBOT_LOCK) -e '.[backends,tokenizer,serve]' -e $(PLUGIN)
+	site=$$($(LEROBOT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+		cp tools/lerobot_torchvision_shim.py $$site/hotloop_torchvision_shim.py && \
+		echo "import hotloop_torchvision_shim" > $$site/hotloop_torchvision_shim.pth
+	$(LEROBOT_VENV)/bin/python -c "import lerobot.policies.factory, lerobot.scripts.lerobot_eval, lerobot.async_inference.robot_client, lerobot_policy_hotloop"
+	touch $(LEROBOT_STAMP)
+
+lerobot-venv: $(LEROBOT_STAMP)
+
 install: $(STAMP)
 
 # Pin what this .venv holds now (after `make test` passed in it). hotloop itself is left out; a local
@@ -43,13 +71,14 @@ freeze = @test -x $(1)/bin/pip || { echo "no $(1): run make test first"; exit 1;
 lock:
 	$(call freeze,$(VENV),$(LOCK))
 	$(call freeze,$(OPENPI_VENV),$(OPENPI_LOCK))
+	$(call freeze,$(LEROBOT_VENV),$(LEROBOT_LOCK))
 
 openpi-venv: $(OPENPI_STAMP)
 
 demo: $(STAMP)
 	MUJOCO_GL=egl $(BIN)/hotloop demo
 
-test: $(STAMP) $(OPENPI_STAMP)
+test: $(STAMP) $(OPENPI_STAMP) $(LEROBOT_STAMP)
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
@@ -84,4 +113,4 @@ test-mujoco-min: $(MIN_STAMP)
 	MUJOCO_GL=egl $(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(SIM_TESTS)
 
 clean:
-	rm -rf $(VENV) $(OPENPI_VENV) hotloop-report
+	rm -rf $(VENV) $(OPENPI_VENV) $(LEROBOT_VENV) hotloop-report

@@ -1,0 +1,1 @@
+"""hotloop as a LeRobot policy plugin (skeleton; see issue 33)."""
