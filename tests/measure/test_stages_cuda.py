@@ -4,7 +4,10 @@ import torch
 from hotloop.measure.bench import BenchConfig, run_bench
 from hotloop.targets import BenchCase
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none visible here)")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none visible here)"),
+]
 
 
 def test_device_events_time_each_stage_and_report_the_sync_gap():

@@ -18,6 +18,8 @@ from hotloop.models.configs import get_pi_config
 # Minimum output cosine per precision (bf16 keeps ~3 significant digits).
 COS = {"fp32": 0.99999, "bf16": 0.99}
 FAST = [b for b in backend_names() if b != "inductor"]  # inductor compiles for minutes here: below
+# TensorRT runs only on a GPU: its cases are the GPU test tier's (`pytest -m gpu`, benchmarks/gpu_check.sh).
+FAST_PARAMS = [pytest.param(b, marks=pytest.mark.gpu) if b == "tensorrt" else b for b in FAST]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def _check(backend_name: str, precision: str, sub: str, engines: dict) -> None:
 
 @pytest.mark.parametrize("sub", ["vision", "prefix", "denoise_step", "denoise_loop"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("backend_name", FAST)
+@pytest.mark.parametrize("backend_name", FAST_PARAMS)
 def test_backend_matches_eager_fp32(backend_name: str, precision: str, sub: str, engines: dict) -> None:
     _check(backend_name, precision, sub, engines)
 
