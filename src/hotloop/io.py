@@ -93,6 +93,45 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
+def read_bytes_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or one line naming `flag` and the bound
+    (a device such as /dev/zero, a folder, a file past the bound: never read until memory runs out)."""
+    target = Path(path)
+    who = f"{flag} {path}" if flag else str(path)
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{who} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot read it ({e.strerror or e})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{who} is a folder; give a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{who} is not a regular file (a device or a pipe); give a file")
+    if info.st_size > limit:
+        raise ConfigError(
+            f"{who} is {info.st_size / 2**20:.1f} MiB, more than the {limit / 2**20:g} MiB such a "
+            "file can hold; give the file hotloop wrote"
+        )
+    try:
+        with target.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot read it ({e.strerror or e})") from None
+    if len(data) > limit:  # grew while read
+        raise ConfigError(f"{who} is more than {limit / 2**20:g} MiB; give the file hotloop wrote")
+    return data
+
+
+def read_text_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> str:
+    """`read_bytes_bounded` as UTF-8 text (other bytes: one line naming `flag`; empty: the path alone)."""
+    who = f"{flag} {path}" if flag else str(path)
+    try:
+        return read_bytes_bounded(path, flag, limit).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{who} is not UTF-8 text (byte {e.start}); give the file hotloop wrote") from None
+
+
 def _nearest_existing(path: Path) -> Path:
     probe = path
     while not probe.exists() and probe != probe.parent:
