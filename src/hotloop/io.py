@@ -18,18 +18,22 @@ from typing import Any
 from hotloop.errors import ConfigError
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, follow_symlinks: bool = True) -> Path:
     """Write to a temporary file beside `path`, then rename: a crash never leaves a partial file.
 
     The file gets the mode a plain `open(path, "w")` would give (0666 minus the umask), or keeps the mode
     of the file it replaces. A symlink at `path` stays a link: the temporary file is written beside the
     link's target and renamed onto it, so the write is atomic and goes where the link points.
+    `follow_symlinks=False` (a file hotloop owns, such as a cache): a link at `path` is replaced by the
+    file, and what it pointed to is left alone.
     """
     target = Path(path)
-    real = Path(os.path.realpath(target)) if target.is_symlink() else target
+    real = Path(os.path.realpath(target)) if follow_symlinks and target.is_symlink() else target
     real.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(real.stat().st_mode)
+        mode = stat.S_IMODE(real.stat(follow_symlinks=follow_symlinks).st_mode)
+        if stat.S_ISLNK(real.lstat().st_mode):
+            mode = 0o666 & ~_umask()  # a link's own mode means nothing
     except OSError:
         mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
@@ -59,17 +63,29 @@ def _umask() -> int:
     return old
 
 
+def save_tensors(
+    tensors: dict[str, Any], path: str | os.PathLike[str], metadata: dict[str, str] | None = None
+) -> Path:
+    """`safetensors.torch.save_file` with the mode a plain `open(path, "w")` would give (0666 minus the
+    umask): safetensors itself makes its files 0600, which other users of a shared checkpoint cannot read."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, 0o666 & ~_umask())
+    return Path(path)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, follow_symlinks: bool = True) -> Path:
     """Write `obj` as standard JSON: NaN and infinities (which JSON cannot hold) are written as null."""
     try:
         text = json.dumps(obj, indent=2, allow_nan=False, default=_jsonable)
     except ValueError:  # a non-finite float somewhere: keep the file valid (and the work) rather than fail
         text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=_jsonable)
-    return atomic_write_text(path, text + "\n")
+    return atomic_write_bytes(path, (text + "\n").encode("utf-8"), follow_symlinks=follow_symlinks)
 
 
 def _finite(obj: Any) -> Any:

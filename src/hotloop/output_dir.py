@@ -15,9 +15,10 @@ loses nothing and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,20 @@ class OutputDir:
         self.path.mkdir(parents=True, exist_ok=True)
         write_marker(self.path, self.command)
         return self.path
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Path]:
+        """`create()` for the work inside the block; a block that raises before writing anything else
+        leaves no folder behind (a refused run writes nothing)."""
+        made = not self.path.exists()
+        self.create()
+        try:
+            yield self.path
+        except BaseException:
+            if made and [p.name for p in self.path.iterdir()] == [MARKER]:
+                (self.path / MARKER).unlink()
+                self.path.rmdir()
+            raise
 
 
 def write_marker(folder: Path, command: str) -> Path:
@@ -114,9 +129,12 @@ def _marked(folder: Path, markers: Iterable[Marker]) -> bool:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue
-        if isinstance(data, dict) and marker.field in data:
-            if marker.value is None or data[marker.field] == marker.value:
-                return True
+        if (
+            isinstance(data, dict)
+            and marker.field in data
+            and (marker.value is None or data[marker.field] == marker.value)
+        ):
+            return True
     return False
 
 
@@ -155,9 +173,7 @@ def claim_output_dir(
     return OutputDir(target, flag, command, existed)
 
 
-def check_output_file_not_input(
-    path: str | os.PathLike[str] | None, flag: str, inputs: Inputs
-) -> None:
+def check_output_file_not_input(path: str | os.PathLike[str] | None, flag: str, inputs: Inputs) -> None:
     """`check_not_input` for an output file (`--json`, `--plot`): never one of the command's inputs."""
     if path is not None:
         check_not_input(path, flag, inputs)

@@ -16,7 +16,6 @@ from typing import Any
 from hotloop.closedloop.cells import Cell, Episode, job_for
 from hotloop.closedloop.execution import ExecOptions, ExecResult, ExecStats, Row, make_row
 
-
 # Local episodes are handed to the pool this many at a time, made as they are needed: a sweep's episodes
 # are never all in memory at once (the pool keeps its workers between chunks).
 CHUNK_EPISODES = 4096

@@ -260,7 +260,7 @@ def write_onnx_artifact(
 ) -> Path:
     from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_file
 
-    writer = ArtifactWriter(out)
+    writer = ArtifactWriter(out, overwrite=config.overwrite)
     try:
         assert best.runner is not None
         t0 = time.perf_counter()

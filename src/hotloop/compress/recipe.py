@@ -199,6 +199,7 @@ class RecipeConfig:
     workers: int = 2
     seed: int = 0
     progress: bool = True
+    overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -549,7 +550,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     from hotloop.targets import TargetOptions
 
     compilable_entry(config.target)
-    check_output_dir(config.out, "-o")
+    check_output_dir(config.out, "-o", command="compress", overwrite=config.overwrite)
     source = policy_source(config.target, TargetOptions(seed=config.seed))
     family = source.family
     check_family_steps(config.recipe, family, config.target)

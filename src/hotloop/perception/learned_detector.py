@@ -171,15 +171,14 @@ class DetectorModel:
     def save(self, folder: str | Path, store_dtype: str = "float16") -> Path:
         """Write the weights (float16 by default: half the bytes, loaded as float32) and detector.json."""
         import torch
-        from safetensors.torch import save_file
 
-        from hotloop.io import atomic_write_json
+        from hotloop.io import atomic_write_json, save_tensors
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         dtype = getattr(torch, store_dtype)
         tensors = {k: v.detach().to(dtype).contiguous() for k, v in self.net.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
+        save_tensors(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
         atomic_write_json(
             folder / META, {**self.meta, "config": asdict(self.config), "stored_dtype": store_dtype}
         )

@@ -27,10 +27,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.pi.policy import NormStats, Stats
+from hotloop.io import save_tensors
 from hotloop.models.checkpoint_meta import Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
 from hotloop.models.pi0 import PiModel
@@ -610,7 +610,7 @@ def save_lerobot_checkpoint(
     tensors["model." + _EXPERT_LM_HEAD] = torch.zeros(
         config.vocab_size, config.expert.width, dtype=model.dtype
     )
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_tensors(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     variants = {v: k for k, v in GEMMA_VARIANTS.items()}
     arch = asdict(config)
     meta = {
