@@ -312,7 +312,12 @@ def demo(
     from hotloop.demo.report import DemoConfig, run_demo
 
     config = DemoConfig(
-        out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()), history=history, overwrite=overwrite
+        out_dir=out,
+        full=full,
+        progress=not quiet,
+        only=tuple(rung or ()),
+        history=history,
+        overwrite=overwrite,
     )
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")

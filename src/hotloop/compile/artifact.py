@@ -28,7 +28,7 @@ from typing import Any
 
 import hotloop
 from hotloop.compile.cpu_features import machine_class, missing_features
-from hotloop.errors import CheckpointError, ConfigError
+from hotloop.errors import CheckpointError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -91,9 +91,7 @@ def check_output_dir(
     (`hotloop.output_dir`). An artifact is replaced whole: with `overwrite` the folder's files go."""
     from hotloop.output_dir import ARTIFACT_MARKER, claim_output_dir
 
-    claim_output_dir(
-        path, flag, command, overwrite=overwrite, inputs=inputs, markers=[ARTIFACT_MARKER]
-    )
+    claim_output_dir(path, flag, command, overwrite=overwrite, inputs=inputs, markers=[ARTIFACT_MARKER])
     return Path(path)
 
 

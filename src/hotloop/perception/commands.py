@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-
 from pathlib import Path
 from typing import Annotated, Any
 
