@@ -148,6 +148,22 @@ def read_text_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> st
         raise ConfigError(f"{who} is not UTF-8 text (byte {e.start}); give the file hotloop wrote") from None
 
 
+MAX_JSON_FILE = 256 << 20  # a result with a million episodes' records; anything larger is not hotloop's
+
+
+def read_json_file(path: str | os.PathLike[str], flag: str = "", limit: int = MAX_JSON_FILE) -> Any:
+    """The JSON value in `path`, or one line naming `flag` and the file: missing, not a regular file, past
+    `limit` bytes, not UTF-8, not JSON, or nested too deep to read (a traceback otherwise)."""
+    who = f"{flag} {path}" if flag else str(path)
+    text = read_text_bounded(path, flag, limit)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{who} is nested too deep to be a hotloop file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{who} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
 def _nearest_existing(path: Path) -> Path:
     probe = path
     while not probe.exists() and probe != probe.parent:

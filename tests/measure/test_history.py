@@ -70,7 +70,7 @@ def test_bad_folders_are_one_line(tmp_path) -> None:
         list_runs(tmp_path / "nope")
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "0001-bench-x.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="cannot be read"):
+    with pytest.raises(ConfigError, match="is not valid JSON"):
         list_runs(tmp_path / "h")
     (tmp_path / "h" / "0001-bench-x.json").write_text(json.dumps({"samples_ms": [1]}))
     with pytest.raises(ConfigError, match="is not a hotloop history run"):

@@ -108,7 +108,6 @@ def family_recipe_steps(target: str) -> tuple[str, ...]:
     """The recipe steps of `target`'s own family (`Capabilities.recipe_steps`), read without building it:
     a LeRobot checkpoint folder's family from its config.json `type` (a demo shipped as one: its family),
     an artifact's from its manifest's `kind`; () for the other targets, and for a folder whose type is unknown (refused later, by name)."""
-    import json
     from pathlib import Path
 
     from hotloop.demos.checkpoints import SHIPPED
@@ -118,12 +117,14 @@ def family_recipe_steps(target: str) -> tuple[str, ...]:
         return tuple(get_family(SHIPPED[target[5:]][0]).capabilities.recipe_steps)
     path = Path(target)
     family: str | None = None
+    from hotloop.io import read_json_file
+
     try:
         if (path / "manifest.json").is_file():
-            family = json.loads((path / "manifest.json").read_text()).get("kind")
+            family = read_json_file(path / "manifest.json").get("kind")
         elif is_checkpoint_dir(path):
-            family = LEROBOT_TYPES.get(json.loads((path / "config.json").read_text()).get("type"))
-    except (OSError, ValueError, AttributeError):
+            family = LEROBOT_TYPES.get(read_json_file(path / "config.json").get("type"))
+    except (ValueError, AttributeError, TypeError):  # damaged: loading the target names the file
         return ()
     if not isinstance(family, str) or family not in FAMILIES:
         return ()

@@ -8,7 +8,6 @@ threshold (`hotloop.measure.compare`); beneath, what differs between the two run
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,14 @@ def parse_threshold(text: str | None, flag: str = "--threshold") -> float:
 
 def read_json_result(spec: str, flag: str = "--baseline") -> dict[str, Any]:
     """A result file as a JSON object, or one line saying why not."""
+    from hotloop.io import read_json_file
+
     path = Path(spec)
     if path.is_dir():
         raise ConfigError(f"{flag} {spec} is a directory; give a result JSON file or a history run")
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{flag} {spec} does not exist; give a result JSON file or a history run") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{flag} {spec} is not readable JSON ({e}); give a result JSON file") from None
+    if not path.exists():
+        raise ConfigError(f"{flag} {spec} does not exist; give a result JSON file or a history run")
+    data = read_json_file(path, flag)
     if not isinstance(data, dict):
         raise ConfigError(f"{flag} {spec} holds a JSON {type(data).__name__}, not a hotloop result")
     return data
@@ -121,11 +119,13 @@ def load_bench_baseline(
 def policy_of_target(name: str) -> str:
     """What a target measures: a compiled artifact counts as the target it was compiled from (its
     manifest says), so `--baseline` can put an artifact beside its eager source."""
+    from hotloop.io import read_json_file
+
     manifest = Path(name) / "manifest.json"
     if manifest.is_file():
         try:
-            source = json.loads(manifest.read_text()).get("target")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            source = read_json_file(manifest).get("target")
+        except (ConfigError, AttributeError):  # damaged: the target's own load names it
             source = None
         if isinstance(source, str) and source:
             return source

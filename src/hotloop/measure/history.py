@@ -10,7 +10,6 @@ its id, or `latest` / `latest~N` (the newest run, or N before it, of the same ki
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json, check_output_dir
+from hotloop.io import atomic_write_json, check_output_dir, read_json_file
 
 HISTORY_ENV = "HOTLOOP_HISTORY"
 FORMAT = 1
@@ -56,9 +55,9 @@ def _slug(text: str) -> str:
 
 def _read_record(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"history run {path} cannot be read ({e}); remove or restore it") from None
+        data = read_json_file(path)
+    except ConfigError as e:
+        raise ConfigError(f"history run {e}; remove or restore it") from None
     if not isinstance(data, dict) or data.get("hotloop_history") != FORMAT or "result" not in data:
         raise ConfigError(f"{path} is not a hotloop history run; keep only runs in a history folder")
     return data
