@@ -556,6 +556,9 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     family = source.family
     check_family_steps(config.recipe, family, config.target)
     teacher = source.model.float().eval()
+    from hotloop.compile.artifact import sha256_state_dict
+
+    teacher_sha = sha256_state_dict(teacher.state_dict())
     for p in teacher.parameters():
         p.requires_grad_(False)
     check_step_counts(config.recipe, source.shape.num_steps, family)
@@ -599,6 +602,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "teacher_parameters": count_parameters(teacher),
             "calibration": inputs.calibration,
             "tolerance": config.tolerance.spec,
+            "teacher_weights_sha256": teacher_sha,  # what `hotloop verify --artifact` checks it against
         }
         plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs, checks)
         figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
