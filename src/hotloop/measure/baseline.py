@@ -91,14 +91,32 @@ def check_bench_result(data: dict[str, Any], spec: str, flag: str = "--baseline"
             "give a file hotloop bench --json wrote"
         )
     samples = data["samples_ms"]
-    if (
-        not isinstance(samples, list)
-        or len(samples) < 2
-        or not all(isinstance(v, int | float) for v in samples)
-    ):
+    if not isinstance(samples, list) or len(samples) < 2 or not all(_is_number(v) for v in samples):
         raise ConfigError(
             f"{flag} {spec}: 'samples_ms' must hold two or more per-iteration times; rerun hotloop bench --json"
         )
+    check_result_fields(data, spec, flag)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_result_fields(data: dict[str, Any], spec: str, flag: str) -> None:
+    """The fields a comparison reads beside the samples, each of the type hotloop writes (a damaged one
+    is one line naming it, not a traceback in the middle of the table)."""
+    for key in ("stages", "env", "info", "config", "stage_samples_ms"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(
+                f"{flag} {spec}: field {key!r} is a {type(data[key]).__name__}, not an object; the file is "
+                "damaged: give a file hotloop wrote"
+            )
+    for stage, values in (data.get("stage_samples_ms") or {}).items():
+        if not isinstance(values, list) or not all(_is_number(v) for v in values):
+            raise ConfigError(
+                f"{flag} {spec}: field 'stage_samples_ms.{stage}' must be a list of times in ms; the file is "
+                "damaged: give a file hotloop wrote"
+            )
 
 
 def load_bench_baseline(
