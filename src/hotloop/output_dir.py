@@ -4,7 +4,8 @@ A command writes a folder when it
 
 - creates it (the path does not exist yet, or is an empty folder), or
 - wrote it before: the folder holds the command's marker (a `.hotloop-output.json` naming the command,
-  or the file its output is known by: an artifact's `manifest.json`, a sweep's `sweep.json`), or
+  or the file its output is known by: an artifact's `manifest.json`; a sweep store is its own
+  `sweep.json`, resumed with --resume), or
 - the user said `--overwrite`.
 
 Anything else is refused in one line naming the folder, what it holds and `--overwrite`. The folder is
@@ -47,7 +48,6 @@ def command_marker(command: str) -> Marker:
 
 
 ARTIFACT_MARKER = Marker("manifest.json", "hotloop_version")  # compile, compress: the artifact's own
-SWEEP_MARKER = Marker("sweep.json", "cells")  # sweep: the results store's description
 
 
 Inputs = Mapping[str, "str | os.PathLike[str] | None"]

@@ -169,12 +169,16 @@ class ResultsStore:
         """Check `out` before any work: a new sweep needs a new or empty folder (or `overwrite` for one
         holding other files: `hotloop.output_dir`); `resume` one made by the same cells (the seed ranges
         may differ: a widened range runs only the new seeds). A damaged store is refused, never rewritten."""
-        from hotloop.io import atomic_write_json
-        from hotloop.output_dir import SWEEP_MARKER, claim_output_dir
+        from hotloop.io import atomic_write_json, check_output_dir
+        from hotloop.output_dir import check_not_input, claim_output_dir
 
-        claim_output_dir(out, flag, "sweep", overwrite=overwrite, inputs=inputs, markers=[SWEEP_MARKER])
         spec = out / SPEC_FILE
         path = out / ROWS_FILE
+        if spec.exists() or path.exists():  # a store (a damaged one is named below, not called a stranger's)
+            check_not_input(out, flag, inputs or {})
+            check_output_dir(out, flag)
+        else:
+            claim_output_dir(out, flag, "sweep", overwrite=overwrite, inputs=inputs)
         if spec.exists() or path.exists():
             if not resume:
                 raise ConfigError(
