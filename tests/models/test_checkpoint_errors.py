@@ -98,7 +98,10 @@ def test_config_that_is_not_an_object(ckpt: Path, content: bytes, match: str) ->
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({"chunk_size": "10"}, r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got a string '10'\)"),
+        (
+            {"chunk_size": "10"},
+            r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got a string '10'\)",
+        ),
         ({"chunk_size": -1}, r"field 'chunk_size' must be an integer >= 1"),
         ({"chunk_size": None}, r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got null"),
         ({"chunk_size": True}, r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got a boolean"),
