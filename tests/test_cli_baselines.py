@@ -130,7 +130,7 @@ def test_bench_baseline_refusals_are_one_line_and_write_nothing(bench_json: Path
             "is a `hotloop eval` result; compare it with `hotloop eval --baseline`",
         ),
         ([*BENCH, "--baseline", str(other)], "is not a `hotloop bench --json` result (it has no 'target')"),
-        ([*BENCH, "--baseline", str(broken)], "is not readable JSON"),
+        ([*BENCH, "--baseline", str(broken)], "is not valid JSON"),
         ([*BENCH, "--baseline", str(tmp_path / "gone.json")], "gone.json does not exist"),
         ([*BENCH, "--baseline", str(tmp_path)], "is a directory; give a result JSON file"),
         (

@@ -300,11 +300,25 @@ def demo(
             envvar="HOTLOOP_HISTORY", help="append the report to a history; show the previous run's figures"
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="write the report into --out even when it holds files the demo did not write (docs/cli-rules.md)",
+        ),
+    ] = False,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
     from hotloop.demo.report import DemoConfig, run_demo
 
-    config = DemoConfig(out_dir=out, full=full, progress=not quiet, only=tuple(rung or ()), history=history)
+    config = DemoConfig(
+        out_dir=out,
+        full=full,
+        progress=not quiet,
+        only=tuple(rung or ()),
+        history=history,
+        overwrite=overwrite,
+    )
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     failed = [r.title for r in rungs if r.error]

@@ -18,18 +18,22 @@ from typing import Any
 from hotloop.errors import ConfigError
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, follow_symlinks: bool = True) -> Path:
     """Write to a temporary file beside `path`, then rename: a crash never leaves a partial file.
 
     The file gets the mode a plain `open(path, "w")` would give (0666 minus the umask), or keeps the mode
     of the file it replaces. A symlink at `path` stays a link: the temporary file is written beside the
     link's target and renamed onto it, so the write is atomic and goes where the link points.
+    `follow_symlinks=False` (a file hotloop owns, such as a cache): a link at `path` is replaced by the
+    file, and what it pointed to is left alone.
     """
     target = Path(path)
-    real = Path(os.path.realpath(target)) if target.is_symlink() else target
+    real = Path(os.path.realpath(target)) if follow_symlinks and target.is_symlink() else target
     real.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(real.stat().st_mode)
+        mode = stat.S_IMODE(real.stat(follow_symlinks=follow_symlinks).st_mode)
+        if stat.S_ISLNK(real.lstat().st_mode):
+            mode = 0o666 & ~_umask()  # a link's own mode means nothing
     except OSError:
         mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
@@ -59,17 +63,29 @@ def _umask() -> int:
     return old
 
 
+def save_tensors(
+    tensors: dict[str, Any], path: str | os.PathLike[str], metadata: dict[str, str] | None = None
+) -> Path:
+    """`safetensors.torch.save_file` with the mode a plain `open(path, "w")` would give (0666 minus the
+    umask): safetensors itself makes its files 0600, which other users of a shared checkpoint cannot read."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, 0o666 & ~_umask())
+    return Path(path)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, follow_symlinks: bool = True) -> Path:
     """Write `obj` as standard JSON: NaN and infinities (which JSON cannot hold) are written as null."""
     try:
         text = json.dumps(obj, indent=2, allow_nan=False, default=_jsonable)
     except ValueError:  # a non-finite float somewhere: keep the file valid (and the work) rather than fail
         text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=_jsonable)
-    return atomic_write_text(path, text + "\n")
+    return atomic_write_bytes(path, (text + "\n").encode("utf-8"), follow_symlinks=follow_symlinks)
 
 
 def _finite(obj: Any) -> Any:
@@ -91,6 +107,61 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or one line naming `flag` and the bound
+    (a device such as /dev/zero, a folder, a file past the bound: never read until memory runs out)."""
+    target = Path(path)
+    who = f"{flag} {path}" if flag else str(path)
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{who} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot read it ({e.strerror or e})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{who} is a folder; give a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{who} is not a regular file (a device or a pipe); give a file")
+    if info.st_size > limit:
+        raise ConfigError(
+            f"{who} is {info.st_size / 2**20:.1f} MiB, more than the {limit / 2**20:g} MiB such a "
+            "file can hold; give the file hotloop wrote"
+        )
+    try:
+        with target.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ConfigError(f"{who}: cannot read it ({e.strerror or e})") from None
+    if len(data) > limit:  # grew while read
+        raise ConfigError(f"{who} is more than {limit / 2**20:g} MiB; give the file hotloop wrote")
+    return data
+
+
+def read_text_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> str:
+    """`read_bytes_bounded` as UTF-8 text (other bytes: one line naming `flag`; empty: the path alone)."""
+    who = f"{flag} {path}" if flag else str(path)
+    try:
+        return read_bytes_bounded(path, flag, limit).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{who} is not UTF-8 text (byte {e.start}); give the file hotloop wrote") from None
+
+
+MAX_JSON_FILE = 256 << 20  # a result with a million episodes' records; anything larger is not hotloop's
+
+
+def read_json_file(path: str | os.PathLike[str], flag: str = "", limit: int = MAX_JSON_FILE) -> Any:
+    """The JSON value in `path`, or one line naming `flag` and the file: missing, not a regular file, past
+    `limit` bytes, not UTF-8, not JSON, or nested too deep to read (a traceback otherwise)."""
+    who = f"{flag} {path}" if flag else str(path)
+    text = read_text_bounded(path, flag, limit)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{who} is nested too deep to be a hotloop file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{who} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -8,6 +8,7 @@ import pytest
 
 from hotloop.errors import ConfigError
 from hotloop.measure.history import append_run, check_history_dir, list_runs, resolve_run
+from hotloop.output_dir import MARKER
 
 
 def test_append_numbers_runs_and_keeps_the_whole_result(tmp_path) -> None:
@@ -20,7 +21,7 @@ def test_append_numbers_runs_and_keeps_the_whole_result(tmp_path) -> None:
     record = json.loads(b.path.read_text())
     assert record["task"] == "conveyor-pick" and record["result"] == {"per_episode": []}
     assert [r.id for r in list_runs(folder)] == [a.id, b.id, c.id]
-    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    assert not [p for p in folder.iterdir() if p.name.startswith(".") and p.name != MARKER]  # no temp file
     assert list_runs(folder)[2].policy == "pi05:tiny"
 
 
@@ -69,7 +70,7 @@ def test_bad_folders_are_one_line(tmp_path) -> None:
         list_runs(tmp_path / "nope")
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "0001-bench-x.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="cannot be read"):
+    with pytest.raises(ConfigError, match="is not valid JSON"):
         list_runs(tmp_path / "h")
     (tmp_path / "h" / "0001-bench-x.json").write_text(json.dumps({"samples_ms": [1]}))
     with pytest.raises(ConfigError, match="is not a hotloop history run"):

@@ -98,10 +98,13 @@ def test_config_that_is_not_an_object(ckpt: Path, content: bytes, match: str) ->
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({"chunk_size": "10"}, r"field 'chunk_size' must be an integer >= 1 \(got a string '10'\)"),
+        (
+            {"chunk_size": "10"},
+            r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got a string '10'\)",
+        ),
         ({"chunk_size": -1}, r"field 'chunk_size' must be an integer >= 1"),
-        ({"chunk_size": None}, r"field 'chunk_size' must be an integer >= 1 \(got null"),
-        ({"chunk_size": True}, r"field 'chunk_size' must be an integer >= 1 \(got a boolean"),
+        ({"chunk_size": None}, r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got null"),
+        ({"chunk_size": True}, r"field 'chunk_size' must be an integer >= 1 and <= 1000 \(got a boolean"),
         ({"tokenizer_max_length": 1.5}, r"field 'tokenizer_max_length' must be an integer"),
         ({"type": 5}, r"field 'type' must be one of 'pi0', 'pi05'"),
         ({"type": "pi0"}, r"field 'type' is 'pi0' but the tensors are a pi05"),

@@ -244,7 +244,7 @@ def test_record_output_directory_is_checked_before_recording(tmp_path):
     base = ["record", "--task", "reach", "--episodes", "1", "--quiet"]
     for extra, needle in (
         (["-o", str(regular)], "is a file, not a directory"),
-        (["-o", str(busy)], "is not empty (holds notes.txt)"),
+        (["-o", str(busy)], "already holds files `hotloop record` did not write (notes.txt)"),
         (["-o", "/proc/hotloop-test-ds"], "cannot write in /proc"),
         (["-o", str(tmp_path / "new"), "--seed", "-1"], "--seed must be"),
         (["-o", str(tmp_path / "new"), "--action-noise", "nan"], "--action-noise"),

@@ -95,6 +95,8 @@ def check_eval_result(data: dict[str, Any], spec: str, flag: str = "--baseline")
             f"{flag} {spec} is a `hotloop bench` result; compare it with `hotloop bench --baseline`"
         )
     runs = eval_runs(data) if kind == "eval" else []
+    for i, run in enumerate(runs):
+        _check_run_types(run, f"{flag} {spec}: " + (f"runs[{i}]" if "runs" in data else "the run"))
     bad = [f for r in runs for f in _RUN_FIELDS if f not in r]
     if not runs or bad:
         missing = bad[0] if bad else "per_episode"
@@ -103,6 +105,46 @@ def check_eval_result(data: dict[str, Any], spec: str, flag: str = "--baseline")
             "give a file hotloop eval --json wrote"
         )
     return runs
+
+
+_EPISODE_NUMBERS = ("task_time_s", "jerk", "chunk_discontinuity", "sim_time_s")
+
+
+def _check_run_types(run: Any, where: str) -> None:
+    """Each field a comparison reads has the type `hotloop eval --json` writes; a damaged one is named."""
+
+    def damaged(field: str, value: Any, want: str) -> ConfigError:
+        return ConfigError(
+            f"{where}: field {field!r} is {repr(value)[:40]}, not {want}; the file is damaged: give a file "
+            "hotloop eval --json wrote"
+        )
+
+    if not isinstance(run, dict):
+        raise damaged("run", run, "an object")
+    for key in ("target", "task"):
+        if key in run and not isinstance(run[key], str):
+            raise damaged(key, run[key], "a name")
+    for key in ("strategy", "latency", "request", "env"):
+        if run.get(key) is not None and not isinstance(run[key], dict):
+            raise damaged(key, run[key], "an object")
+    episodes = run.get("per_episode")
+    if episodes is None:
+        return  # said as missing by the caller
+    if not isinstance(episodes, list):
+        raise damaged("per_episode", episodes, "a list of episodes")
+    for j, ep in enumerate(episodes):
+        name = f"per_episode[{j}]"
+        if not isinstance(ep, dict):
+            raise damaged(name, ep, "an episode record")
+        seed = ep.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise damaged(f"{name}.seed", seed, "a whole number")
+        if not isinstance(ep.get("success"), bool) and not ep.get("error"):
+            raise damaged(f"{name}.success", ep.get("success"), "true or false")
+        for key in _EPISODE_NUMBERS:
+            value = ep.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise damaged(f"{name}.{key}", value, "a number or null")
 
 
 def load_eval_baseline(

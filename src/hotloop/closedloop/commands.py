@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 
 CLUSTER_OPTION = typer.Option(
     help="run on Ray: ray:local (start one here), ray://HOST:PORT, ray:HOST:PORT, or ray (RAY_ADDRESS); "
@@ -201,6 +202,7 @@ def sweep_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="run only the episodes the --out folder does not hold yet")
     ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
     workers: Annotated[int, typer.Option(help="local worker processes (0 = in this process)")] = 2,
     cluster: Annotated[str | None, CLUSTER_OPTION] = None,
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
@@ -222,7 +224,7 @@ def sweep_cmd(
 
         raise ConfigError(f"--workers must be >= 0 (got {workers})")
     options = exec_options(cluster, workers, ray_cpus_per_worker, ray_memory_mb, max_workers, quiet)
-    run_spec(spec, out, resume, options)
+    run_spec(spec, out, resume, options, overwrite)
 
 
 def report_cmd(

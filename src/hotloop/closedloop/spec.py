@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +69,38 @@ def _typed(key: str, value: Any, shown: str, where: str) -> Any:
     return str(value)
 
 
+# Bounds on a spec, far above a hand-written grid, low enough that a mistake (or a YAML alias bomb: a
+# few hundred bytes whose aliases expand to gigabytes) is one line before anything is built.
+MAX_SPEC_BYTES = 1 << 20
+MAX_SPEC_VALUES = 100_000  # values in the spec as written out, every alias expanded
+MAX_CELLS = 10_000
+MAX_SWEEP_EPISODES = 1_000_000  # over every cell: as `hotloop eval --episodes` allows per point
+
+
+def _count_values(data: Any, where: str) -> None:
+    """Refuse a spec of more than MAX_SPEC_VALUES values as written out (an alias counts each time it is
+    used); the walk stops at the bound, so it costs at most that many steps."""
+    count = 0
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_SPEC_VALUES:
+            raise ConfigError(
+                f"{where}: more than {MAX_SPEC_VALUES:,} values once its aliases are expanded; a sweep spec "
+                "lists axes of a few values each: write it out plainly"
+            )
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def read_spec_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(
-            f"SPEC {path}: cannot read it ({e.strerror or e}); give a .yaml or .json sweep spec"
-        ) from None
+    from hotloop.io import read_text_bounded
+
+    text = read_text_bounded(path, "SPEC", MAX_SPEC_BYTES)
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -86,15 +112,20 @@ def read_spec_file(path: Path) -> dict[str, Any]:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"SPEC {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        except RecursionError:
+            raise ConfigError(f"SPEC {path}: nested too deep to be a sweep spec") from None
     elif path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"SPEC {path}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise ConfigError(f"SPEC {path}: nested too deep to be a sweep spec") from None
     else:
         raise ConfigError(f"SPEC {path}: give a .yaml, .yml or .json file")
     if not isinstance(data, dict):
         raise ConfigError(f"SPEC {path}: the top level must be a mapping of option: value or [values]")
+    _count_values(data, f"SPEC {path}")
     return data
 
 
@@ -121,6 +152,17 @@ def expand(data: dict[str, Any], where: str, workers: int = 2) -> list[Cell]:
             raise ConfigError(f"{where}: axis {k} has no values; give at least one or drop it")
     fixed = {k: v for k, v in norm.items() if k in KEYS and k not in axes}
     episodes, seed = norm.get("episodes", 50), norm.get("seed", 0)
+    points = math.prod(len(v) for v in axes.values())
+    if points > MAX_CELLS:
+        raise ConfigError(
+            f"{where}: {' x '.join(str(len(v)) for v in axes.values())} = {points:,} cells, more than "
+            f"{MAX_CELLS:,}; split the grid into several sweeps"
+        )
+    if points * max(episodes, 1) > MAX_SWEEP_EPISODES:
+        raise ConfigError(
+            f"{where}: {points:,} cells x {episodes:,} episodes = {points * episodes:,} episodes, more than "
+            f"{MAX_SWEEP_EPISODES:,} in one sweep; lower episodes or split the grid"
+        )
     cells: list[Cell] = []
     names = list(axes)
     for combo in itertools.product(*(axes[k] for k in names)):

@@ -44,24 +44,108 @@ def _dumps(obj: Any) -> str:
         return json.dumps(_finite(obj), allow_nan=False, default=_jsonable, separators=(",", ":"))
 
 
+OUTCOMES = ("success", "failure", "error")
+# The record fields a report reads, with the types they must have (None allowed where a crash leaves one).
+_NUMBER = (int, float)
+_RECORD_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {  # field -> (types, None allowed)
+    "success": ((bool,), False),
+    "task_time_s": (_NUMBER, True),
+    "sim_time_s": (_NUMBER, True),
+    "jerk": (_NUMBER, True),
+    "chunk_discontinuity": (_NUMBER, True),
+    "boundaries": ((int,), False),
+    "seed": ((int,), False),
+    "latency_ms": ((dict,), False),
+}
+MAX_LINE_BYTES = 64 << 20  # one episode's row is kilobytes; a line past this is not one of ours
+
+
+def _damaged(path: Path, line: int, what: str) -> ConfigError:
+    again = " (its episode runs again with --resume)" if path.name == ROWS_FILE else ""
+    return ConfigError(
+        f"{path} line {line}: {what}; the store is damaged: restore the file, or delete that line{again}"
+    )
+
+
+def _checked_row(row: Any, path: Path, line: int) -> dict[str, Any]:
+    """`row` as a store row, or a ConfigError naming the line and the field."""
+    if not isinstance(row, dict):
+        raise _damaged(path, line, f"a JSON {type(row).__name__}, not an episode row")
+    for name, kind in (("cell", str), ("outcome", str), ("record", dict)):
+        if not isinstance(row.get(name), kind):
+            got = "missing" if name not in row else repr(row[name])[:40]
+            raise _damaged(path, line, f"field {name!r} is {got}, not a {kind.__name__}")
+    seed = row.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        got = "missing" if "seed" not in row else repr(seed)[:40]
+        raise _damaged(path, line, f"field 'seed' is {got}, not a whole number >= 0")
+    if row["outcome"] not in OUTCOMES:
+        raise _damaged(path, line, f"field 'outcome' is {row['outcome']!r}, not one of {', '.join(OUTCOMES)}")
+    record = row["record"]
+    for name, (types, nullable) in _RECORD_FIELDS.items():
+        value = record.get(name)
+        if value is None and nullable and name in record:
+            continue
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            got = "missing" if name not in record else repr(value)[:40]
+            raise _damaged(path, line, f"field 'record.{name}' is {got}")
+    if record.get("error") is not None and not isinstance(record["error"], str):
+        raise _damaged(path, line, f"field 'record.error' is {record['error']!r}, not a message")
+    return row
+
+
+def _lines(path: Path) -> Any:
+    """(line number, text, complete) of a JSON-lines file, each line read to a bounded length."""
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{path} is not a file (a folder?); the store is damaged: restore the file")
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror or e})") from None
+    with f:
+        number = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise _damaged(path, number, f"a line longer than {MAX_LINE_BYTES >> 20} MiB")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _damaged(path, number, "bytes that are not UTF-8 text") from None
+            yield number, text, raw.endswith(b"\n")
+
+
+def _parsed(text: str, path: Path, number: int) -> Any | None:
+    """A line's JSON value; None for a torn row (a row's start cut short: a killed writer's last line,
+    which a later run ended with a newline). Any other line that is not JSON is damage."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _damaged(path, number, "JSON nested too deep to be a row") from None
+    except json.JSONDecodeError:
+        if text.lstrip().startswith("{"):
+            return None
+        raise _damaged(path, number, f"not JSON ({text.strip()[:40]!r})") from None
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The complete rows of episodes.jsonl, first of each (cell, seed); a torn last line is dropped."""
+    """The complete rows of episodes.jsonl, first of each (cell, seed); a torn row is dropped (that
+    episode runs again on resume). Anything else that is not a row is a ConfigError naming its line."""
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, int]] = set()
-    if not path.is_file():
-        return rows
-    with path.open("r", encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break  # the driver died while writing this one
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            ident = (row.get("cell"), row.get("seed"))
-            if ident not in seen:
-                seen.add(ident)  # type: ignore[arg-type]
-                rows.append(row)
+    for number, text, complete in _lines(path):
+        if not complete:
+            break  # the driver died while writing this one
+        row = _parsed(text, path, number)
+        if row is None:
+            continue
+        row = _checked_row(row, path, number)
+        ident = (row["cell"], row["seed"])
+        if ident not in seen:
+            seen.add(ident)
+            rows.append(row)
     return rows
 
 
@@ -73,14 +157,29 @@ class ResultsStore:
     _file: IO[str] | None = None
 
     @classmethod
-    def open(cls, out: Path, cells: list[Cell], resume: bool, flag: str = "--out") -> ResultsStore:
-        """Check `out` before any work: a new sweep needs a folder without one; `resume` one made by the
-        same cells (the seed ranges may differ: a widened range runs only the new seeds)."""
+    def open(
+        cls,
+        out: Path,
+        cells: list[Cell],
+        resume: bool,
+        flag: str = "--out",
+        overwrite: bool = False,
+        inputs: dict[str, Any] | None = None,
+    ) -> ResultsStore:
+        """Check `out` before any work: a new sweep needs a new or empty folder (or `overwrite` for one
+        holding other files: `hotloop.output_dir`); `resume` one made by the same cells (the seed ranges
+        may differ: a widened range runs only the new seeds). A damaged store is refused, never rewritten."""
         from hotloop.io import atomic_write_json, check_output_dir
+        from hotloop.output_dir import check_not_input, claim_output_dir
 
-        check_output_dir(out, flag)
         spec = out / SPEC_FILE
-        if spec.exists() or (out / ROWS_FILE).exists():
+        path = out / ROWS_FILE
+        if spec.exists() or path.exists():  # a store (a damaged one is named below, not called a stranger's)
+            check_not_input(out, flag, inputs or {})
+            check_output_dir(out, flag)
+        else:
+            claim_output_dir(out, flag, "sweep", overwrite=overwrite, inputs=inputs)
+        if spec.exists() or path.exists():
             if not resume:
                 raise ConfigError(
                     f"{flag} {out} already holds a sweep; add --resume to run only its missing episodes, "
@@ -99,10 +198,11 @@ class ResultsStore:
                 )
         elif resume:
             raise ConfigError(f"--resume: {out} holds no sweep ({SPEC_FILE} missing); drop --resume")
+        rows = read_rows(path)  # a damaged row is refused here, before anything is written
+        read_runs(out)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(spec, {"version": VERSION, "cells": [c.to_dict() for c in cells]})
-        store = cls(out, cells, read_rows(out / ROWS_FILE))
-        path = out / ROWS_FILE
+        store = cls(out, cells, rows)
         if path.is_file() and path.stat().st_size:
             with path.open("rb") as f:  # cut a torn last line, so the next row starts on a line of its own
                 f.seek(-1, os.SEEK_END)
@@ -134,17 +234,24 @@ class ResultsStore:
             self._file = None
 
 
+MAX_SPEC_BYTES = 256 << 20  # sweep.json: a cell is about a kilobyte
+
+
 def read_spec(out: Path) -> dict[str, Any]:
+    """OUT/sweep.json, checked: every cell a {"key", "request"} that `hotloop eval` would take."""
+    from hotloop.closedloop.eval_run import EvalRequest
+    from hotloop.errors import HotloopError
+    from hotloop.io import read_text_bounded
+
     path = out / SPEC_FILE
+    if not path.exists():
+        raise ConfigError(f"{out} holds no sweep ({SPEC_FILE} missing); give the --out folder of a sweep")
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        spec = json.loads(read_text_bounded(path, "", MAX_SPEC_BYTES))
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ConfigError(
-            f"{out} holds no sweep ({SPEC_FILE} missing); give the --out folder of a sweep"
-        ) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(
-            f"{path}: not a sweep description ({e}); give the --out folder of a sweep"
+            f"{path}: not a sweep description ({type(e).__name__}: {str(e)[:80]}); give the --out folder "
+            "of a sweep"
         ) from None
     if (
         not isinstance(spec, dict)
@@ -154,17 +261,32 @@ def read_spec(out: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: not a version-{VERSION} sweep description; give the --out folder of a sweep"
         )
+    for i, cell in enumerate(spec["cells"]):
+        where = f"{path}: cells[{i}]"
+        if not isinstance(cell, dict) or not isinstance(cell.get("key"), str):
+            raise ConfigError(f"{where} is {repr(cell)[:40]}, not a cell with a 'key'; the store is damaged")
+        if not isinstance(cell.get("request"), dict):
+            raise ConfigError(f"{where}: 'request' is not an object; the store is damaged")
+        try:
+            EvalRequest(**cell["request"])
+        except TypeError as e:
+            raise ConfigError(f"{where}: 'request' {e}; the store is damaged") from None
+        except HotloopError as e:
+            raise ConfigError(f"{where}: 'request': {e}; the store is damaged") from None
     return spec
 
 
 def read_runs(out: Path) -> list[dict[str, Any]]:
+    """OUT/runs.jsonl: one object per executor run (a torn last line is dropped)."""
     path = out / RUNS_FILE
-    if not path.is_file():
-        return []
     runs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            runs.append(json.loads(line))
-        except json.JSONDecodeError:
+    for number, text, complete in _lines(path):
+        run = _parsed(text, path, number)
+        if run is None and not complete:
+            break
+        if run is None:
             continue
+        if not isinstance(run, dict):
+            raise _damaged(path, number, f"a JSON {type(run).__name__}, not an executor run")
+        runs.append(run)
     return runs

@@ -9,34 +9,41 @@ episode is already in the store; `--resume` runs the rest).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from hotloop.closedloop.execution import ExecOptions, print_summary
 
 
-def run_spec(spec: Path, out: Path, resume: bool, options: ExecOptions) -> None:
-    from hotloop.closedloop.executors import episodes_of, execute
+def run_spec(spec: Path, out: Path, resume: bool, options: ExecOptions, overwrite: bool = False) -> None:
+    from hotloop.closedloop.executors import check_builds, count_todo, episodes_of, execute
     from hotloop.closedloop.report import write_report
     from hotloop.closedloop.spec import load_spec
     from hotloop.closedloop.store import ResultsStore
+    from hotloop.output_dir import check_not_input
 
     cells = load_spec(spec, options.workers)
+    inputs: dict[str, Any] = {"SPEC": spec}
+    inputs.update({f"target {c.request.target}": c.request.target for c in cells})
+    check_not_input(out, "--out", inputs)  # before the builds: a second of loading, then a refusal
     if options.cluster is not None:
         from hotloop.cluster.ray_executor import parse_cluster, probe
 
         # A malformed or unreachable --cluster fails before the store is touched.
         probe(options.cluster, parse_cluster(options.cluster))
-    store = ResultsStore.open(out, cells, resume)
+    check_builds(cells, f"SPEC {spec}")  # a task or checkpoint that cannot be built: before the store
+    store = ResultsStore.open(out, cells, resume, overwrite=overwrite, inputs=inputs)
     try:
-        todo = episodes_of(cells, store.done(), options)
-        total = sum(len(c.seeds) for c in cells)
+        done = store.done()
+        total = sum(c.request.episodes for c in cells)
+        left = count_todo(cells, done)
         typer.echo(
             f"sweep: {len(cells)} cells, {total} episodes"
-            + (f", {total - len(todo)} already stored, {len(todo)} to run" if resume else ""),
+            + (f", {total - left} already stored, {left} to run" if resume else ""),
             err=True,
         )
-        result = execute(cells, todo, store.append, options)
+        result = execute(cells, episodes_of(cells, done, options), store.append, options, left)
         store.log_run(result.summary)
     finally:
         store.close()

@@ -121,14 +121,13 @@ def artifact_refusal(target: str, artifact: bool, node: str) -> str | None:
     manifest requires CPU features this node lacks."""
     if not artifact:
         return None
-    import json
-
     from hotloop.compile.cpu_features import missing_features
+    from hotloop.io import read_json_file
 
     path = Path(target) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        manifest = read_json_file(path)
+    except ValueError as e:
         return (
             f"node {node} cannot read artifact {target} ({type(e).__name__}); give a path every node can read"
         )

@@ -28,7 +28,7 @@ from typing import Any
 
 import hotloop
 from hotloop.compile.cpu_features import machine_class, missing_features
-from hotloop.errors import CheckpointError, ConfigError
+from hotloop.errors import CheckpointError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -78,24 +78,29 @@ def sha256_state_dict(state: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def check_output_dir(path: Path, flag: str = "-o") -> Path:
-    """Refuse a destination we would clobber or cannot write, before any work is done."""
-    path = Path(path)
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / MANIFEST).is_file())):
-        raise ConfigError(f"{flag} {path} exists and is not a hotloop artifact; pick a new folder")
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {path}: folder {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(f"{flag} {path}: folder {parent} is not writable; pick another place")
-    return path
+def check_output_dir(
+    path: Path,
+    flag: str = "-o",
+    *,
+    command: str = "compile",
+    overwrite: bool = False,
+    inputs: dict[str, Any] | None = None,
+) -> Path:
+    """Refuse, before any work, a destination we would clobber (a folder holding anything but a hotloop
+    artifact, unless `overwrite`), one that is or holds an input, or one we cannot write
+    (`hotloop.output_dir`). An artifact is replaced whole: with `overwrite` the folder's files go."""
+    from hotloop.output_dir import ARTIFACT_MARKER, claim_output_dir
+
+    claim_output_dir(path, flag, command, overwrite=overwrite, inputs=inputs, markers=[ARTIFACT_MARKER])
+    return Path(path)
 
 
 class ArtifactWriter:
     """Collects files in a temporary sibling directory, then `commit()` writes the manifest and renames."""
 
-    def __init__(self, dest: Path) -> None:
-        self.dest = check_output_dir(Path(dest))
+    def __init__(self, dest: Path, overwrite: bool = False) -> None:
+        self.dest = check_output_dir(Path(dest), overwrite=overwrite)
+        self.dest.resolve().parent.mkdir(parents=True, exist_ok=True)  # -o a/new/art: checked writable
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.", dir=self.dest.resolve().parent))
 
     def path(self, relative: str) -> Path:

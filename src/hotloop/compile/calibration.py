@@ -317,12 +317,11 @@ def task_calibration(target: str, source: Any, count: int, seed: int) -> Calibra
 
 
 def read_mixed_plan(path: Path) -> dict[str, list[str]]:
-    import json
-
     from hotloop.errors import ConfigError
+    from hotloop.io import read_json_file
 
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json_file(path, "--mixed-plan")
         layers = data["mixed_precision"]["fp32_layers"]
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 
 EXIT_BUDGET_UNMET = 3
 
@@ -116,6 +117,7 @@ def compile_cmd(
         ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
@@ -130,6 +132,7 @@ def compile_cmd(
     from hotloop.io import atomic_write_json, check_output_file
     from hotloop.measure.contention import check_max_load, check_quiet
     from hotloop.measure.placement import apply_reserve
+    from hotloop.output_dir import check_not_input
 
     check_max_load(max_load)
     check_search(search)
@@ -155,6 +158,7 @@ def compile_cmd(
         pin=pin,
         progress=not quiet,
         buckets=parse_buckets(buckets) if buckets is not None else (),
+        overwrite=overwrite,
     )
     _check_modes(config.inductor_modes)
     if "int8" in config.precisions and calibration is None and not _has_own_task(target):
@@ -165,9 +169,11 @@ def compile_cmd(
             "`hotloop record TASK -o DIR`, or a folder of raw LeRobot batches as .npz, "
             "`benchmarks/lerobot_reference_run.py`); or use int8-dynamic"
         )
-    check_output_dir(out, "-o")
+    inputs = {"TARGET": target, "--calibration": calibration, "--mixed-plan": mixed_plan}
+    check_output_dir(out, "-o", overwrite=overwrite, inputs=inputs)
     if json_path is not None:
         check_output_file(json_path, "--json")
+        check_not_input(json_path, "--json", inputs)
     # What to compile is checked before the machine's load: a mistyped target is the first thing to say.
     if is_onnx_target(target):
         onnx_path(target)

@@ -563,13 +563,12 @@ class WeightsSnapshot:
     def take(cls, state: dict[str, Tensor]) -> WeightsSnapshot:
         import tempfile
 
-        from safetensors.torch import save_file
-
         from hotloop.compile.artifact import sha256_state_dict
+        from hotloop.io import save_tensors
 
         folder = Path(tempfile.mkdtemp(prefix="hotloop-plan-"))
         snapshot = cls(folder, sha256_state_dict(state))
-        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
+        save_tensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
         return snapshot
 
     def discard(self) -> None:
@@ -595,7 +594,7 @@ def write_artifact(
     fields (the compression work's `precision_plan` and `compression`)."""
     from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_state_dict
 
-    writer = ArtifactWriter(out)
+    writer = ArtifactWriter(out, overwrite=config.overwrite)
     try:
         if plan.weights is not None:  # some weights were released: the snapshot holds them all
             import shutil

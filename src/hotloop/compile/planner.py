@@ -61,6 +61,7 @@ class PlanConfig:
     # This machine's earlier candidate timings (`hotloop.compile.timing_cache.TimingCache`): read to order
     # and skip candidates in a fast search, written with every candidate timed; None: neither.
     timing_cache: Any = None
+    overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
 
     def __post_init__(self) -> None:
         if self.budget_ms is not None and not self.budget_ms > 0:

@@ -195,6 +195,7 @@ class TimingCache:
         entries: dict[str, CachedTiming],
     ) -> None:
         self.path, self.fingerprint, self.max_load, self._warn = path, fingerprint, max_load, warn
+        self.root = path.parent.parent  # the cache folder: the file is never written outside it
         self.entries = entries
         self.read = dict(entries)  # as found at the start (this run's timings go into `entries`)
         self.recorded = 0
@@ -220,7 +221,7 @@ class TimingCache:
         if path.exists():
             try:
                 entries = _read(path, fingerprint)
-            except (OSError, ValueError, TypeError, KeyError) as exc:
+            except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 warn(
                     f"timing cache {path} is unreadable ({why[:160]}): ignored, every candidate is timed "
@@ -264,7 +265,7 @@ class TimingCache:
         merged: dict[str, CachedTiming] = {}
         # Another run may have written entries since this one read the file; unreadable (said at open):
         # this run's entries replace it.
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError, RecursionError):
             merged = _read(self.path, self.fingerprint) if self.path.exists() else {}
         merged.update(self.entries)
         body = {
@@ -274,7 +275,11 @@ class TimingCache:
         }
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.path, body)
+            inside = Path(os.path.realpath(self.root)) / self.path.parent.name
+            if Path(os.path.realpath(self.path.parent)) != inside:
+                raise OSError(f"{self.path.parent} is a link out of the cache folder {self.root}")
+            # A link at the file itself is replaced, never followed: the cache writes only in the cache.
+            atomic_write_json(self.path, body, follow_symlinks=False)
         except OSError as exc:
             if not self._write_failed:
                 self._write_failed = True
@@ -283,8 +288,15 @@ class TimingCache:
                 )
 
 
+MAX_CACHE_BYTES = 64 << 20  # a timing is ~300 bytes: hundreds of thousands of them
+
+
 def _read(path: Path, fingerprint: dict[str, Any]) -> dict[str, CachedTiming]:
-    body = json.loads(path.read_text())
+    from hotloop.io import read_text_bounded
+
+    if path.is_symlink():
+        raise ValueError("it is a link (the cache reads and writes only its own files)")
+    body = json.loads(read_text_bounded(path, "", MAX_CACHE_BYTES))
     if not isinstance(body, dict) or body.get("schema") != SCHEMA:
         raise ValueError(f"not a schema-{SCHEMA} timing cache")
     if body.get("fingerprint") != json.loads(json.dumps(fingerprint)):

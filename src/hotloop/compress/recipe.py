@@ -108,7 +108,6 @@ def family_recipe_steps(target: str) -> tuple[str, ...]:
     """The recipe steps of `target`'s own family (`Capabilities.recipe_steps`), read without building it:
     a LeRobot checkpoint folder's family from its config.json `type` (a demo shipped as one: its family),
     an artifact's from its manifest's `kind`; () for the other targets, and for a folder whose type is unknown (refused later, by name)."""
-    import json
     from pathlib import Path
 
     from hotloop.demos.checkpoints import SHIPPED
@@ -118,12 +117,14 @@ def family_recipe_steps(target: str) -> tuple[str, ...]:
         return tuple(get_family(SHIPPED[target[5:]][0]).capabilities.recipe_steps)
     path = Path(target)
     family: str | None = None
+    from hotloop.io import read_json_file
+
     try:
         if (path / "manifest.json").is_file():
-            family = json.loads((path / "manifest.json").read_text()).get("kind")
+            family = read_json_file(path / "manifest.json").get("kind")
         elif is_checkpoint_dir(path):
-            family = LEROBOT_TYPES.get(json.loads((path / "config.json").read_text()).get("type"))
-    except (OSError, ValueError, AttributeError):
+            family = LEROBOT_TYPES.get(read_json_file(path / "config.json").get("type"))
+    except (ValueError, AttributeError, TypeError):  # damaged: loading the target names the file
         return ()
     if not isinstance(family, str) or family not in FAMILIES:
         return ()
@@ -199,6 +200,7 @@ class RecipeConfig:
     workers: int = 2
     seed: int = 0
     progress: bool = True
+    overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -549,11 +551,14 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     from hotloop.targets import TargetOptions
 
     compilable_entry(config.target)
-    check_output_dir(config.out, "-o")
+    check_output_dir(config.out, "-o", command="compress", overwrite=config.overwrite)
     source = policy_source(config.target, TargetOptions(seed=config.seed))
     family = source.family
     check_family_steps(config.recipe, family, config.target)
     teacher = source.model.float().eval()
+    from hotloop.compile.artifact import sha256_state_dict
+
+    teacher_sha = sha256_state_dict(teacher.state_dict())
     for p in teacher.parameters():
         p.requires_grad_(False)
     check_step_counts(config.recipe, source.shape.num_steps, family)
@@ -597,6 +602,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "teacher_parameters": count_parameters(teacher),
             "calibration": inputs.calibration,
             "tolerance": config.tolerance.spec,
+            "teacher_weights_sha256": teacher_sha,  # what `hotloop verify --artifact` checks it against
         }
         plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs, checks)
         figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)

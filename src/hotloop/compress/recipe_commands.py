@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 
 
 def compress_cmd(
@@ -95,6 +96,7 @@ def compress_cmd(
     plot: Annotated[Path | None, typer.Option(help="write the per-step plot (PNG) here")] = None,
     seed: Annotated[int, typer.Option(help="seed for weights, noise and data order")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Compress TARGET step by step (judged after each step); write the last passing artifact. A learned
     box detector (demo:detector or its folder) takes `--recipe quantize`: an int8 plan gated in its own terms."""
@@ -103,7 +105,7 @@ def compress_cmd(
     if is_detector(target):
         _compress_detector(
             target, recipe, out, data, tolerance, resolution, episodes, eval_latency, calibration_frames,
-            bench_iters, json_path, plot, seed, quiet,
+            bench_iters, json_path, plot, seed, quiet, overwrite,
         )  # fmt: skip
         return
     if resolution is not None:
@@ -127,6 +129,7 @@ def compress_cmd(
     )
     from hotloop.families.buckets import parse_buckets
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
+    from hotloop.output_dir import check_output_file_not_input
 
     steps = parse_recipe(recipe, family_recipe_steps(target))
     parse_latency(eval_latency)
@@ -166,10 +169,14 @@ def compress_cmd(
         threads=threads,
         seed=seed,
         progress=not quiet,
+        overwrite=overwrite,
     )
-    check_output_dir(out, "-o")
+    inputs = {"TARGET": target, "--data": data, "--mixed-plan": mixed_plan}
+    check_output_dir(out, "-o", command="compress", overwrite=overwrite, inputs=inputs)
     check_output_file(json_path, "--json")
     check_plot_file(plot, "--plot", {"--json": json_path, "-o": out})
+    for path, flag in ((json_path, "--json"), (plot, "--plot")):
+        check_output_file_not_input(path, flag, inputs)
     if data is not None:
         from hotloop.compile.calibration import open_dataset
 
@@ -209,11 +216,13 @@ def _compress_detector(
     plot: Path | None,
     seed: int,
     quiet: bool,
+    overwrite: bool = False,
 ) -> None:
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compress.recipe import EXIT_TOLERANCE
     from hotloop.errors import ConfigError
     from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.output_dir import OutputDir, check_output_file_not_input
     from hotloop.perception.compress_detector import (
         DEFAULT_RESOLUTION,
         DEFAULT_TOLERANCE,
@@ -240,14 +249,17 @@ def _compress_detector(
         bench_iters=bench_iters if bench_iters is not None else DETECTOR_BENCH_ITERS,
         seed=seed,
     )
-    check_output_dir(out, "-o")
+    inputs = {"TARGET": target, "--data": data}
+    check_output_dir(out, "-o", command="compress", overwrite=overwrite, inputs=inputs)
     check_output_file(json_path, "--json")
+    check_output_file_not_input(json_path, "--json", inputs)
     if data is not None and not data.exists():
         raise ConfigError(
             f"--data {data} does not exist; give a frames .npz or a dataset `hotloop record` wrote"
         )
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
-    report = compress_detector(config, log)
+    with OutputDir(out, "-o", "compress", out.exists()).writing():
+        report = compress_detector(config, log)
     if json_path is not None:
         atomic_write_json(json_path, report)
         typer.echo(f"wrote {json_path}")

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 from hotloop.sim.tasks import check_difficulty
 
 
@@ -54,12 +55,13 @@ def record_cmd(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.datasets.recorder import check_record_options, record
     from hotloop.errors import ConfigError
     from hotloop.interrupts import stop_at_next_boundary
-    from hotloop.io import check_output_dir
+    from hotloop.output_dir import claim_output_dir
     from hotloop.progress import Progress
     from hotloop.sim.tasks import check_task
     from hotloop.sim.tasks.gym_task import parse_task_kwargs
@@ -77,7 +79,9 @@ def record_cmd(
     )
     check_difficulty(task, difficulty)
     view_keys = _record_views(task, views)
-    check_output_dir(out, "-o", must_be_empty=True)
+    claimed = claim_output_dir(out, "-o", "record", overwrite=overwrite)
+    if (out / "meta" / "info.json").exists():  # the writer would refuse it after the recording
+        raise ConfigError(f"-o {out} already holds a dataset; give a new folder, or delete that one first")
     wins = 0
 
     def tick(i: int, ok: bool) -> None:
@@ -88,6 +92,7 @@ def record_cmd(
     # Ctrl-C stops after the episode in progress and writes the finished ones (a dataset is written whole
     # at the end: an exception there would lose every episode).
     with (
+        claimed.writing(),
         stop_at_next_boundary("episode") as stop,
         Progress(episodes, f"record {task}", "ep", enabled=not quiet) as bar,
     ):

@@ -38,6 +38,7 @@ class DemoConfig:
     progress: bool = True
     only: tuple[str, ...] = ()  # rung names to run (default: all)
     history: Path | None = None  # append the report here; show the previous demo run's figures
+    overwrite: bool = False  # --overwrite: write the report into a folder holding other files
 
 
 def _bench_rung(
@@ -167,14 +168,17 @@ def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[
 
 def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Rung]:
     from hotloop.demo.previous import previous_demo
-    from hotloop.io import check_output_dir
     from hotloop.measure.history import check_history_dir
+    from hotloop.output_dir import Marker, claim_output_dir
 
     makers = selected_rungs(config.only, config.full)
-    check_output_dir(config.out_dir, "--out")  # before minutes of measuring, not at the first write
+    # Before minutes of measuring, not at the first write:
+    claimed = claim_output_dir(
+        config.out_dir, "--out", "demo", overwrite=config.overwrite, markers=[Marker("report.json", "rungs")]
+    )
     check_history_dir(config.history)
     previous = previous_demo(config.history)
-    config.out_dir.mkdir(parents=True, exist_ok=True)
+    claimed.create()
     rungs: list[Rung] = []
     for make_rung in makers:
         start = time.monotonic()

@@ -157,19 +157,59 @@ class ReferenceRun:
 
 def _load_npy(path: Path) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
+        value = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
         raise ConfigError(f"{path}: not a readable .npy array ({exc}); rewrite it with numpy.save") from None
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        if hasattr(value, "close"):
+            value.close()  # an .npz archive under an .npy name
+        raise ConfigError(f"{path}: not a numeric .npy array; rewrite it with numpy.save")
+    return value
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    import zipfile
+
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError) as exc:
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ConfigError(
-            f"{path}: not a readable .npz archive ({exc}); rewrite it with numpy.savez"
+            f"{path}: not a readable .npz archive ({type(exc).__name__}: {str(exc)[:120]}); rewrite it with "
+            "numpy.savez"
         ) from None
+    for key, value in arrays.items():  # a member that is not a .npy comes back as raw bytes
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biufUS":
+            what = type(value).__name__ if not isinstance(value, np.ndarray) else f"dtype {value.dtype}"
+            raise ConfigError(
+                f"{path}: key {key!r} is not a numeric or text array ({what}); rewrite it with numpy.savez"
+            )
+    return arrays
+
+
+def unread_arrays(run: ReferenceRun, report: VerifyReport) -> list[str]:
+    """Notes naming what a reference folder holds that the comparison did not use: array files hotloop
+    does not know (a misspelt `action.npy`), and intermediates the family computes nothing by that name
+    for. Said, never silently dropped."""
+    notes = []
+    strangers = sorted(
+        p.name for p in run.folder.iterdir() if p.suffix in (".npy", ".npz") and p.name not in FILES
+    )
+    if strangers:
+        notes.append(
+            f"not read: {', '.join(strangers)} in {run.folder} (a reference run's files are "
+            f"{', '.join(FILES)}; docs/verify.md)"
+        )
+    stages = run.arrays("intermediates.npz") if run.has("intermediates.npz") else None
+    compared = {c.name for c in report.comparisons if c.space == "stage"}
+    unknown = sorted(k for k in (stages or {}) if k not in compared)
+    if unknown:
+        shown = ", ".join(unknown[:8]) + (f", ... ({len(unknown) - 8} more)" if len(unknown) > 8 else "")
+        notes.append(
+            f"not compared: {shown} in {run.where('intermediates.npz')} ({report.family} computes no stage "
+            "of that name)"
+        )
+    return notes
 
 
 def as_batch(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:

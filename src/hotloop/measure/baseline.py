@@ -8,7 +8,6 @@ threshold (`hotloop.measure.compare`); beneath, what differs between the two run
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,14 @@ def parse_threshold(text: str | None, flag: str = "--threshold") -> float:
 
 def read_json_result(spec: str, flag: str = "--baseline") -> dict[str, Any]:
     """A result file as a JSON object, or one line saying why not."""
+    from hotloop.io import read_json_file
+
     path = Path(spec)
     if path.is_dir():
         raise ConfigError(f"{flag} {spec} is a directory; give a result JSON file or a history run")
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{flag} {spec} does not exist; give a result JSON file or a history run") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{flag} {spec} is not readable JSON ({e}); give a result JSON file") from None
+    if not path.exists():
+        raise ConfigError(f"{flag} {spec} does not exist; give a result JSON file or a history run")
+    data = read_json_file(path, flag)
     if not isinstance(data, dict):
         raise ConfigError(f"{flag} {spec} holds a JSON {type(data).__name__}, not a hotloop result")
     return data
@@ -93,14 +91,32 @@ def check_bench_result(data: dict[str, Any], spec: str, flag: str = "--baseline"
             "give a file hotloop bench --json wrote"
         )
     samples = data["samples_ms"]
-    if (
-        not isinstance(samples, list)
-        or len(samples) < 2
-        or not all(isinstance(v, int | float) for v in samples)
-    ):
+    if not isinstance(samples, list) or len(samples) < 2 or not all(_is_number(v) for v in samples):
         raise ConfigError(
             f"{flag} {spec}: 'samples_ms' must hold two or more per-iteration times; rerun hotloop bench --json"
         )
+    check_result_fields(data, spec, flag)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_result_fields(data: dict[str, Any], spec: str, flag: str) -> None:
+    """The fields a comparison reads beside the samples, each of the type hotloop writes (a damaged one
+    is one line naming it, not a traceback in the middle of the table)."""
+    for key in ("stages", "env", "info", "config", "stage_samples_ms"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(
+                f"{flag} {spec}: field {key!r} is a {type(data[key]).__name__}, not an object; the file is "
+                "damaged: give a file hotloop wrote"
+            )
+    for stage, values in (data.get("stage_samples_ms") or {}).items():
+        if not isinstance(values, list) or not all(_is_number(v) for v in values):
+            raise ConfigError(
+                f"{flag} {spec}: field 'stage_samples_ms.{stage}' must be a list of times in ms; the file is "
+                "damaged: give a file hotloop wrote"
+            )
 
 
 def load_bench_baseline(
@@ -121,11 +137,13 @@ def load_bench_baseline(
 def policy_of_target(name: str) -> str:
     """What a target measures: a compiled artifact counts as the target it was compiled from (its
     manifest says), so `--baseline` can put an artifact beside its eager source."""
+    from hotloop.io import read_json_file
+
     manifest = Path(name) / "manifest.json"
     if manifest.is_file():
         try:
-            source = json.loads(manifest.read_text()).get("target")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            source = read_json_file(manifest).get("target")
+        except (ConfigError, AttributeError):  # damaged: the target's own load names it
             source = None
         if isinstance(source, str) and source:
             return source

@@ -10,7 +10,6 @@ its id, or `latest` / `latest~N` (the newest run, or N before it, of the same ki
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json, check_output_dir
+from hotloop.io import atomic_write_json, check_output_dir, read_json_file
 
 HISTORY_ENV = "HOTLOOP_HISTORY"
 FORMAT = 1
@@ -56,18 +55,26 @@ def _slug(text: str) -> str:
 
 def _read_record(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"history run {path} cannot be read ({e}); remove or restore it") from None
+        data = read_json_file(path)
+    except ConfigError as e:
+        raise ConfigError(f"history run {e}; remove or restore it") from None
     if not isinstance(data, dict) or data.get("hotloop_history") != FORMAT or "result" not in data:
         raise ConfigError(f"{path} is not a hotloop history run; keep only runs in a history folder")
     return data
 
 
 def check_history_dir(path: str | os.PathLike[str] | None, flag: str = "--history") -> None:
-    """Before any work: the folder can be made and written (a file there is one line, exit 2)."""
-    if path is not None:
-        check_output_dir(path, flag)
+    """Before any work: the folder can be made and written (a file there is one line, exit 2), and it is
+    a history: new, empty, or holding history runs (`hotloop.output_dir`; never another folder's files)."""
+    if path is None:
+        return
+    folder = Path(path)
+    if folder.is_dir() and any(_NAME.match(p.name) for p in folder.iterdir()):
+        check_output_dir(path, flag)  # runs an earlier version kept, before the marker
+        return
+    from hotloop.output_dir import claim_output_dir
+
+    claim_output_dir(path, flag, "history", overwrite_flag=None)
 
 
 def check_readable_history(path: str | os.PathLike[str], flag: str = "DIR") -> Path:
@@ -115,8 +122,12 @@ def append_run(
     if kind not in KINDS:
         raise ValueError(f"history kind {kind!r} is not one of {KINDS}")
     folder = Path(path)
-    check_output_dir(folder, "--history")
-    folder.mkdir(parents=True, exist_ok=True)
+    check_history_dir(folder)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        from hotloop.output_dir import write_marker
+
+        folder.mkdir(parents=True, exist_ok=True)
+        write_marker(folder, "history")
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     pending = folder / f".pending-{os.getpid()}-{uuid.uuid4().hex}.json"
     try:

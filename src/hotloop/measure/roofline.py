@@ -225,9 +225,11 @@ def default_cache_dir() -> Path:
 
 def load_peaks(cache_dir: Path, key: str) -> MatmulPeaks | None:
     path = cache_dir / f"peaks-{key}.json"
+    from hotloop.io import read_json_file
+
     try:
-        return MatmulPeaks.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        return MatmulPeaks.from_dict(read_json_file(path, limit=1 << 20))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # absent or unreadable: measure again rather than trust it
 
 

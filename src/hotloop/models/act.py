@@ -44,7 +44,13 @@ from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.models.act_layers import Attention, Decoder, Encoder, sinusoid_1d, sinusoid_2d
-from hotloop.models.checkpoint_meta import Fields, read_json_object
+from hotloop.models.checkpoint_meta import (
+    MAX_CHUNK,
+    MAX_CONFIG_INT,
+    MAX_FEATURE_DIM,
+    Fields,
+    read_json_object,
+)
 from hotloop.models.resnet import ResNetConfig, ResNetTrunk, check_backbone
 
 PREFIX = "model."  # LeRobot saves the policy's state dict; the network is its `model` attribute
@@ -287,9 +293,9 @@ def _flag(f: Fields, key: str, default: bool, ints: bool = False) -> bool:
     )
 
 
-def _int(f: Fields, key: str, default: int, minimum: int = 1) -> int:
+def _int(f: Fields, key: str, default: int, minimum: int = 1, maximum: int = MAX_CONFIG_INT) -> int:
     """An integer field; when absent, LeRobot's dataclass default (what its own loader would use)."""
-    value = f.integer(key, minimum=minimum)
+    value = f.integer(key, minimum=minimum, maximum=maximum)
     return default if value is None else value
 
 
@@ -298,10 +304,11 @@ def _shape(f: Fields, key: str, rank: int) -> tuple[int, ...]:
     if (
         not isinstance(value, list)
         or len(value) != rank
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)
+        or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_FEATURE_DIM for v in value)
     ):
         raise CheckpointError(
-            f"{f.file}: field {f.name(key)!r} must be a list of {rank} positive integers (got {value!r})"
+            f"{f.file}: field {f.name(key)!r} must be a list of {rank} integers from 1 to {MAX_FEATURE_DIM} "
+            f"(got {value!r})"
         )
     return tuple(value)
 
@@ -370,8 +377,8 @@ def read_act_config(folder: Path) -> ACTConfig:
             f"{path}: field 'n_obs_steps' is {n_obs}; ACT (and hotloop) runs 1 observation step"
         )
     cameras, camera_shapes, state_dim, env_dim = _input_features(f)
-    chunk = _int(f, "chunk_size", 100)
-    n_action_steps = _int(f, "n_action_steps", 100)
+    chunk = _int(f, "chunk_size", 100, maximum=MAX_CHUNK)
+    n_action_steps = _int(f, "n_action_steps", 100, maximum=MAX_CHUNK)
     if n_action_steps > chunk:
         raise CheckpointError(f"{path}: field 'n_action_steps' is {n_action_steps} > chunk_size {chunk}")
     activation = f.string("feedforward_activation") or "relu"
@@ -496,6 +503,9 @@ def _field_conflicts(cfg: ACTConfig, shapes: Mapping[str, tuple[int, ...]]) -> l
 def check_tensors(cfg: ACTConfig, shapes: Mapping[str, tuple[int, ...]], file: Path) -> None:
     """One CheckpointError naming the config fields the tensors contradict, then every missing and
     unexpected key and every shape (found vs expected)."""
+    conflicts = _field_conflicts(cfg, shapes)
+    if conflicts:  # said before the model is built from them (a chunk_size of 1e9 would take minutes)
+        raise CheckpointError(f"{file} does not match config.json: {'; '.join(conflicts)}")
     try:
         with torch.device("meta"):
             model = ACTModel(cfg)

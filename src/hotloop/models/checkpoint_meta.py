@@ -15,10 +15,19 @@ from typing import Any
 
 from hotloop.errors import CheckpointError
 
+MAX_JSON_BYTES = 64 << 20  # a config or processor file is kilobytes; a tokenizer.json some megabytes
+
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in `path`; anything else (unreadable, binary, bad JSON, a list, null) is named."""
     try:
+        if not path.is_file():
+            raise CheckpointError(f"{path} is not a regular file (a folder or a device); restore it")
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(
+                f"{path} is {path.stat().st_size / 2**20:.0f} MiB, more than the {MAX_JSON_BYTES >> 20} MiB a "
+                "config file can hold; restore it"
+            )
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise CheckpointError(
@@ -28,6 +37,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise CheckpointError(f"{path} is nested too deep to be a config; restore it") from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix or delete it"
@@ -35,6 +46,19 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object {{...}}, not {_kind(data)}; fix or delete it")
     return data
+
+
+# Bounds on the sizes a config.json states, checked before anything is allocated from them: far above any
+# real policy (and equal to the matching `hotloop bench` option limits), low enough that a typo or a
+# hostile file is refused at once instead of hanging a loader or exhausting memory. A size the tensors
+# also hold is in addition checked against them.
+MAX_CONFIG_INT = 1_000_000  # any integer field: no size of a policy is near a million (vocabularies ~260k)
+MAX_CHUNK = 1000  # actions per chunk (chunk_size, horizon, n_action_steps): `--horizon`'s limit
+MAX_STEPS = 1000  # denoising / flow steps per inference: `--steps`'s limit
+MAX_TRAIN_TIMESTEPS = 10_000  # a diffusion noise schedule's length (LeRobot's default 100, DDPM's 1000)
+MAX_OBS_STEPS = 100  # observation history
+MAX_TOKENS = 100_000  # prompt tokens: `--prompt-tokens`'s limit
+MAX_FEATURE_DIM = 4096  # one dimension of an input feature: a camera's side in pixels, a state's width
 
 
 class Fields:
@@ -60,7 +84,7 @@ class Fields:
             "fix or delete the field"
         )
 
-    def integer(self, key: str, minimum: int = 1, maximum: int | None = None) -> int | None:
+    def integer(self, key: str, minimum: int = 1, maximum: int | None = MAX_CONFIG_INT) -> int | None:
         """An int in [minimum, maximum], or None when the key is absent."""
         if key not in self.data:
             return None
@@ -134,4 +158,14 @@ def _kind(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-__all__ = ["Fields", "read_json_object"]
+__all__ = [
+    "MAX_CHUNK",
+    "MAX_CONFIG_INT",
+    "MAX_FEATURE_DIM",
+    "MAX_OBS_STEPS",
+    "MAX_STEPS",
+    "MAX_TOKENS",
+    "MAX_TRAIN_TIMESTEPS",
+    "Fields",
+    "read_json_object",
+]

@@ -20,7 +20,16 @@ import torch
 from safetensors import safe_open
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.models.checkpoint_meta import Fields, read_json_object
+from hotloop.models.checkpoint_meta import (
+    MAX_CHUNK,
+    MAX_CONFIG_INT,
+    MAX_FEATURE_DIM,
+    MAX_OBS_STEPS,
+    MAX_STEPS,
+    MAX_TRAIN_TIMESTEPS,
+    Fields,
+    read_json_object,
+)
 from hotloop.models.noise_schedulers import BETA_SCHEDULES, SCHEDULER_KINDS, Scheduler, make_scheduler
 from hotloop.models.resnet import ResNetConfig, ResNetTrunk, check_backbone, trunk_shapes
 
@@ -145,8 +154,8 @@ class _Reader:
             raise self.fail(key, value, "it must be true or false")
         return value
 
-    def integer(self, key: str, default: int, minimum: int = 1) -> int:
-        value = self.f.integer(key, minimum=minimum)
+    def integer(self, key: str, default: int, minimum: int = 1, maximum: int = MAX_CONFIG_INT) -> int:
+        value = self.f.integer(key, minimum=minimum, maximum=maximum)
         return default if value is None else value
 
     def number(self, key: str, default: float) -> float:
@@ -160,15 +169,19 @@ class _Reader:
         return value
 
     def ints(
-        self, key: str, default: tuple[int, ...] | None, length: int | None = None
+        self,
+        key: str,
+        default: tuple[int, ...] | None,
+        length: int | None = None,
+        maximum: int = MAX_FEATURE_DIM,
     ) -> tuple[int, ...] | None:
         value = self.f.data.get(key, default)
         if value is None:
             return None
-        ok = isinstance(value, (list, tuple)) and len(value) > 0
-        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        ok = isinstance(value, (list, tuple)) and 0 < len(value) <= 16
+        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= maximum for v in value)
         if not ok or (length is not None and len(value) != length):
-            want = f"{length} positive integers" if length else "a non-empty list of positive integers"
+            want = f"{length or 'up to 16'} integers from 1 to {maximum}"
             raise self.fail(key, value, f"it must be {want}" + (" or null" if default is None else ""))
         return tuple(int(v) for v in value)
 
@@ -235,9 +248,9 @@ def read_diffusion_config(
                     f"every camera must be (C, H, W) and match {cameras[0]!r} {list(image_shape)} (LeRobot's rule)",
                 )
 
-    n_obs_steps = r.integer("n_obs_steps", 2)
-    horizon = r.integer("horizon", 64)
-    n_action_steps = r.integer("n_action_steps", 32)
+    n_obs_steps = r.integer("n_obs_steps", 2, maximum=MAX_OBS_STEPS)
+    horizon = r.integer("horizon", 64, maximum=MAX_CHUNK)
+    n_action_steps = r.integer("n_action_steps", 32, maximum=MAX_CHUNK)
     backbone = check_backbone(r.f.data.get("vision_backbone", "resnet18"), str(path))
     resize = r.ints("resize_shape", None, length=2)
     crop_ratio = r.number("crop_ratio", 1.0)
@@ -258,7 +271,7 @@ def read_diffusion_config(
         raise r.fail(
             "crop_shape", list(crop), f"it must fit within the images {list(image_shape)} (LeRobot's rule)"
         )
-    down_dims = r.ints("down_dims", (512, 1024, 2048))
+    down_dims = r.ints("down_dims", (512, 1024, 2048), maximum=MAX_CONFIG_INT)
     assert down_dims is not None
     if horizon % 2 ** len(down_dims):
         raise r.fail(
@@ -276,10 +289,10 @@ def read_diffusion_config(
     if embed % 2 or embed < 4:
         raise r.fail("diffusion_step_embed_dim", embed, "the sinusoid needs an even size >= 4")
     scheduler_type = r.string("noise_scheduler_type", "DDPM", SCHEDULER_KINDS)
-    num_train = r.integer("num_train_timesteps", 100)
+    num_train = r.integer("num_train_timesteps", 100, maximum=MAX_TRAIN_TIMESTEPS)
     steps = None
     if r.f.data.get("num_inference_steps") is not None:
-        steps = r.f.integer("num_inference_steps", minimum=1, maximum=num_train)
+        steps = r.f.integer("num_inference_steps", minimum=1, maximum=min(num_train, MAX_STEPS))
     cfg = DiffusionConfig(
         camera_keys=cameras,
         image_shape=(image_shape[0], image_shape[1], image_shape[2]) if image_shape else None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import CheckpointError
-from hotloop.models.checkpoint_meta import Fields, read_json_object
+from hotloop.models.checkpoint_meta import MAX_CHUNK, MAX_FEATURE_DIM, MAX_STEPS, Fields, read_json_object
 from hotloop.models.smolvla_tokenizer import (
     TokenizerSettings,
     load_tokenizer,
@@ -235,9 +235,15 @@ def _features(meta: Fields, key: str) -> dict[str, tuple[str, tuple[int, ...]]]:
         feat = f.obj(name)
         kind = feat.string("type") if feat is not None else None
         shape = feat.numbers("shape") if feat is not None else None
-        if feat is None or kind is None or shape is None or any(s != int(s) or s < 1 for s in shape):
+        if (
+            feat is None
+            or kind is None
+            or shape is None
+            or any(s != int(s) or not 1 <= s <= MAX_FEATURE_DIM for s in shape)
+        ):
             raise CheckpointError(
-                f"{meta.file}: field '{key}.{name}' needs a 'type' and a 'shape' of positive ints"
+                f"{meta.file}: field '{key}.{name}' needs a 'type' and a 'shape' of integers from 1 to "
+                f"{MAX_FEATURE_DIM}"
             )
         out[name] = (kind, tuple(int(s) for s in shape))
     return out
@@ -313,8 +319,8 @@ def read_smolvla_config(folder: Path) -> SmolVLAConfig:
             f"{path}: state/action dims {state_dim}/{action_dim} exceed max_state_dim/max_action_dim "
             f"{max_state}/{max_action}"
         )
-    chunk = meta.integer("chunk_size") or _DEFAULTS["chunk_size"]
-    n_steps_exec = meta.integer("n_action_steps") or _DEFAULTS["n_action_steps"]
+    chunk = meta.integer("chunk_size", maximum=MAX_CHUNK) or _DEFAULTS["chunk_size"]
+    n_steps_exec = meta.integer("n_action_steps", maximum=MAX_CHUNK) or _DEFAULTS["n_action_steps"]
     if n_steps_exec > chunk:
         raise refuse(
             meta, "n_action_steps", n_steps_exec, f"LeRobot requires n_action_steps <= chunk_size {chunk}"
@@ -324,9 +330,12 @@ def read_smolvla_config(folder: Path) -> SmolVLAConfig:
         meta.numbers("resize_imgs_with_padding", 2) if "resize_imgs_with_padding" in meta else [512.0, 512.0]
     )
     if resize is not None:
-        if any(r != int(r) or r < 1 for r in resize):
+        if any(r != int(r) or not 1 <= r <= MAX_FEATURE_DIM for r in resize):
             raise refuse(
-                meta, "resize_imgs_with_padding", resize, "it must be two positive integers [width, height]"
+                meta,
+                "resize_imgs_with_padding",
+                resize,
+                f"it must be two integers from 1 to {MAX_FEATURE_DIM} [width, height]",
             )
         image_size = (int(resize[1]), int(resize[0]))  # LeRobot stores (width, height)
     else:
@@ -362,7 +371,7 @@ def read_smolvla_config(folder: Path) -> SmolVLAConfig:
                 )
         start_ids, end_ids = (fake, glob), (fake,)
 
-    steps = meta.integer("num_steps") or _DEFAULTS["num_steps"]
+    steps = meta.integer("num_steps", maximum=MAX_STEPS) or _DEFAULTS["num_steps"]
     return SmolVLAConfig(
         vlm=vlm,
         expert=expert,

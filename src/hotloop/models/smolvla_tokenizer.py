@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.models.checkpoint_meta import Fields, read_json_object
+from hotloop.models.checkpoint_meta import MAX_TOKENS, Fields, read_json_object
 from hotloop.models.smolvlm_config import boolean, refuse
 
 
@@ -35,7 +35,9 @@ class TokenizerSettings:
 
 def read_tokenizer_settings(folder: Path, meta: Fields) -> TokenizerSettings:
     """The tokenizer step of policy_preprocessor.json; config.json's tokenizer fields when there is none."""
-    max_length = meta.integer("tokenizer_max_length") or 48  # LeRobot SmolVLAConfig defaults
+    max_length = (
+        meta.integer("tokenizer_max_length", maximum=MAX_TOKENS) or 48
+    )  # LeRobot SmolVLAConfig defaults
     padding = meta.string("pad_language_to") or "longest"
     path = folder / "policy_preprocessor.json"
     settings = TokenizerSettings(None, max_length, padding, "right", True)
@@ -48,7 +50,7 @@ def read_tokenizer_settings(folder: Path, meta: Fields) -> TokenizerSettings:
             c = Fields(step.get("config") or {}, path, f"steps[{i}].config.")
             settings = TokenizerSettings(  # the step's own defaults (TokenizerProcessorStep) where absent
                 folder=c.string("tokenizer_name"),
-                max_length=c.integer("max_length") or 512,
+                max_length=c.integer("max_length", maximum=MAX_TOKENS) or 512,
                 padding=c.string("padding") or "max_length",
                 padding_side=c.string("padding_side") or "right",
                 truncation=boolean(c, "truncation", True),

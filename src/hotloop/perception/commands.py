@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 
 
 def perception_curve_cmd(
@@ -72,11 +74,13 @@ def perception_curve_cmd(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the curve here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write the accuracy-latency plot (PNG) here")] = None,
     workers: Annotated[int, typer.Option(help="closed loop: episode worker processes")] = 2,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """The resolution-accuracy-latency curve of a detector: accuracy, p50/p99 eager and compiled per input
     resolution (and closed-loop success with --episodes); picks the most accurate point within --budget-ms."""
     from hotloop.errors import ConfigError
     from hotloop.io import check_output_file
+    from hotloop.output_dir import check_not_input, claim_output_dir
     from hotloop.perception.curve import METRICS, parse_resolutions
 
     sizes = parse_resolutions(resolutions)
@@ -98,14 +102,16 @@ def perception_curve_cmd(
             find_target(policy)
         except (ConfigError, UnknownNameError) as e:
             raise ConfigError(f"--policy {policy}: {e.args[0] if e.args else e}") from None
+    inputs = {"DETECTOR": detector, "--data": data, "--images": images, "--policy": policy}
     for path, flag in ((json_path, "--json"), (plot, "--plot")):
         if path is not None:
             check_output_file(path, flag)
+            check_not_input(path, flag, inputs)
+    claimed = None
     if int8 is not None:
-        from hotloop.io import check_output_dir
         from hotloop.perception.quantize import parse_tolerance
 
-        check_output_dir(int8, "--int8")
+        claimed = claim_output_dir(int8, "--int8", "perception-curve", overwrite=overwrite, inputs=inputs)
         parse_tolerance(tolerance)
     if detector.endswith(".onnx"):
         if onnx_input is None or images is None:
@@ -125,10 +131,11 @@ def perception_curve_cmd(
             raise ConfigError("--input and --images are for an ONNX detector (model.onnx); drop them")
         from hotloop.perception.curve_runs import learned_curve
 
-        result = learned_curve(
-            detector, sizes, data, held_out, metric, budget_ms, iters, warmup, episodes, latency, workers, plot,
-            int8, tolerance, policy,
-        )  # fmt: skip
+        with claimed.writing() if claimed is not None else contextlib.nullcontext():
+            result = learned_curve(
+                detector, sizes, data, held_out, metric, budget_ms, iters, warmup, episodes, latency, workers,
+                plot, int8, tolerance, policy,
+            )  # fmt: skip
     _finish(result, json_path, plot)
 
 

@@ -19,7 +19,6 @@ back-projects the centre through the calibrated camera.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.io import read_json_file
 
 STRIDE = 4  # input pixels per output cell
 SIZE_SCALE = 10.0  # the size channels predict width/height x this (targets near 1)
@@ -171,15 +171,14 @@ class DetectorModel:
     def save(self, folder: str | Path, store_dtype: str = "float16") -> Path:
         """Write the weights (float16 by default: half the bytes, loaded as float32) and detector.json."""
         import torch
-        from safetensors.torch import save_file
 
-        from hotloop.io import atomic_write_json
+        from hotloop.io import atomic_write_json, save_tensors
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         dtype = getattr(torch, store_dtype)
         tensors = {k: v.detach().to(dtype).contiguous() for k, v in self.net.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
+        save_tensors(tensors, str(folder / WEIGHTS), metadata={"format": "pt"})
         atomic_write_json(
             folder / META, {**self.meta, "config": asdict(self.config), "stored_dtype": store_dtype}
         )
@@ -197,10 +196,13 @@ def load_detector(folder: str | Path | None = None) -> DetectorModel:
             f"no learned detector in {folder} (needs {WEIGHTS} and {META}); train one with "
             "`hotloop train-demo --variant detector -o DIR`"
         )
-    meta = json.loads((folder / META).read_text())
-    raw = dict(meta.get("config", {}))
-    raw["resolutions"] = tuple(raw.get("resolutions", DetectorConfig.resolutions))
-    config = DetectorConfig(**raw)
+    meta = read_json_file(folder / META)
+    try:
+        raw = dict(meta.get("config", {}))
+        raw["resolutions"] = tuple(raw.get("resolutions", DetectorConfig.resolutions))
+        config = DetectorConfig(**raw)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ConfigError(f"{folder / META}: not a detector description ({e}); train it again") from None
     net = build_network(config.width)
     state = {k: v.to(torch.float32) for k, v in load_file(str(folder / WEIGHTS)).items()}
     net.load_state_dict(state)
@@ -218,10 +220,15 @@ class PlanModel:
     def __init__(self, folder: Path) -> None:
         import onnxruntime as ort
 
-        manifest = json.loads((folder / "manifest.json").read_text())
-        raw = dict(manifest["detector"]["config"])
-        raw["resolutions"] = tuple(raw.get("resolutions", DetectorConfig.resolutions))
-        self.config = DetectorConfig(**{**raw, "resolution": int(manifest["resolution"])})
+        manifest = read_json_file(folder / "manifest.json")
+        try:
+            raw = dict(manifest["detector"]["config"])
+            raw["resolutions"] = tuple(raw.get("resolutions", DetectorConfig.resolutions))
+            self.config = DetectorConfig(**{**raw, "resolution": int(manifest["resolution"])})
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(
+                f"{folder / 'manifest.json'}: not a detector plan ({type(e).__name__}: {e}); write it again"
+            ) from None
         self.meta = manifest
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
@@ -236,11 +243,10 @@ class PlanModel:
 def load_any(folder: str | Path | None) -> Any:
     """The detector in `folder`: a trained detector (`load_detector`) or an int8 plan (`PlanModel`)."""
     if folder is not None and (Path(folder) / "manifest.json").is_file():
-        meta = json.loads((Path(folder) / "manifest.json").read_text())
-        if meta.get("kind") != PLAN_KIND:
-            raise ConfigError(
-                f"{folder} holds a manifest.json that is not a detector plan (kind {meta.get('kind')!r})"
-            )
+        meta = read_json_file(Path(folder) / "manifest.json")
+        if not isinstance(meta, dict) or meta.get("kind") != PLAN_KIND:
+            kind = meta.get("kind") if isinstance(meta, dict) else None
+            raise ConfigError(f"{folder} holds a manifest.json that is not a detector plan (kind {kind!r})")
         return PlanModel(Path(folder))
     return load_detector(folder)
 

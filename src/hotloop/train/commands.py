@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.output_dir import OVERWRITE_HELP
 
 # `--variant chain`'s noise on the box state (docs/perception.md, "A policy for the chain's estimate").
 CHAIN_BOX_NOISE_MM = 3.0
@@ -84,19 +85,20 @@ def train_demo_cmd(
         str | None,
         typer.Option(help="detector variant: the chain --rollouts runs (default detector:model=learned)"),
     ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion /
     smolvla a LeRobot ACT / Diffusion Policy / SmolVLA checkpoint) on expert episodes, on CPU."""
     import dataclasses
 
     from hotloop.errors import ConfigError
-    from hotloop.io import check_output_dir
 
     if family not in ("pi", "act", "diffusion", "smolvla"):
         raise ConfigError(f"--family {family!r} is not known; use pi, act, diffusion or smolvla")
+
     if family == "act":
         _train_act(out, steps, episodes, dataset, seed, threads, ship, variant, views, action_prefix_prob,
-                   max_action_prefix)  # fmt: skip
+                   max_action_prefix, overwrite)  # fmt: skip
         return
     if family in ("diffusion", "smolvla"):
         if variant is not None or action_prefix_prob is not None or max_action_prefix is not None:
@@ -111,15 +113,16 @@ def train_demo_cmd(
             if views is None
             else tuple(check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views"))
         )
-        check_output_dir(out, "-o")
+        claimed = _claim(out, dataset, overwrite)
         if family == "diffusion":
             from hotloop.train.diffusion_demo import run_from_cli as family_from_cli
         else:
             from hotloop.train.smolvla_demo import run_from_cli as family_from_cli
 
-        family_from_cli(
-            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
-        )
+        with claimed.writing():
+            family_from_cli(
+                out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
+            )
         if ship:
             from hotloop.demos.checkpoints import ship as ship_checkpoint
 
@@ -138,13 +141,14 @@ def train_demo_cmd(
                 "--variant detector trains the top-camera box detector: drop --views, --action-prefix-prob "
                 "and --max-action-prefix"
             )
-        check_output_dir(out, "-o")
+        claimed = _claim(out, dataset, overwrite)
         from hotloop.train.detector_demo import run_from_cli as detector_from_cli
 
-        detector_from_cli(
-            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship,
-            rollouts=rollouts, rollout_pipeline=rollout_pipeline,
-        )  # fmt: skip
+        with claimed.writing():
+            detector_from_cli(
+                out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship,
+                rollouts=rollouts, rollout_pipeline=rollout_pipeline,
+            )  # fmt: skip
         return
     if views is not None and variant != "vision":
         raise ConfigError(
@@ -155,22 +159,23 @@ def train_demo_cmd(
         from hotloop.sim.tasks.gantry import check_views
 
         view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
-    check_output_dir(out, "-o")
+    claimed = _claim(out, dataset, overwrite)
     if variant == "vision":
         if action_prefix_prob is not None or max_action_prefix is not None:
             raise ConfigError("--action-prefix-prob / --max-action-prefix are for --variant state; drop them")
         from hotloop.train.conveyor_vision import run_from_cli
 
-        run_from_cli(
-            out,
-            steps=steps,
-            episodes=episodes,
-            dataset=dataset,
-            seed=seed,
-            threads=threads,
-            ship=ship,
-            views=view_keys,
-        )
+        with claimed.writing():
+            run_from_cli(
+                out,
+                steps=steps,
+                episodes=episodes,
+                dataset=dataset,
+                seed=seed,
+                threads=threads,
+                ship=ship,
+                views=view_keys,
+            )
         return
     from hotloop.train.conveyor import TrainDemoConfig, ship_assets, train_demo
 
@@ -196,7 +201,8 @@ def train_demo_cmd(
         else (CHAIN_BOX_VELOCITY_NOISE_MMS if chain else 0.0)
     )
     cfg = dataclasses.replace(cfg, **updates)
-    summary = train_demo(cfg, out, dataset_dir=dataset)
+    with claimed.writing():
+        summary = train_demo(cfg, out, dataset_dir=dataset)
     tr = summary["training"]
     typer.echo(
         f"trained in {tr['train_s']:.0f} s (recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; "
@@ -219,10 +225,10 @@ def _train_act(
     views: str | None,
     action_prefix_prob: float | None,
     max_action_prefix: int | None,
+    overwrite: bool = False,
 ) -> None:
     """`--family act`: `hotloop.train.act_demo`; the pi-only options are refused by name."""
     from hotloop.errors import ConfigError
-    from hotloop.io import check_output_dir
 
     given = [
         flag
@@ -243,16 +249,25 @@ def _train_act(
         from hotloop.sim.tasks.gantry import check_views
 
         view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
-    check_output_dir(out, "-o")
+    claimed = _claim(out, dataset, overwrite)
     from hotloop.train.act_demo import run_from_cli
 
-    run_from_cli(
-        out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=view_keys
-    )
+    with claimed.writing():
+        run_from_cli(
+            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=view_keys
+        )
     if ship:
         from hotloop.demos.checkpoints import ship as ship_checkpoint
 
         typer.echo(f"shipped to {ship_checkpoint(out, 'act')} (demo:conveyor-act)")
+
+
+def _claim(out: Path, dataset: Path | None, overwrite: bool) -> Any:
+    """-o as train-demo's output folder (`hotloop.output_dir`): new, one train-demo wrote, or
+    --overwrite; never the --dataset it trains on, nor inside it."""
+    from hotloop.output_dir import claim_output_dir
+
+    return claim_output_dir(out, "-o", "train-demo", overwrite=overwrite, inputs={"--dataset": dataset})
 
 
 def add_commands(app: typer.Typer) -> None:

@@ -137,14 +137,16 @@ def _build_arrays(
 def _store_weights(folder: Path, dtype_name: str) -> None:
     """Rewrite model.safetensors with its float tensors in `dtype_name` (the loader casts them back)."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
+
+    from hotloop.io import save_tensors
 
     if dtype_name == "float32":
         return
     dtype = getattr(torch, dtype_name)
     path = folder / "model.safetensors"
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
-    save_file(tensors, str(path), metadata={"format": "pt"})
+    save_tensors(tensors, str(path), metadata={"format": "pt"})
 
 
 def train_vision_demo(

@@ -291,7 +291,8 @@ def write_processors(
     """policy_preprocessor.json / policy_postprocessor.json and their state files, as LeRobot's
     `make_pre_post_processors(...).save_pretrained` writes them for Diffusion Policy."""
     import torch
-    from safetensors.torch import save_file
+
+    from hotloop.io import save_tensors
 
     flat = {
         f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32)
@@ -332,7 +333,7 @@ def write_processors(
         ("policy_postprocessor", post, post_state),
     ):
         (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_file({k: v.contiguous() for k, v in flat.items()}, str(folder / state))
+        save_tensors({k: v.contiguous() for k, v in flat.items()}, str(folder / state))
 
 
 # ---- training ------------------------------------------------------------------------------------------
@@ -391,8 +392,8 @@ def train_diffusion_demo(
     """Train a Diffusion Policy on `dataset_dir` (or on episodes recorded into `out_dir`); the checkpoint
     (config.json, model.safetensors, processors) is written into `out_dir`."""
     import torch
-    from safetensors.torch import save_file
 
+    from hotloop.io import save_tensors
     from hotloop.lerobot.features import NormMode, transform
     from hotloop.train.conveyor import plot_loss
     from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
@@ -467,7 +468,7 @@ def train_diffusion_demo(
     t_trained = time.perf_counter()
     model.eval()
     tensors = {"diffusion." + k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_tensors(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     write_processors(out, config_json, stats)
     plot_loss(losses, out / "loss.png", title="Diffusion Policy on conveyor-pick (epsilon MSE)")
     summary = {

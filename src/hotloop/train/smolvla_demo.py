@@ -213,7 +213,8 @@ def write_processors(
     `make_smolvla_pre_post_processors(...).save_pretrained` writes them (the tokenizer step names the
     tokenizer folder saved beside them)."""
     import torch
-    from safetensors.torch import save_file
+
+    from hotloop.io import save_tensors
 
     flat = {
         f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32).contiguous()
@@ -264,21 +265,21 @@ def write_processors(
         ("policy_postprocessor", post, post_state),
     ):
         (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_file(flat, str(folder / state))
+        save_tensors(flat, str(folder / state))
 
 
 def save_checkpoint(folder: Path, model: Any) -> None:
     """model.safetensors with LeRobot's "model." keys; the unused lm_head is written (zeros) because LeRobot's
     strict load expects it: SmolVLA never emits tokens."""
     import torch
-    from safetensors.torch import save_file
 
+    from hotloop.io import save_tensors
     from hotloop.models.smolvla_config import LM_HEAD_KEY
 
     state = {f"model.{k}": v.detach().float().contiguous() for k, v in model.state_dict().items()}
     embed = model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight
     state[f"model.{LM_HEAD_KEY}"] = torch.zeros_like(embed, dtype=torch.float32)
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_tensors(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 # ---- training --------------------------------------------------------------------------------------------

@@ -24,8 +24,17 @@ def verify_cmd(
     ] = None,
     artifact: Annotated[
         Path | None,
-        typer.Option(help="also check this compiled / compressed artifact, at the tolerance it states"),
+        typer.Option(
+            help="also check this compiled / compressed artifact of CKPT (refused when made from other weights)"
+        ),
     ] = None,
+    artifact_tolerance: Annotated[
+        str,
+        typer.Option(
+            help="--artifact's final-action agreement, e.g. cos:0.995[,maxabs:0.05] (the one the artifact "
+            "records is shown, not trusted)"
+        ),
+    ] = "cos:0.995",
     tolerance: Annotated[
         float, typer.Option(help="max abs error allowed for the fp32 outputs and stages")
     ] = 1e-5,
@@ -40,8 +49,9 @@ def verify_cmd(
 
     from hotloop.errors import ConfigError
     from hotloop.families import checkpoint_targets, is_checkpoint_dir
-    from hotloop.families.reference import ReferenceRun
+    from hotloop.families.reference import ReferenceRun, unread_arrays
     from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.output_dir import check_output_file_not_input
 
     if not is_checkpoint_dir(checkpoint):
         missing = [f for f in ("config.json", "model.safetensors") if not (checkpoint / f).is_file()]
@@ -53,15 +63,26 @@ def verify_cmd(
         raise ConfigError(
             f"--tolerance and --stage-tolerance must be > 0 (got {tolerance}, {stage_tolerance})"
         )
+    if artifact is not None:
+        from hotloop.compile.validate import parse_tolerance
+
+        try:
+            parse_tolerance(artifact_tolerance)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("--tolerance", "--artifact-tolerance", 1)) from None
     check_output_file(json_path, "--json")
+    check_output_file_not_input(
+        json_path, "--json", {"CKPT": checkpoint, "--reference": reference, "--artifact": artifact}
+    )
     run = ReferenceRun(reference if reference is not None else checkpoint)
     module = importlib.import_module(checkpoint_targets(checkpoint))
     report = module.verify(checkpoint, run, tolerance, stage_tolerance or 3 * tolerance)
     result: dict[str, Any] = report.to_dict()
+    result["notes"] = [*result.get("notes", []), *unread_arrays(run, report)]
     if artifact is not None:
         from hotloop.verify.artifact import verify_artifact
 
-        result["artifact"] = verify_artifact(artifact, run)
+        result["artifact"] = verify_artifact(artifact, run, artifact_tolerance, checkpoint)
     _print(result)
     if json_path is not None:
         atomic_write_json(json_path, result)
@@ -103,7 +124,8 @@ def _print(result: dict[str, Any]) -> None:
         w = art["worst"]
         console.print(
             f"artifact {art['artifact']}: worst of {art['samples']} samples cos {w['cosine']:.6f}, max abs "
-            f"{w['max_abs']:.3g} against its tolerance {art['tolerance']}: "
+            f"{w['max_abs']:.3g} against --artifact-tolerance {art['tolerance']} (it records "
+            f"{art.get('artifact_tolerance')}): "
             + ("within" if art["violation"] is None else f"OUTSIDE ({art['violation']})")
         )
 

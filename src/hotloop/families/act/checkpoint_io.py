@@ -98,7 +98,7 @@ def write_processors(
 ) -> None:
     """policy_preprocessor.json / policy_postprocessor.json and their stats files (indent 2, as
     `DataProcessorPipeline._save_pretrained` writes them)."""
-    from safetensors.torch import save_file
+    from hotloop.io import save_tensors
 
     features = {**input_features(cfg), ACTION_KEY: {"type": "ACTION", "shape": [cfg.action_dim]}}
     flat = {
@@ -138,7 +138,7 @@ def write_processors(
         ("policy_postprocessor", post, post_state),
     ):
         (folder / f"{name}.json").write_text(json.dumps(pipeline, indent=2))
-        save_file(flat, str(folder / state))
+        save_tensors(flat, str(folder / state))
 
 
 def save_act_checkpoint(
@@ -149,12 +149,12 @@ def save_act_checkpoint(
     **training: Any,
 ) -> Path:
     """Write `model` (an `ACTModel`, float32) and its processors into `folder` in LeRobot's layout."""
-    from safetensors.torch import save_file
+    from hotloop.io import save_tensors
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {PREFIX + k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), {"format": "pt"})
+    save_tensors(state, str(folder / "model.safetensors"), {"format": "pt"})
     (folder / "config.json").write_text(json.dumps(lerobot_config(cfg, **training), indent=4))
     write_processors(folder, cfg, stats)
     return folder

@@ -27,11 +27,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.pi.policy import NormStats, Stats
-from hotloop.models.checkpoint_meta import Fields, read_json_object
+from hotloop.io import save_tensors
+from hotloop.models.checkpoint_meta import MAX_CHUNK, MAX_STEPS, MAX_TOKENS, Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
 from hotloop.models.pi0 import PiModel
 
@@ -275,17 +275,21 @@ def config_from_checkpoint(
         if feature is not None and feature.string("type") == "VISUAL":
             n_views += 1
     n_views += meta.integer("empty_cameras", minimum=0) or 0
-    stated_views = arch.integer("views") or n_views or None
+    stated_views = arch.integer("views", maximum=16) or n_views or None  # `--views`'s limit
     if views is None:
         views = stated_views or 1
         if stated_views is None:
             guessed.append("views 1")
-    stated_tokens = meta.integer("tokenizer_max_length") or meta.integer("max_token_len")
+    stated_tokens = meta.integer("tokenizer_max_length", maximum=MAX_TOKENS) or meta.integer(
+        "max_token_len", maximum=MAX_TOKENS
+    )
     if max_token_len is None:
         max_token_len = stated_tokens or (200 if pi05 else 48)
         if stated_tokens is None:
             guessed.append(f"max_token_len {max_token_len} (openpi's default)")
-    stated_chunk = meta.integer("chunk_size") or meta.integer("action_horizon")
+    stated_chunk = meta.integer("chunk_size", maximum=MAX_CHUNK) or meta.integer(
+        "action_horizon", maximum=MAX_CHUNK
+    )
     if chunk_size is None:
         if stated_chunk is None:
             where = (
@@ -296,7 +300,7 @@ def config_from_checkpoint(
                 'pass chunk_size= to load_checkpoint or add "chunk_size" to config.json'
             )
         chunk_size = stated_chunk
-    steps = meta.integer("num_inference_steps")
+    steps = meta.integer("num_inference_steps", maximum=MAX_STEPS)
     if steps is None:
         guessed.append("num_steps 10")
     if guessed:
@@ -610,7 +614,7 @@ def save_lerobot_checkpoint(
     tensors["model." + _EXPERT_LM_HEAD] = torch.zeros(
         config.vocab_size, config.expert.width, dtype=model.dtype
     )
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_tensors(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     variants = {v: k for k, v in GEMMA_VARIANTS.items()}
     arch = asdict(config)
     meta = {
