@@ -119,6 +119,8 @@ class EpisodeRunner:
             "adaptation": adaptation.describe() if adaptation is not None else None,
             "length_unit": self.env.task_spec.length_unit,
             "profile_note": getattr(self.env, "profile_note", None),  # said once, by the driver
+            # The task's tick: latency is simulated in whole ticks (a gymnasium env's whole step).
+            "step_ms": float(self.env.config.physics_dt) * 1e3,
         }
         if job.pipeline:
             from hotloop.perception.pipeline import attach_pipeline
