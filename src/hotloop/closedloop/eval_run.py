@@ -65,6 +65,7 @@ class EvalRequest:
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
+    fit_state: bool = False  # --fit-state (hotloop.closedloop.adapter.plan)
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags), the
@@ -165,6 +166,7 @@ def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
         memory_cap_mb=request.memory_cap_mb,
         ensemble_coeff=request.ensemble_coeff,
         perturb=request.perturb,
+        fit_state=request.fit_state,
     )
 
 
@@ -211,10 +213,11 @@ def run_eval(
 
     def on_result(record: dict[str, Any]) -> None:
         nonlocal wins, crashes
-        note = (record.get("run") or {}).get("profile_note")
-        if note and note not in notes:  # every worker's task says it; the run says it once
-            notes.add(note)
-            bar.write(note)
+        run_info = record.get("run") or {}
+        for note in (run_info.get("profile_note"), (run_info.get("adaptation") or {}).get("note")):
+            if note and note not in notes:  # every worker's task says it; the run says it once
+                notes.add(note)
+                bar.write(note if note.startswith("note:") else f"note: {note}")
         wins += int(record["success"])
         crashes += int(bool(record.get("error")))
         bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))

@@ -61,6 +61,7 @@ class EpisodeJob:
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
+    fit_state: bool = False  # --fit-state: a trained policy on a task of another state width
 
 
 # EpisodeJob fields that only say how an episode is played (the strategy, the latency model, the
@@ -239,7 +240,7 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
     request_views(env, policy)  # a view the task renders only on request (the gantry's wrist camera)
-    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
+    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target, fit_state=job.fit_state)
 
 
 class RunnerCache:

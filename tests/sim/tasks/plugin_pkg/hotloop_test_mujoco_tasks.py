@@ -7,7 +7,8 @@ name them, `corner` (fixed in the world) and `gripper` (riding on the block), no
 steps at 10 Hz (50 physics steps of 2 ms), so a latency under 100 ms cannot be simulated exactly.
 
 `reports` picks the `info` key the env says success under (gymnasium's `is_success` by default; e.g.
-`succeed`), `profile_key` the `success_key` its profile names (none by default).
+`succeed`), `profile_key` the `success_key` its profile names (none by default); `extra_state` appends
+that many zeros to the observation (the same scene with a wider state: another robot's layout).
 """
 
 from __future__ import annotations
@@ -41,20 +42,20 @@ XML = """
 class SliderEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, goal: float = 0.5, reports: str = "is_success") -> None:
+    def __init__(self, goal: float = 0.5, reports: str = "is_success", extra_state: int = 0) -> None:
         import mujoco
 
         self.model = mujoco.MjModel.from_xml_string(XML)
         self.data = mujoco.MjData(self.model)
-        self.goal, self.reports = goal, reports
+        self.goal, self.reports, self.extra_state = goal, reports, extra_state
         self.frame_skip = 50
         self.dt = self.model.opt.timestep * self.frame_skip  # 0.1 s: a 10 Hz env
         self.render_mode = "rgb_array"
-        self.observation_space = gym.spaces.Box(-5, 5, (3,), dtype=np.float64)
+        self.observation_space = gym.spaces.Box(-5, 5, (3 + extra_state,), dtype=np.float64)
         self.action_space = gym.spaces.Box(-1, 1, (1,), dtype=np.float32)  # the block's absolute target
 
     def _obs(self) -> np.ndarray:
-        return np.array([self.data.qpos[0], self.data.qvel[0], self.goal])
+        return np.array([self.data.qpos[0], self.data.qvel[0], self.goal, *[0.0] * self.extra_state])
 
     def reset(self, *, seed=None, options=None):
         import mujoco
@@ -90,8 +91,8 @@ class GoalExpert:
         return np.array([self.task.raw_observation()[2]], dtype=np.float32)
 
 
-def make_slider(goal=0.5, reports="is_success", profile_key="", image_size=64):
-    env = SliderEnv(goal, reports)
+def make_slider(goal=0.5, reports="is_success", profile_key="", extra_state=0, image_size=64):
+    env = SliderEnv(goal, reports, extra_state)
     env.hotloop_profile = GymProfile(
         prompt="slide the block to the goal",
         cameras=(("corner", "corner"), ("gripper", "gripper")),
