@@ -213,11 +213,10 @@ def run_eval(
 
     def on_result(record: dict[str, Any]) -> None:
         nonlocal wins, crashes
-        run_info = record.get("run") or {}
-        for note in (run_info.get("profile_note"), (run_info.get("adaptation") or {}).get("note")):
-            if note and note not in notes:  # every worker's task says it; the run says it once
-                notes.add(note)
-                bar.write(note if note.startswith("note:") else f"note: {note}")
+        note = (record.get("run") or {}).get("profile_note")
+        if note and note not in notes:  # every worker's task says it; the run says it once
+            notes.add(note)
+            bar.write(note)
         wins += int(record["success"])
         crashes += int(bool(record.get("error")))
         bar.update(1, f"success {wins}/{bar.n + 1 - crashes}" + (f", {crashes} crashed" if crashes else ""))
@@ -377,8 +376,12 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(140, Console().width)).print(table)
-    for note in dict.fromkeys(r["success_note"] for r in runs if r.get("success_note")):
-        print(f"note: {note}", file=sys.stderr)  # the task's, not a run's: once
+    # The task's and the policy's, not a run's: each once, wherever the episodes ran (pool or cluster).
+    task_notes = [r.get("success_note") for r in runs] + [
+        (r.get("adaptation") or {}).get("note") for r in runs
+    ]
+    for note in dict.fromkeys(n for n in task_notes if n):
+        print(f"note: {note}", file=sys.stderr)
     for r in runs:
         note = (r.get("simulated_latency") or {}).get("note")
         if note:  # the latency column says what was asked; this says it is not what ran
