@@ -48,6 +48,37 @@ def stop_at_next_boundary_never_raises() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def sigterm_is_a_first_press_and_shares_the_count() -> None:
+    saved = []
+    with first_interrupt_only():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)  # `timeout`, `kill`, a job scheduler
+            time.sleep(0.1)
+        _press()  # a Ctrl-C after it is a later press: noted
+        os.kill(os.getpid(), signal.SIGTERM)
+        saved.append("finished work")
+    assert saved == ["finished work"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def sigterm_stops_at_the_next_boundary() -> None:
+    with stop_at_next_boundary("episode") as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert stop()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigterm_is_handled_as_a_first_press(run_in_child):
+    err = run_in_child(__file__, "sigterm_is_a_first_press_and_shares_the_count")
+    assert err.count("interrupt noted") == 2
+
+
+def test_sigterm_stops_at_the_next_boundary(run_in_child):
+    err = run_in_child(__file__, "sigterm_stops_at_the_next_boundary")
+    assert "stopping after the episode in progress" in err
+
+
 def test_the_first_press_raises_and_later_ones_are_only_noted(run_in_child):
     err = run_in_child(__file__, "first_press_raises_and_later_ones_are_only_noted")
     assert err.count("interrupt noted") == 2

@@ -1,4 +1,4 @@
-"""Ctrl-C that cannot lose finished work.
+"""Ctrl-C (and SIGTERM) that cannot lose finished work.
 
 The first Ctrl-C stops the work as usual (KeyboardInterrupt); what follows it (stopping workers,
 writing the episodes that finished) must not be cut short by an impatient second or third press, which
@@ -8,6 +8,10 @@ the first press does not make the next one raise again in the outer block's save
 
 Work made of short units (recording expert episodes) uses `stop_at_next_boundary()` instead: Ctrl-C
 never raises there, the loop stops after the unit in progress and writes the rest.
+
+SIGTERM (what `timeout`, `kill` and job schedulers send) is handled as Ctrl-C inside both blocks: the
+same KeyboardInterrupt, the same save, the same exit code 130. Without it the process died at once,
+its finished episodes unsaved and its worker processes left running.
 
 While the command line starts (its imports take a second on a busy machine) nothing is at stake:
 `exit_while_starting()` makes Ctrl-C there exit 130 with one line instead of a traceback from inside
@@ -24,9 +28,12 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+# The signals that mean "stop, keeping what finished": Ctrl-C and a polite kill (`timeout`, a scheduler).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class _FirstOnly:
-    """A SIGINT handler: raise on the first press, note the later ones."""
+    """A SIGINT / SIGTERM handler: raise on the first signal, note the later ones."""
 
     def __init__(self) -> None:
         self.presses = 0
@@ -46,16 +53,18 @@ def first_interrupt_only() -> Iterator[None]:
     if isinstance(signal.getsignal(signal.SIGINT), _FirstOnly):
         yield  # an outer block already counts the presses
         return
-    previous = signal.signal(signal.SIGINT, _FirstOnly())
+    handler = _FirstOnly()  # one count for both signals: a Ctrl-C after a SIGTERM is a later press
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextmanager
 def stop_at_next_boundary(what: str) -> Iterator[Callable[[], bool]]:
-    """Ctrl-C asks the work to stop at its next boundary (the end of the `what` in progress) instead of
+    """Ctrl-C (or SIGTERM) asks the work to stop at its next boundary (the end of the `what` in progress) instead of
     raising: the loop polls the returned function and writes what finished. For work made of short
     units (an expert episode takes seconds) that keeps everything but the unit in progress."""
     presses = [0]
@@ -71,11 +80,12 @@ def stop_at_next_boundary(what: str) -> Iterator[Callable[[], bool]]:
     if threading.current_thread() is not threading.main_thread():
         yield lambda: False
         return
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield lambda: presses[0] > 0
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 INTERRUPTED = "interrupted"  # the one line a Ctrl-C with nothing to save prints (exit code 130)

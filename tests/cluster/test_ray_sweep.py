@@ -256,3 +256,25 @@ def test_bad_cluster_input_is_one_line_and_exit_2_with_nothing_lost(cluster, tmp
     assert len(value.output.strip().splitlines()) == 1 and not (tmp_path / "o4").exists()
     memory = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o3"), "--ray-memory-mb", "100"])
     assert memory.exit_code == 2 and "--ray-memory-mb" in memory.output and "--cluster" in memory.output
+
+
+def test_sigterm_stops_the_driver_like_ctrl_c_with_the_finished_episodes_stored(cluster, tmp_path):
+    """`timeout` / a job scheduler's SIGTERM: the actors are killed, the store keeps every finished episode,
+    the report is rebuilt from it, exit 130 (before, the driver died at once with none of that)."""
+    spec = tmp_path / "grid.json"
+    spec.write_text(json.dumps({**GRID, "episodes": 3}))  # 108 episodes: far from done at the signal
+    out = tmp_path / "out"
+    driver = _hotloop("sweep", str(spec), "--out", str(out), "--cluster", cluster, "--quiet")
+    deadline = time.monotonic() + 120
+    while len(read_rows(out / ROWS_FILE)) < 6:
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGTERM)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err
+    assert "interrupted: every finished episode is stored; add --resume to run the rest" in err
+    rows = read_rows(out / ROWS_FILE)
+    assert 6 <= len(rows) < 108
+    results = json.loads((out / "results.json").read_text())
+    assert results["missing"] == 108 - len(rows)

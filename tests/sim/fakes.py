@@ -199,3 +199,19 @@ class SideCameraPolicy(CountingPolicy):
 
 def side_camera() -> SideCameraPolicy:
     return SideCameraPolicy()
+
+
+class BusyPolicy(CountingPolicy):
+    """Spins the CPU for a minute per inference: a worker stuck in a long episode (test_stop_signals)."""
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        import time
+
+        end = time.perf_counter() + 60.0
+        while time.perf_counter() < end:
+            pass
+        return super().infer(obs)
+
+
+def busy() -> BusyPolicy:
+    return BusyPolicy()

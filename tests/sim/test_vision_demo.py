@@ -118,8 +118,8 @@ def test_config_rejects_bad_values_by_flag():
         TrainVisionDemoConfig(noise_draws=0)
     with pytest.raises(ConfigError, match="--recovery-starts"):
         TrainVisionDemoConfig(recovery_starts=-0.1)
-    with pytest.raises(ConfigError, match="--views"):
-        TrainVisionDemoConfig(views=("top", "side"))
+    with pytest.raises(ConfigError, match="--views"):  # which names exist is the dataset's to say
+        TrainVisionDemoConfig(views=("top", "top"))
 
 
 @pytest.mark.parametrize(

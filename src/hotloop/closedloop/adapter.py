@@ -7,6 +7,9 @@ cannot map is a `ConfigError` naming the mismatch, raised before any episode run
 
 - the policy needs more camera views (or a named view) than the task renders;
 - the policy needs a state and the task has none;
+- a trained policy (absolute or end-effector-delta actions) reads a state of another width than the
+  task gives: padding or cropping it feeds the policy numbers it never saw (a 39-number state cut to 10),
+  so it runs only with `fit_state` (`hotloop eval --fit-state`), and `Adaptation.note` says so;
 - a trained policy returns fewer action dimensions than the task needs (only "any"-meaning, i.e.
   untrained, policies are padded);
 - "ee_delta" actions on a task that does not say where its end effector is.
@@ -57,6 +60,7 @@ class Adaptation:
     action_pad: tuple[float, ...]  # values for the task's action dims the policy does not produce
     ee_delta: tuple[int, ...]  # state indices added to the first actions ("ee_delta" policies)
     prompt: bool
+    note: str | None = None  # a mismatch run on request (fit_state): said once on stderr by the driver
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -70,11 +74,15 @@ class Adaptation:
             "actions": f"{self.action_dim} -> {self.task_action_dim}",
             "action_pad": list(self.action_pad),
             "ee_delta": bool(self.ee_delta),
+            "note": self.note,
         }
 
 
-def plan(policy_spec: PolicySpec, task: TaskSpec, policy_name: str = "the policy") -> Adaptation:
-    """Decide the mapping, or raise ConfigError naming what cannot be adapted."""
+def plan(
+    policy_spec: PolicySpec, task: TaskSpec, policy_name: str = "the policy", fit_state: bool = False
+) -> Adaptation:
+    """Decide the mapping, or raise ConfigError naming what cannot be adapted (`fit_state`: run a trained
+    policy on a task whose state width differs, zero-padded or cropped, with a note)."""
     where = f"{policy_name} on task {task.name!r}"
     provided = {i.key: i for i in task.images}
     used: set[str] = set()
@@ -99,6 +107,20 @@ def plan(policy_spec: PolicySpec, task: TaskSpec, policy_name: str = "the policy
         raise ConfigError(
             f"cannot adapt {where}: it needs a state of {policy_spec.state_dim} numbers and the task has none"
         )
+    note = None
+    trained = policy_spec.action_meaning != "any"  # random or benchmark weights read anything
+    if trained and policy_spec.state_dim and task.state_dim and policy_spec.state_dim != task.state_dim:
+        how = "zero-padded" if task.state_dim < policy_spec.state_dim else "cut"
+        mismatch = (
+            f"{where}: it was trained on a state of {policy_spec.state_dim} numbers and the task gives "
+            f"{task.state_dim} ({_names(task.state_names)}), which would be {how} to {policy_spec.state_dim}"
+        )
+        if not fit_state:
+            raise ConfigError(
+                f"cannot adapt {mismatch}: numbers it never saw; give a policy trained on this task (`hotloop "
+                "train-demo --dataset` of its recording), or --fit-state to run it anyway"
+            )
+        note = f"--fit-state: {mismatch}; its results say little about a policy trained for this task"
     d_policy, d_task = policy_spec.action_dim, task.action_dim
     pad: tuple[float, ...] = ()
     if d_policy < d_task:
@@ -128,7 +150,13 @@ def plan(policy_spec: PolicySpec, task: TaskSpec, policy_name: str = "the policy
         action_pad=pad,
         ee_delta=ee,
         prompt=policy_spec.prompt,
+        note=note,
     )
+
+
+def _names(names: tuple[str, ...], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
 class AdaptedPolicy:
@@ -254,7 +282,7 @@ class ObservingAdaptedPolicy(AdaptedPolicy):
         self.policy.observe(self.observation(obs))
 
 
-def adapt(policy: Any, task: TaskSpec, policy_name: str = "the policy") -> Any:
+def adapt(policy: Any, task: TaskSpec, policy_name: str = "the policy", fit_state: bool = False) -> Any:
     """Wrap `policy` for `task` through its spec; a policy without a spec is returned as it is."""
     from hotloop.policy import observes
 
@@ -262,4 +290,4 @@ def adapt(policy: Any, task: TaskSpec, policy_name: str = "the policy") -> Any:
     if spec is None:
         return policy
     kind = ObservingAdaptedPolicy if observes(policy) else AdaptedPolicy
-    return kind(policy, plan(spec, task, policy_name))
+    return kind(policy, plan(spec, task, policy_name, fit_state))

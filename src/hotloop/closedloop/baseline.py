@@ -3,6 +3,7 @@
 OLD is a `hotloop eval --json` file or an eval run of a `--history` folder. A point of this run is
 paired with the baseline's point of the same strategy, trigger and latency; failing that, of the same
 strategy (a latency changed), of the same latency (a strategy changed), or the baseline's only point.
+Seeds that repeat an earlier seed's start state are left out (not independent trials).
 On the seeds both points ran, success is compared pair by pair (McNemar's exact test, the discordant
 counts shown) and task time, jerk and chunk jump as paired differences; seeds only one side ran get a
 two-proportion interval (`hotloop.measure.compare`). A point whose success interval lies below zero
@@ -199,7 +200,18 @@ def check_same_run(baseline: list[dict[str, Any]], target: str, task: str, spec:
 
 
 def _completed(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {int(r["seed"]): r for r in run["per_episode"] if not r.get("error")}
+    """The completed episodes by seed, one per start state: a seed that began where an earlier one did (a
+    task with few distinct starts) repeats that trial, so it is not counted again in either test."""
+    out: dict[int, dict[str, Any]] = {}
+    starts: set[str] = set()
+    for r in sorted(run["per_episode"], key=lambda r: int(r["seed"])):
+        start = r.get("start")
+        if r.get("error") or (start and start in starts):
+            continue
+        if start:
+            starts.add(start)
+        out[int(r["seed"])] = r
+    return out
 
 
 @dataclass(frozen=True)

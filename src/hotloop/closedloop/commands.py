@@ -147,6 +147,14 @@ def eval_cmd(
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
     ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
     max_workers: Annotated[int | None, MAX_WORKERS_OPTION] = None,
+    fit_state: Annotated[
+        bool,
+        typer.Option(
+            "--fit-state",
+            help="run a trained policy whose state width differs from the task's (zero-padded or cut; said on "
+            "stderr); without it such a pair is refused",
+        ),
+    ] = False,
 ) -> None:
     """Closed-loop evaluation: simulated time advances while the policy thinks.
 
@@ -192,6 +200,7 @@ def eval_cmd(
             ray_cpus_per_worker=ray_cpus_per_worker,
             ray_memory_mb=ray_memory_mb,
             max_workers=max_workers,
+            fit_state=fit_state,
         )
     )
 

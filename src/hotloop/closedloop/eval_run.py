@@ -4,7 +4,8 @@ Result JSON (one point; `hotloop eval --json` writes this object, or `{"runs": [
 strategies or a latency sweep)::
 
     {"target", "task", "difficulty", "strategy": {name, ...}, "latency": {kind, spec, ...},
-     "episodes", "successes", "success_rate", "success_ci95": [lo, hi],
+     "episodes", "successes", "success_rate", "success_ci95": [lo, hi] (over "ci_trials": the distinct
+     start states; repeats of a start are not independent trials), "duplicate_starts",
      "task_time_s": {"mean", "std"}  (successful episodes only),
      "length_unit" (the task's position unit: "m", "px", or null when its actions are not positions),
      "jerk" (length_unit/s^3, mean of per-episode RMS), "chunk_discontinuity" (length_unit, mean jump
@@ -12,6 +13,8 @@ strategies or a latency sweep)::
      "completed", "failures" (completed episodes that did not succeed), "errors" and "error_seeds"
      (episodes that raised or whose worker died: neither successes nor failures, and the success rate is
      over completed episodes), "interrupted", "wall_s", "seeds" (those that ran, each with a record),
+     "simulated_latency": {"requested_ms", "simulated_ms", "simulated_max_ms", "step_ms", "note"} (the
+     latency asked for and the one simulated, in whole task steps, per inference; `note` when they differ),
      "per_episode": [...], "env": {machine fingerprint}}
 """
 
@@ -62,6 +65,7 @@ class EvalRequest:
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
+    fit_state: bool = False  # --fit-state (hotloop.closedloop.adapter.plan)
 
     def __post_init__(self) -> None:
         # Impossible values fail here, before any episode runs (named by their `hotloop eval` flags), the
@@ -162,6 +166,7 @@ def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
         memory_cap_mb=request.memory_cap_mb,
         ensemble_coeff=request.ensemble_coeff,
         perturb=request.perturb,
+        fit_state=request.fit_state,
     )
 
 
@@ -232,10 +237,11 @@ def assemble_run(
 ) -> dict[str, Any]:
     """One point's result from its episode records (in seed order), wherever they ran: the local pool,
     a Ray cluster, or a sweep's results store read back (`env`: the machine, when not this one)."""
-    from hotloop.closedloop.evaluator import summarize
+    from hotloop.closedloop.evaluator import latency_summary, summarize
     from hotloop.closedloop.latency import parse_latency
     from hotloop.measure.fingerprint import machine_fingerprint
     from hotloop.realtime.strategies import make_strategy
+    from hotloop.sim.tasks.gym_task import success_note
 
     latency = parse_latency(request.latency)
     job = job_for(request, threads)
@@ -265,9 +271,11 @@ def assemble_run(
         "difficulty": resolved_difficulty(request.task, request.difficulty),
         "strategy": strategy_info,
         "latency": latency.describe(),
+        "simulated_latency": latency_summary(records, latency.spec, run_info.get("step_ms")),
         "adaptation": run_info["adaptation"],
         "length_unit": run_info["length_unit"],
         **summarize(records),
+        "success_note": success_note(records, request.task),
         **extra,
         "interrupted": interrupted,
         "wall_s": round(wall_s, 2),
@@ -288,7 +296,17 @@ def run_label(run: dict[str, Any]) -> str:
     return name if not perturb else f"{name} ({perturb})"
 
 
+def simulated_ms(run: dict[str, Any]) -> float | None:
+    """The latency a run simulated, mean per inference (None when nothing ran, or from an older file)."""
+    value = (run.get("simulated_latency") or {}).get("simulated_ms")
+    return None if value is None else float(value)
+
+
 def _latency_ms(run: dict[str, Any]) -> float | None:
+    """Where a run sits on the latency axis: the latency it simulated, else the one it asked for."""
+    simulated = simulated_ms(run)
+    if simulated is not None:
+        return simulated
     lat = run["latency"]
     if lat["kind"] == "fixed":
         return float(lat["ms"])
@@ -307,6 +325,15 @@ def _with_unit(value: float, unit: str | None, per: str = "") -> str:
     return f"{value:.3g} {unit if unit is not None else 'action units'}{per}"
 
 
+def _simulated_cell(run: dict[str, Any]) -> str:
+    """The latency the run simulated (mean per inference), marked when it is not what was asked."""
+    value = simulated_ms(run)
+    if value is None:
+        return "-"
+    text = f"{value:.3g} ms"
+    return f"[yellow]{text}[/yellow]" if (run.get("simulated_latency") or {}).get("note") else text
+
+
 def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation") -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
@@ -317,6 +344,7 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
     for col in (
         "strategy",
         "latency",
+        "simulated",
         "success",
         "95% CI",
         "errors",
@@ -333,6 +361,7 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
         table.add_row(
             run_label(r),
             r["latency"]["spec"],
+            _simulated_cell(r),
             f"{r['successes']}/{r['completed']} ({100 * r['success_rate']:.0f}%)" if r["completed"] else "-",
             f"{100 * lo:.0f}–{100 * hi:.0f}%" if r["completed"] else "-",
             f"[red]{r['errors']}[/red]" if r["errors"] else "0",
@@ -347,12 +376,21 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
             f"{r['wall_s']:.0f}",
         )
     Console(width=max(140, Console().width)).print(table)
+    # The task's and the policy's, not a run's: each once, wherever the episodes ran (pool or cluster).
+    task_notes = [r.get("success_note") for r in runs] + [
+        (r.get("adaptation") or {}).get("note") for r in runs
+    ]
+    for note in dict.fromkeys(n for n in task_notes if n):
+        print(f"note: {note}", file=sys.stderr)
     for r in runs:
+        note = (r.get("simulated_latency") or {}).get("note")
+        if note:  # the latency column says what was asked; this says it is not what ran
+            print(f"note: {run_label(r)}: {note}", file=sys.stderr)
         if r.get("duplicate_starts"):  # an env with a finite set of starts: fewer independent trials
             print(
                 f"note: {r['duplicate_starts']} of {r['completed']} episodes ({run_label(r)}, "
                 f"{r['latency']['spec']}) began in the start state of an earlier episode; they are repeats, "
-                "not independent trials",
+                f"not independent trials: the 95% interval counts the {r.get('ci_trials')} distinct starts",
                 file=sys.stderr,
             )
 

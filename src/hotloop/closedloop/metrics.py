@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]:
     """95% Wilson score interval for a success rate; unlike the normal interval it stays inside [0, 1]
-    and is honest at 0 or n successes, which small evaluations hit often."""
+    and is honest at 0 or n successes, which small evaluations hit often. `successes` may be fractional
+    (a rate times a number of independent trials: `hotloop.closedloop.evaluator.summarize`)."""
     if n <= 0:
         return (0.0, 1.0)
     p = successes / n

@@ -14,8 +14,11 @@ a native library, an out-of-memory kill) is noticed at once: its running episode
 a fresh worker takes over. A Python exception inside an episode is an error episode too (the worker
 survives). Ctrl-C stops the workers and returns what finished, flagged `interrupted`; further presses
 while the workers stop are noted, not raised (`hotloop.interrupts`), so the finished episodes always
-come back. Workers ignore SIGINT (the terminal sends it to the whole process group); only the parent
-decides. `workers=0` runs everything in this process (for debugging and tests).
+come back. SIGTERM (`timeout`, `kill`, a job scheduler) does in the parent what Ctrl-C does. Workers
+ignore SIGINT (the terminal sends it to the whole process group); only the parent decides. A SIGTERM
+ends a worker (the parent stops them with it), and a worker whose parent is gone (killed with SIGKILL,
+say) exits at once (`_exit_with_parent`): no worker outlives its parent. `workers=0` runs everything in
+this process (for debugging and tests).
 
 Each finished episode comes with its timing (`on_done`'s third argument): {"pid", "slot" (the worker's
 place in the pool, kept by its replacement), "episode_s" (the episode, in the worker), "build_s" (an env
@@ -47,8 +50,38 @@ Work = list[tuple[EpisodeJob, int]]  # (job, seed) per episode
 OnDone = Callable[[int, dict[str, Any], dict[str, Any]], None]  # (index into work, record, timing)
 
 
-def _worker(conn: Connection) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+PARENT_POLL_S = 0.5  # how often a worker checks that its parent is still there (where prctl is missing)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Make this worker end when its parent does: Linux's parent-death signal (SIGKILL the moment the
+    parent exits, even stuck in native code), and a thread that checks the parent every half second
+    (elsewhere, and for a parent that died before the signal was set)."""
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # the thread below still ends the worker
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)  # the parent is gone: nobody will read what this worker computes
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch, name="hotloop-parent-watch", daemon=True).start()
+
+
+def _worker(conn: Connection, parent_pid: int | None = None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the parent decides when to stop
+    if parent_pid is not None:
+        _exit_with_parent(parent_pid)
     cache = RunnerCache(kept=1)
     free = time.perf_counter()
     while True:
@@ -215,7 +248,7 @@ class WorkerPool:
 
         def start(slot: int) -> _Worker:
             parent, child = self._ctx.Pipe()
-            proc = self._ctx.Process(target=_worker, args=(child,), daemon=True)
+            proc = self._ctx.Process(target=_worker, args=(child, os.getpid()), daemon=True)
             proc.start()
             child.close()
             w = _Worker(proc, parent, slot)

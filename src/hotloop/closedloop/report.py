@@ -109,7 +109,7 @@ def _html(
     missing: int,
     executions: list[dict[str, Any]],
 ) -> str:
-    from hotloop.closedloop.eval_run import run_label
+    from hotloop.closedloop.eval_run import run_label, simulated_ms
 
     e = html.escape
     parts = [
@@ -122,19 +122,24 @@ def _html(
         parts.append(f"<p><b>{missing} episode(s) not run yet</b> (resume the sweep to run them).</p>")
     for title, png, members in plots:
         parts.append(
-            f"<h2>{e(title)}</h2><table><tr><th>strategy</th><th>latency</th><th>success</th>"
+            f"<h2>{e(title)}</h2><table><tr><th>strategy</th><th>latency</th><th>simulated</th><th>success</th>"
             "<th>95% CI</th><th>errors</th><th>task time s</th></tr>"
         )
         for r in members:
             lo, hi = r["success_ci95"]
             tt = r["task_time_s"]
             task_time = "-" if tt["mean"] is None else f"{tt['mean']:.2f}"
+            sim = simulated_ms(r)
+            sim_text = "-" if sim is None else f"{sim:.3g} ms"
             parts.append(
-                f"<tr><td>{e(run_label(r))}</td><td>{e(r['latency']['spec'])}</td>"
+                f"<tr><td>{e(run_label(r))}</td><td>{e(r['latency']['spec'])}</td><td>{sim_text}</td>"
                 f"<td>{r['successes']}/{r['completed']}</td><td>{100 * lo:.0f}–{100 * hi:.0f}%</td>"
                 f"<td>{r['errors']}</td><td>{task_time}</td></tr>"
             )
         parts.append("</table>")
+        notes = [f"{run_label(r)}: {r['simulated_latency']['note']}" for r in members
+                 if (r.get("simulated_latency") or {}).get("note")]  # fmt: skip
+        parts.extend(f"<p>note: {e(n)}</p>" for n in notes)
         if png is not None:
             parts.append(f'<p><img src="{e(str(png.relative_to(out)))}" alt="{e(title)}"></p>')
     if executions:

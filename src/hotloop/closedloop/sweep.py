@@ -204,6 +204,7 @@ class EvalSweep:
     ray_cpus_per_worker: float = 1.0
     ray_memory_mb: float | None = None
     max_workers: int | None = None
+    fit_state: bool = False  # --fit-state
 
     def exec_options(self) -> Any:
         """The executor for this run, checked (a Ray option without --cluster is an error, not ignored)."""
@@ -309,6 +310,7 @@ class EvalSweep:
                 memory_cap_mb=self.memory_cap_mb,
                 ensemble_coeff=self.ensemble_coeff,
                 perturb=perturb,
+                fit_state=self.fit_state,
             )
             for name in names
             for k in (triggers if name in readers else [None])

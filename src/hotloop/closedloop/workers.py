@@ -61,6 +61,7 @@ class EpisodeJob:
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     fallback_target: str | None = None  # the smaller engine of the `engine` fallback (a target name)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
+    fit_state: bool = False  # --fit-state: a trained policy on a task of another state width
 
 
 # EpisodeJob fields that only say how an episode is played (the strategy, the latency model, the
@@ -119,6 +120,8 @@ class EpisodeRunner:
             "adaptation": adaptation.describe() if adaptation is not None else None,
             "length_unit": self.env.task_spec.length_unit,
             "profile_note": getattr(self.env, "profile_note", None),  # said once, by the driver
+            # The task's tick: latency is simulated in whole ticks (a gymnasium env's whole step).
+            "step_ms": float(self.env.config.physics_dt) * 1e3,
         }
         if job.pipeline:
             from hotloop.perception.pipeline import attach_pipeline
@@ -237,7 +240,7 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
     request_views(env, policy)  # a view the task renders only on request (the gantry's wrist camera)
-    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target)
+    return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target, fit_state=job.fit_state)
 
 
 class RunnerCache:

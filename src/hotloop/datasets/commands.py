@@ -121,6 +121,8 @@ def record_cmd(
             "an earlier one (the task has few distinct starts); they are repeats, not new data",
             err=True,
         )
+    if result.get("success_note"):
+        typer.echo(f"note: {result['success_note']}", err=True)
     if result["stopped"]:
         typer.echo(f"interrupted: wrote the {result['episodes']} episodes that finished", err=True)
         raise typer.Exit(130)

@@ -7,6 +7,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from hotloop.errors import ConfigError, HotloopError
 from hotloop.sim.perturb import parse_perturb, perturb_env
 from hotloop.sim.tasks import make_expert, make_task
 from hotloop.sim.tasks.conveyor import ConveyorPickEnv
+from hotloop.sim.tasks.gym_task import success_note
 from hotloop.sim.tasks.protocol import TaskFault, check_observation, start_digest
 from hotloop.targets import MAX_SEED
 
@@ -84,7 +86,7 @@ def record(
     task_kwargs: str | None = None,
     views: tuple[str, ...] | None = None,
     perturb: str | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Run the expert for `episodes` episodes (seeds seed, seed+1, ...) and write them all to `out`.
 
     `action_noise` > 0 perturbs the *executed* xyz target with Gaussian noise of that std (metres) while
@@ -102,7 +104,8 @@ def record(
     images that are stored (what the robot's sensors would have delivered), while the expert acts on the
     clean observation and the simulator's truth, so the labels stay right (`latency-jitter` is refused).
     Returns {"episodes" (recorded), "successes", "success_rate", "frames", "stopped", "duplicate_starts"
-    (episodes that began in the start state of an earlier one: repeats, not new data)}.
+    (episodes that began in the start state of an earlier one: repeats, not new data), "success_note" (a
+    gymnasium env that never reported success under a key hotloop reads, else None)}.
     A non-finite observation stops the recording with a one-line error naming the episode (the task is
     at fault; nothing is written).
     """
@@ -143,6 +146,7 @@ def record(
     low = np.asarray(env.action_space.low, dtype=np.float64)
     high = np.asarray(env.action_space.high, dtype=np.float64)
     successes = frames = 0
+    reports: list[dict[str, Any]] = []  # a gymnasium env's: did it say success where we read it?
     starts: set[str] = set()
     duplicates = 0
     try:
@@ -179,6 +183,8 @@ def record(
             except TaskFault as e:
                 raise HotloopError(f"episode seed {episode_seed}: {e}; nothing was written") from None
             successes += int(success)
+            if hasattr(env, "success_report"):
+                reports.append({"success_report": env.success_report()})
             writer.end_episode(
                 env.prompt,
                 success=bool(success),
@@ -222,4 +228,5 @@ def record(
         "frames": frames,
         "stopped": stop is not None and stop(),
         "duplicate_starts": duplicates,
+        "success_note": success_note(reports, task),
     }

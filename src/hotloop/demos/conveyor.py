@@ -75,6 +75,33 @@ class DemoConveyorPolicy:
     def horizon(self) -> int:
         return int(self.pi.horizon)
 
+    @property
+    def gantry_state(self) -> bool:
+        """Whether the model reads the gantry's state through this demo's transform (demo.json's
+        `state_layout`, "gantry" for every run before it existed), or the task's own state as it is
+        ("dataset": `train-demo --variant vision` on another task's dataset)."""
+        return self.meta.get("state_layout", "gantry") == "gantry"
+
+    @property
+    def relative_actions(self) -> bool:
+        """Whether the model's xyz actions are relative to the hand (`action_layout` "ee_relative", every
+        run before it existed) or the task's own absolute actions ("absolute")."""
+        return self.meta.get("action_layout", "ee_relative") == "ee_relative"
+
+    @property
+    def state_dim(self) -> int:
+        from hotloop.sim.tasks.gantry import STATE_DIM
+
+        return STATE_DIM if self.gantry_state else len(self.meta.get("state_names") or [])
+
+    def to_env(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """The model's actions as the task's absolute targets."""
+        return to_absolute(actions, state) if self.relative_actions else np.asarray(actions, dtype=np.float32)
+
+    def to_model(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """The task's absolute targets in the model's action space (RTC guidance)."""
+        return to_relative(actions, state) if self.relative_actions else np.asarray(actions, dtype=np.float32)
+
     def reset(self) -> None:
         self.pi.reset()
 
@@ -85,12 +112,11 @@ class DemoConveyorPolicy:
         client may forward the environment's observation unchanged."""
         from hotloop.policy_spec import ArraySpec
         from hotloop.realtime.rtc import rtc_observation_spec
-        from hotloop.sim.tasks.gantry import STATE_DIM
 
         spec = self.spec
         return {
             **{f"images/{v.key}": ArraySpec((v.height, v.width, 3), "uint8") for v in spec.images},
-            "state": ArraySpec((STATE_DIM,), "float32"),
+            "state": ArraySpec((self.state_dim,), "float32"),
             "prompt": ArraySpec((), "str", optional=True),
             "timestamp": ArraySpec((), "float64", optional=True),
             **(rtc_observation_spec(spec.action_dim) if self.pi.supports_rtc else {}),
@@ -107,7 +133,7 @@ class DemoConveyorPolicy:
             images=(ImageSpec("top", size, size),),
             min_views=1,
             images_as="dict",
-            state_dim=10,
+            state_dim=self.state_dim,
             action_dim=int(self.pi.action_dim),
             action_meaning="absolute",
             horizon=self.horizon,
@@ -115,9 +141,10 @@ class DemoConveyorPolicy:
 
     def model_inputs(self, obs: dict[str, Any]) -> dict[str, Any]:
         """Env observation -> the PiPolicy observation (one view, transformed state, fixed prompt)."""
+        state = np.asarray(obs["state"], dtype=np.float32)
         return {
             "images": np.stack([obs["images"]["top"]]),
-            "state": model_state(np.asarray(obs["state"], dtype=np.float32)),
+            "state": model_state(state) if self.gantry_state else state,
             "prompt_tokens": list(PROMPT_TOKENS),
         }
 
@@ -134,7 +161,7 @@ class DemoConveyorPolicy:
             guidance = None  # a compiled engine: answered without `rtc_guided` (see EnginePiPolicy)
         if not self.zero_noise and guidance is None:
             rel = self.pi.infer(self.model_inputs(obs))["actions"]
-            return {"actions": to_absolute(rel, raw)}
+            return {"actions": self.to_env(rel, raw)}
         import torch
 
         from hotloop.families.pi.sampling import sample_actions
@@ -157,14 +184,14 @@ class DemoConveyorPolicy:
             chunk = sampler(
                 model_obs,
                 guidance,
-                lambda a: to_relative(a, raw),
+                lambda a: self.to_model(a, raw),
                 noise=noise,
                 generator=generator,
                 timer=timer,
                 **({"soft": True} if mode == "soft-prefix" else {}),
             )
         rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].detach().numpy(), "actions")
-        out: dict[str, Any] = {"actions": to_absolute(rel, raw)}
+        out: dict[str, Any] = {"actions": self.to_env(rel, raw)}
         if guidance is not None:
             out[GUIDED_KEY] = True
             out[MODE_KEY] = mode

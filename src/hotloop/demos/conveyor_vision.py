@@ -49,7 +49,8 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
     @property
     def spec(self) -> Any:
         """Its views by name (the wrist view is one the task renders on request), the gantry state (the
-        adapter passes all 10 numbers; `proprio_state` keeps the robot's own 4) and absolute targets."""
+        adapter passes all 10 numbers; `proprio_state` keeps the robot's own 4) or, trained on another
+        task's dataset, that task's state, and absolute targets."""
         import dataclasses
 
         from hotloop.policy_spec import ImageSpec
@@ -59,9 +60,10 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
         return dataclasses.replace(super().spec, images=views, min_views=len(views))
 
     def model_inputs(self, obs: dict[str, Any]) -> dict[str, Any]:
+        state = np.asarray(obs["state"], dtype=np.float32)
         return {
             "images": np.stack([obs["images"][key] for key in self.views]),
-            "state": proprio_state(np.asarray(obs["state"], dtype=np.float32)),
+            "state": proprio_state(state) if self.gantry_state else state,
             "prompt_tokens": list(PROMPT_TOKENS),
         }
 
@@ -100,6 +102,22 @@ def load_vision_policy(
             train_command="hotloop train-demo --variant vision",
         )
     return VisionConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
+
+
+def load_trained_folder(
+    folder: str | Path, *, num_steps: int | None = None, seed: int = 0
+) -> DemoConveyorPolicy:
+    """A `hotloop train-demo --family pi` output folder (its demo.json beside the checkpoint) as the policy
+    that run trained: the vision variant's wrapper when demo.json names views, else demo:conveyor's. The
+    generic pi checkpoint loader would run it without its transforms and prompt."""
+    import json
+
+    from hotloop.demos.conveyor import load_demo_policy
+
+    meta = json.loads((Path(folder) / "demo.json").read_text())
+    if isinstance(meta, dict) and "views" in meta:
+        return load_vision_policy(folder, num_steps=num_steps, seed=seed)
+    return load_demo_policy(folder, num_steps=num_steps, seed=seed)
 
 
 def make_demo_task(meta: dict[str, Any], default_task: str = "conveyor-pick") -> Any:

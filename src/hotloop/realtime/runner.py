@@ -136,8 +136,11 @@ def run_loop(
 @dataclass
 class SimulatedEngine:
     """Calls the policy at once and releases the result `latency_ms(measured_ms)` later in clock ticks
-    (rounded up to a whole tick). `catch_errors`: an exception is a fault the watchdog handles (a
-    robot's choice) instead of propagating (the evaluator's: it is an error, not a policy failure)."""
+    (rounded up to a whole tick: a chunk can only take effect at a tick). `latencies_ms` holds each
+    latency asked for, `simulated_ms` the one that ran (whole ticks); they differ where the tick is
+    coarse (a gymnasium env's step: `fixed:50` runs as 100 ms at 10 Hz). `catch_errors`: an exception is
+    a fault the watchdog handles (a robot's choice) instead of propagating (the evaluator's: it is an
+    error, not a policy failure)."""
 
     policy: Any
     tick_s: float
@@ -145,6 +148,7 @@ class SimulatedEngine:
     catch_errors: bool = False
     latencies_ms: list[float] = field(default_factory=list)
     measured_ms: list[float] = field(default_factory=list)
+    simulated_ms: list[float] = field(default_factory=list)
     inference_ticks: list[tuple[int, int]] = field(default_factory=list)
     _pending: Completion | None = None
 
@@ -177,6 +181,7 @@ class SimulatedEngine:
         self.measured_ms.append(real_ms)
         self.latencies_ms.append(lat_ms)
         ready = now + math.ceil(lat_ms / (self.tick_s * 1e3) - 1e-9)
+        self.simulated_ms.append((ready - now) * self.tick_s * 1e3)
         self.inference_ticks.append((now, ready))
         self._pending = Completion(now, ready, output, error)
 

@@ -78,9 +78,9 @@ class TrainActDemoConfig:
             raise ConfigError(f"n_action_steps {self.n_action_steps} exceeds chunk_size {self.chunk_size}")
         if not 0 < self.lr < 1:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
-        from hotloop.sim.tasks.gantry import check_views
+        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
 
-        check_views(self.views, flag="--views")
+        check_view_names(self.views)
 
 
 def resnet_shapes(backbone: str, stem: int, widths: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
@@ -278,7 +278,7 @@ def train_act_demo(
     from hotloop.lerobot.processors import read_policy_processors
     from hotloop.train.act_loss import act_loss
     from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
+    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -342,7 +342,7 @@ def train_act_demo(
     plot_loss(history["l1"], out / "loss.png", title="ACT demo training (L1 on normalised actions)")
     summary = {
         "family": "act",
-        "task": cfg.task,
+        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
         "difficulty": cfg.difficulty,
         "parameters": sum(p.numel() for p in model.parameters()),
         "views": list(cfg.views),
@@ -387,7 +387,7 @@ def run_from_cli(
     typer.echo(
         f"trained {summary['parameters'] / 1e6:.2f} M parameters in {tr['train_s']:.0f} s (recording "
         f"{tr['record_s']:.0f} s); final L1 {tr['final_l1']:.4f}, KL {tr['final_kld']:.4f}; wrote the "
-        f"checkpoint {out} (try `hotloop eval {out} --task {cfg.task}`)"
+        f"checkpoint {out} (try `hotloop eval {out} --task {summary['task']}`)"
     )
 
 

@@ -54,8 +54,9 @@ def train_demo_cmd(
     views: Annotated[
         str | None,
         typer.Option(
-            help="vision variant, act, diffusion, smolvla: camera views to train on, comma-separated (default "
-            "top,wrist; diffusion: top)"
+            help="vision variant, act, diffusion, smolvla: camera views to train on, comma-separated, named as "
+            "the dataset names them (default top,wrist, diffusion top, when recording conveyor-pick or when the "
+            "dataset has them; else the dataset's own cameras, diffusion its first)"
         ),
     ] = None,
     rollouts: Annotated[
@@ -106,13 +107,10 @@ def train_demo_cmd(
                 f"--family {family} trains a LeRobot checkpoint: --variant, --action-prefix-prob and "
                 "--max-action-prefix are for the pi demo policies; drop them"
             )
-        from hotloop.sim.tasks.gantry import check_views
+        from hotloop.train.loop import training_views
 
-        keys = (
-            None
-            if views is None
-            else tuple(check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views"))
-        )
+        # The dataset's own cameras (a third-party task's names); Diffusion Policy reads one by default.
+        keys = training_views(_view_list(views), dataset, _DEFAULT_VIEWS[family], one=family == "diffusion")
         claimed = _claim(out, dataset, overwrite)
         if family == "diffusion":
             from hotloop.train.diffusion_demo import run_from_cli as family_from_cli
@@ -154,11 +152,13 @@ def train_demo_cmd(
         raise ConfigError(
             f"--views is for --variant vision (demo:conveyor{'-chain' if variant == 'chain' else ''} reads the top view only)"
         )
-    view_keys = None
-    if views is not None:
-        from hotloop.sim.tasks.gantry import check_views
+    from hotloop.train.loop import training_views
 
-        view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
+    view_keys = (
+        training_views(_view_list(views), dataset, _DEFAULT_VIEWS["vision"]) if variant == "vision" else None
+    )
+    if variant != "vision" and dataset is not None:
+        _check_conveyor_layout(dataset, variant)
     claimed = _claim(out, dataset, overwrite)
     if variant == "vision":
         if action_prefix_prob is not None or max_action_prefix is not None:
@@ -244,11 +244,9 @@ def _train_act(
             f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --family pi; an ACT demo is a "
             "LeRobot checkpoint folder: drop it"
         )
-    view_keys = None
-    if views is not None:
-        from hotloop.sim.tasks.gantry import check_views
+    from hotloop.train.loop import training_views
 
-        view_keys = check_views([v.strip() for v in views.split(",") if v.strip()], flag="--views")
+    view_keys = training_views(_view_list(views), dataset, _DEFAULT_VIEWS["act"])
     claimed = _claim(out, dataset, overwrite)
     from hotloop.train.act_demo import run_from_cli
 
@@ -268,6 +266,42 @@ def _claim(out: Path, dataset: Path | None, overwrite: bool) -> Any:
     from hotloop.output_dir import claim_output_dir
 
     return claim_output_dir(out, "-o", "train-demo", overwrite=overwrite, inputs={"--dataset": dataset})
+
+
+# Each family's views when neither --views nor a dataset says otherwise (the shipped demos').
+_DEFAULT_VIEWS = {
+    "act": ("top", "wrist"),
+    "smolvla": ("top", "wrist"),
+    "diffusion": ("top",),
+    "vision": ("top", "wrist"),
+}
+
+
+def _view_list(views: str | None) -> tuple[str, ...] | None:
+    return None if views is None else tuple(v.strip() for v in views.split(","))
+
+
+def _check_conveyor_layout(dataset: Path, variant: str) -> None:
+    """--variant state / chain train demo:conveyor's transforms, which read the gantry's state (the box
+    relative to the hand) and write actions relative to the hand: on another task's dataset they would
+    train on the wrong numbers, so such a dataset is refused by name, before any work."""
+    from hotloop.errors import ConfigError
+    from hotloop.train.loop import has_gantry_layout
+
+    if not (dataset / "meta" / "info.json").is_file():
+        return  # not a dataset at all: prepare_dataset says so
+    from hotloop.datasets.lerobot_v3 import Dataset
+
+    data = Dataset(dataset)
+    if has_gantry_layout(data):
+        return
+    state = data.features["observation.state"].get("names") or [f"{data.widths['observation.state']} numbers"]
+    raise ConfigError(
+        f"--variant {variant} trains demo:conveyor's conveyor-pick layout (state ee xyz, grip, box xyz, box "
+        f"velocity; actions relative to the hand) and the dataset {dataset} has state "
+        f"[{', '.join(map(str, state))}]: train it with --variant vision (its own state and cameras) or "
+        "--family act / diffusion / smolvla"
+    )
 
 
 def add_commands(app: typer.Typer) -> None:

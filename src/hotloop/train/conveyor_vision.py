@@ -68,9 +68,9 @@ class TrainVisionDemoConfig:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
         if self.aux_weight < 0:
             raise ConfigError(f"train-demo aux_weight must be >= 0 (got {self.aux_weight})")
-        from hotloop.sim.tasks.gantry import check_views
+        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
 
-        check_views(self.views, flag="--views")
+        check_view_names(self.views)
         if self.store_dtype not in ("float16", "float32"):
             raise ConfigError(f"train-demo store_dtype must be float16 or float32 (got {self.store_dtype!r})")
 
@@ -86,8 +86,11 @@ class _Arrays:
 
 
 def _build_arrays(
-    dataset: Any, cfg_model: Any, horizon: int, views: tuple[str, ...]
+    dataset: Any, cfg_model: Any, horizon: int, views: tuple[str, ...], gantry: bool = True
 ) -> tuple[_Arrays, Any, int]:
+    """The training arrays. `gantry`: the conveyor-pick layout (proprioceptive state, actions relative to
+    the hand, the box position as the probe's label); otherwise the dataset's own state and actions as
+    they are, and no probe label (zeros: the probe is off)."""
     from hotloop.demos.conveyor import PROMPT_TOKENS, to_relative
     from hotloop.demos.conveyor_vision import proprio_state
     from hotloop.families.pi.policy import NormStats, Stats
@@ -103,9 +106,14 @@ def _build_arrays(
         used += 1
         t = len(ep.action)
         idx = np.minimum(np.arange(t)[:, None] + np.arange(horizon)[None, :], t - 1)
-        chunks.append(to_relative(ep.action[idx], ep.state))
-        states.append(proprio_state(ep.state))
-        boxes.append(np.asarray(ep.state, dtype=np.float32)[:, 4:7])
+        if gantry:
+            chunks.append(to_relative(ep.action[idx], ep.state))
+            states.append(proprio_state(ep.state))
+            boxes.append(np.asarray(ep.state, dtype=np.float32)[:, 4:7])
+        else:  # another task's layout: nothing is known of which entries are the hand or an object
+            chunks.append(np.asarray(ep.action, dtype=np.float32)[idx])
+            states.append(np.asarray(ep.state, dtype=np.float32))
+            boxes.append(np.zeros((t, 3), dtype=np.float32))
         missing = [v for v in views if v not in ep.images]
         if missing:
             raise ConfigError(
@@ -129,7 +137,7 @@ def _build_arrays(
     )
     nact = np.zeros((rel.shape[0], horizon, cfg_model.max_action_dim), dtype=np.float32)
     nact[..., :action_dim] = norm.normalize(rel, "actions")
-    nbox = ((box - b_lo) / (b_hi - b_lo) * 2.0 - 1.0).astype(np.float32)
+    nbox = ((box - b_lo) / (b_hi - b_lo) * 2.0 - 1.0).astype(np.float32) if gantry else box
     arrays = _Arrays(np.concatenate(images), np.stack(tokens), np.stack(masks), nact, nbox, action_dim)
     return arrays, norm, used
 
@@ -164,7 +172,14 @@ def train_vision_demo(
     from hotloop.families.pi.training import new_model, repeat_cache
     from hotloop.models.configs import get_pi_config
     from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
+    from hotloop.train.loop import (
+        Schedule,
+        check_finite,
+        dataset_task,
+        has_gantry_layout,
+        prepare_dataset,
+        run_training,
+    )
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,7 +204,10 @@ def train_vision_demo(
 
     model_cfg = dataclasses.replace(get_pi_config(cfg.model), views=len(cfg.views))
     horizon = model_cfg.chunk_size
-    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon, cfg.views)
+    # conveyor-pick's layout gets its recipe; another task's dataset is learnt in its own state and actions
+    gantry = has_gantry_layout(dataset)
+    arrays, norm, used = _build_arrays(dataset, model_cfg, horizon, cfg.views, gantry)
+    aux_weight = cfg.aux_weight if gantry else 0.0  # no box to localise in another task's state
     check_finite({"actions": arrays.actions, "box": arrays.box}, f"the dataset {dataset.root}")
     if arrays.images.shape[2] != model_cfg.vision.image_size:
         raise ConfigError(
@@ -231,8 +249,8 @@ def train_vision_demo(
         v_t = model.denoise_step(repeat_cache(cache, k), x_t, t)
         per = F.mse_loss(v_t, noise - target, reduction="none")
         flow = (per * action_mask).sum() / (action_mask.sum() * per.shape[0] * per.shape[1])
-        aux = F.mse_loss(probe(feats.flatten(1)), boxes[idx])
-        return {"loss": flow + cfg.aux_weight * aux, "flow": flow, "box": aux}
+        aux = F.mse_loss(probe(feats.flatten(1)), boxes[idx]) if aux_weight else torch.zeros(())
+        return {"loss": flow + aux_weight * aux, "flow": flow, "box": aux}
 
     schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
     history = run_training(params, step_loss, schedule, "train-demo vision", progress)
@@ -245,15 +263,13 @@ def train_vision_demo(
     plot_loss(losses, out / "loss.png", title="demo:conveyor-vision training (flow-matching loss)")
     summary = {
         "variant": "vision",
-        "task": cfg.task,
+        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
         "difficulty": cfg.difficulty,
         "model": cfg.model,
         "parameters": sum(p.numel() for p in model.parameters()),
         "horizon": horizon,
         "action_dim": arrays.action_dim,
-        "state_transform": "ee xyz, grip opening only (hotloop.demos.conveyor_vision.proprio_state); "
-        "the box is seen only in the camera image",
-        "action_transform": "xyz relative to the ee at observation time, absolute grip",
+        **_layout(dataset, gantry),
         "prompt_tokens": [1, 2, 3],
         "zero_noise": True,
         "views": list(cfg.views),
@@ -278,6 +294,27 @@ def train_vision_demo(
         {"flow": [round(x, 5) for x in losses], "box_probe": [round(x, 5) for x in aux_losses]},
     )
     return summary
+
+
+def _layout(dataset: Any, gantry: bool) -> dict[str, Any]:
+    """demo.json's description of the numbers the model reads and writes: `state_layout` / `action_layout`
+    tell the policy wrapper (`hotloop.demos.conveyor.DemoConveyorPolicy`) which transforms to apply."""
+    if gantry:
+        return {
+            "state_layout": "gantry",
+            "action_layout": "ee_relative",
+            "state_transform": "ee xyz, grip opening only (hotloop.demos.conveyor_vision.proprio_state); "
+            "the box is seen only in the camera image",
+            "action_transform": "xyz relative to the ee at observation time, absolute grip",
+        }
+    return {
+        "state_layout": "dataset",
+        "action_layout": "absolute",
+        "state_names": [str(n) for n in dataset.features["observation.state"].get("names") or []]
+        or [f"state_{i}" for i in range(dataset.widths["observation.state"])],
+        "state_transform": "the dataset's own state, as recorded",
+        "action_transform": "the dataset's own actions, absolute",
+    }
 
 
 def run_from_cli(

@@ -98,9 +98,9 @@ class TrainDiffusionDemoConfig:
             raise ConfigError(f"horizon {self.horizon} must be a multiple of 2**len(down_dims)")
         if self.n_action_steps > self.horizon - self.n_obs_steps + 1:
             raise ConfigError("n_action_steps must be <= horizon - n_obs_steps + 1 (LeRobot's rule)")
-        from hotloop.sim.tasks.gantry import check_views
+        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
 
-        check_views(self.views, flag="--views")
+        check_view_names(self.views)
 
 
 def lerobot_config(
@@ -396,7 +396,7 @@ def train_diffusion_demo(
     from hotloop.io import save_tensors
     from hotloop.lerobot.features import NormMode, transform
     from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
+    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -473,7 +473,7 @@ def train_diffusion_demo(
     plot_loss(losses, out / "loss.png", title="Diffusion Policy on conveyor-pick (epsilon MSE)")
     summary = {
         "family": "diffusion",
-        "task": cfg.task,
+        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
         "difficulty": cfg.difficulty,
         "views": list(cfg.views),
         "parameters": sum(p.numel() for p in model.parameters()),

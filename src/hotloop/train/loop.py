@@ -146,3 +146,81 @@ def cli_updates(
         if value is not None:
             updates[name] = value
     return updates
+
+
+def check_view_names(views: tuple[str, ...] | list[str], flag: str = "--views") -> tuple[str, ...]:
+    """Camera names as a tuple: at least one, none blank, none twice (which cameras exist is the dataset's
+    or the recorded task's to say: `training_views`)."""
+    views = tuple(views)
+    if not views or any(not str(v).strip() for v in views) or len(set(views)) != len(views):
+        raise ConfigError(
+            f"{flag} must name distinct camera views, comma-separated (got {','.join(views) or 'none'})"
+        )
+    return views
+
+
+def dataset_cameras(dataset_dir: Path) -> list[str] | None:
+    """The camera names of the recorded dataset at `dataset_dir` (its `observation.images.*` features),
+    or None where there is no dataset to read (`prepare_dataset` says so, with the fix)."""
+    if not (Path(dataset_dir) / "meta" / "info.json").is_file():
+        return None
+    from hotloop.datasets.lerobot_v3 import Dataset
+
+    return list(Dataset(dataset_dir).image_keys)
+
+
+def training_views(
+    views: tuple[str, ...] | None,
+    dataset_dir: Path | None,
+    default: tuple[str, ...],
+    one: bool = False,
+    flag: str = "--views",
+) -> tuple[str, ...] | None:
+    """The camera views a demo trainer reads, checked before any work.
+
+    With `--dataset`: `--views` must name cameras of that dataset (its own names: a third-party task's
+    `corner`, `gripper`); without `--views`, the family's `default` when the dataset has all of them, else
+    the dataset's own cameras in its order (the first one only for a family that reads one: `one`).
+    Without `--dataset` the trainer records conveyor-pick, whose cameras are `top` and `wrist`; None
+    then means the family's default."""
+    if views is not None:
+        views = check_view_names(views, flag)
+    cameras = dataset_cameras(dataset_dir) if dataset_dir is not None else None
+    if cameras is None:
+        if views is not None and dataset_dir is None:
+            from hotloop.sim.tasks.gantry import check_views
+
+            check_views(views, flag=flag)  # recorded from conveyor-pick: its cameras
+        return views
+    if not cameras:
+        raise ConfigError(
+            f"--dataset {dataset_dir} holds no camera views; record it with a task that renders some"
+        )
+    if views is None:
+        views = default if set(default) <= set(cameras) else tuple(cameras[:1] if one else cameras)
+    missing = [v for v in views if v not in cameras]
+    if missing:
+        raise ConfigError(
+            f"{flag} {','.join(views)}: the dataset {dataset_dir} has no {', '.join(missing)} view (its cameras: "
+            f"{', '.join(cameras)}); name some of those"
+        )
+    return views
+
+
+def has_gantry_layout(dataset: Any) -> bool:
+    """Whether a dataset's state and actions are the gantry tasks' (conveyor-pick, reach), by their names in
+    meta/info.json: what the demo:conveyor transforms (box relative to the hand, actions relative to it)
+    assume."""
+    from hotloop.sim.tasks.gantry import ACTION_NAMES, STATE_NAMES
+
+    def names(key: str) -> list[Any]:
+        return list((dataset.features.get(key) or {}).get("names") or [])
+
+    return names("observation.state") == STATE_NAMES and names("action") == ACTION_NAMES
+
+
+def dataset_task(dataset: Any, default: str) -> str:
+    """The task a dataset was recorded on (`hotloop record` writes it), else `default`."""
+    recorder = dataset.info.get("recorder")
+    task = recorder.get("task") if isinstance(recorder, dict) else None
+    return task if isinstance(task, str) and task else default

@@ -109,9 +109,9 @@ class TrainSmolVLADemoConfig:
             raise ConfigError(f"text_width {self.text_width} x 0.75 (the expert's width) must be whole")
         if not 0 < self.lr < 1:
             raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
-        from hotloop.sim.tasks.gantry import check_views
+        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
 
-        check_views(self.views, flag="--views")
+        check_view_names(self.views)
 
 
 # ---- the checkpoint's files ------------------------------------------------------------------------------
@@ -348,7 +348,7 @@ def train_smolvla_demo(
     from hotloop.lerobot.processors import read_policy_processors
     from hotloop.train.act_demo import training_frames
     from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, prepare_dataset, run_training
+    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -425,7 +425,7 @@ def train_smolvla_demo(
     plot_loss(losses, out / "loss.png", title="SmolVLA demo training (flow-matching MSE)")
     summary = {
         "family": "smolvla",
-        "task": cfg.task,
+        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
         "difficulty": cfg.difficulty,
         "parameters": sum(p.numel() for p in model.parameters()),
         "views": list(cfg.views),
@@ -509,7 +509,7 @@ def run_from_cli(
     typer.echo(
         f"trained {summary['parameters'] / 1e6:.2f} M parameters in {tr['train_s']:.0f} s (recording "
         f"{tr['record_s']:.0f} s); final flow-matching loss {tr['final_loss']:.4f}; wrote the checkpoint "
-        f"{out} (try `hotloop eval {out} --task {cfg.task}`)"
+        f"{out} (try `hotloop eval {out} --task {summary['task']}`)"
     )
 
 

@@ -289,16 +289,23 @@ def test_a_task_written_for_a_newer_protocol_is_refused(plugins):
         task.close()
 
 
-def test_eval_reports_duplicate_starts(plugins, tmp_path):
+def test_eval_reports_duplicate_starts_and_its_interval_counts_the_distinct_ones(plugins, tmp_path):
+    from hotloop.closedloop.metrics import wilson_interval
+
     result = tmp_path / "eval.json"
     r = CliRunner().invoke(
         _app(),
-        ["eval", "expert:scripted", "--task", "drift", "--task-kwargs", '{"starts": 1}', "--episodes", "3"]
+        ["eval", "expert:scripted", "--task", "drift", "--task-kwargs", '{"starts": 2}', "--episodes", "8"]
         + ["--workers", "0", "--latency", "fixed:0", "--json", str(result), "--quiet"],
     )
     assert r.exit_code == 0, r.output
-    assert json.loads(result.read_text())["duplicate_starts"] == 2
-    assert "2 of 3 episodes" in r.output and "not independent trials" in r.output
+    run = json.loads(result.read_text())
+    assert run["duplicate_starts"] == 6 and run["successes"] == run["completed"] == 8
+    # Eight episodes from two starts are two trials: the interval is 8/8's over 2, not over 8.
+    assert run["ci_trials"] == 2
+    assert run["success_ci95"] == pytest.approx(list(wilson_interval(2, 2)))
+    assert run["success_ci95"][0] < wilson_interval(8, 8)[0] - 0.3
+    assert "6 of 8 episodes" in r.output and "the 95% interval counts the 2 distinct starts" in r.output
 
 
 def test_the_generic_profile_note_is_said_once_per_run(plugins, capsys):
@@ -312,3 +319,15 @@ def test_the_generic_profile_note_is_said_once_per_run(plugins, capsys):
     run_eval(request, progress=False)
     err = capsys.readouterr().err
     assert err.count("no hotloop profile") == 1, err
+
+
+def test_a_baseline_comparison_pairs_each_start_once(plugins):
+    """Eight seeds from two starts are two paired trials in `--baseline`'s McNemar test, not eight."""
+    from hotloop.closedloop.baseline import compare_point
+    from hotloop.closedloop.eval_run import EvalRequest, run_eval
+
+    request = EvalRequest("expert:scripted", task="drift", task_kwargs='{"starts": 2}', latency="fixed:0",
+                          episodes=8, workers=0)  # fmt: skip
+    then, now = run_eval(request, progress=False), run_eval(request, progress=False)
+    assert then["duplicate_starts"] == 6
+    assert compare_point(then, now).paired.pairs == 2

@@ -51,6 +51,11 @@ def _policy_of(ck: Any, seed: int) -> Any:
 
 
 def build_policy(path: str, options: TargetOptions) -> Any:
+    if (Path(path) / "demo.json").is_file():  # a `hotloop train-demo` folder: its transforms, views, prompt
+        from hotloop.demos.conveyor_vision import load_trained_folder
+
+        options.reject_unsupported(path, {"num_steps"})
+        return load_trained_folder(path, num_steps=options.num_steps, seed=options.seed)
     return _policy_of(_load(path, options), options.seed)
 
 

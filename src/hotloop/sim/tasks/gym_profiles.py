@@ -63,6 +63,9 @@ class GymProfile:
     shadows: bool = False
     # How the held target becomes the native action, in words (recorded with the run; see the delta rule).
     action_rule: str = "absolute: the native action is the held target"
+    # The `info` key the env reports success under; "" = the gymnasium conventions `is_success`, then
+    # `success`. An env that never reports the key it is read from is said on stderr (`GymTask`).
+    success_key: str = ""
 
     def register(self) -> None:
         """Import whatever registers the env ids (a package's import side effect)."""
@@ -100,8 +103,16 @@ class GymProfile:
     def native_action(self, target: np.ndarray, obs: Any, env: Any) -> np.ndarray:
         return np.asarray(target, dtype=env.action_space.dtype)
 
+    @property
+    def success_keys(self) -> tuple[str, ...]:
+        """The `info` keys success is read from, in order."""
+        return (self.success_key,) if self.success_key else ("is_success", "success")
+
     def success(self, info: dict[str, Any]) -> bool:
-        return bool(info.get("is_success", info.get("success", False)))
+        for key in self.success_keys:
+            if key in info:
+                return bool(info[key])
+        return False
 
     def views(self, env: Any, size: int) -> MujocoViews | None:
         base = env.unwrapped

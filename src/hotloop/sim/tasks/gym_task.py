@@ -144,6 +144,7 @@ class GymTask:
         self._obs: Any = None
         self._info: dict[str, Any] = {}
         self._success = self._failed = self._truncated = False
+        self._success_reported = False  # whether this episode's env said success under a key we read
         self._views = self.profile.views(self.env, self.config.image_size)
         obs, info = self.env.reset(seed=0)  # learn the state size and image shapes once
         self._obs, self._info = obs, info
@@ -203,6 +204,7 @@ class GymTask:
         self.env.action_space.seed(int(seed))
         self.tick = 0
         self._success = self._failed = self._truncated = False
+        self._success_reported = False
         self._hold = self.profile.initial_target(self._obs, self.env)
         self._check_finite()
         return self.observe(), self.info()
@@ -226,6 +228,9 @@ class GymTask:
             self.tick += 1
             self._check_finite()
             self._success = self.profile.success(self._info)
+            self._success_reported = self._success_reported or any(
+                key in self._info for key in self.profile.success_keys
+            )
             self._failed = bool(terminated) and not self._success
             self._truncated = bool(truncated) and not self._success
         return self._success, self._failed
@@ -301,6 +306,16 @@ class GymTask:
                 out[key] = value.item() if isinstance(value, np.generic) else value
         return out
 
+    def success_report(self) -> dict[str, Any]:
+        """Whether this episode's env reported success under a key hotloop reads (`keys`), and the keys
+        its last `info` held (`seen`): an env that reports under another key scores 0 % otherwise
+        silently. An episode that took no step has nothing to say (`reported` None)."""
+        return {
+            "reported": self._success_reported if self.tick else None,
+            "keys": list(self.profile.success_keys),
+            "seen": sorted(str(k) for k in self._info)[:20],
+        }
+
     def raw_observation(self) -> Any:
         """The env's own last observation (scripted experts read it)."""
         return self._obs
@@ -309,6 +324,23 @@ class GymTask:
         if self._views is not None:
             self._views.close()
         self.env.close()
+
+
+def success_note(records: list[dict[str, Any]], task: str) -> str | None:
+    """A line for a task whose env never reported success under a key hotloop reads, over every episode
+    that stepped it (each one then scored a failure, whatever happened); None otherwise, and for tasks
+    that say success themselves (the built-in ones, task objects)."""
+    reports = [r["success_report"] for r in records if not r.get("error") and r.get("success_report")]
+    said = [x for x in reports if x.get("reported") is not None]
+    if not said or any(x["reported"] for x in said):
+        return None
+    keys = " or ".join(f"info[{k!r}]" for k in said[0]["keys"])
+    seen = ", ".join(said[-1].get("seen") or []) or "no keys"
+    return (
+        f"{task} never reported success under {keys} in {len(said)} episode(s), so every one counted as "
+        f"not successful; its last info held {seen}. If the env says success under another key, name it in "
+        "its profile: GymProfile(success_key=...) (docs/tasks.md)"
+    )
 
 
 def _find_attr(env: Any, name: str) -> Any:
