@@ -30,6 +30,7 @@ from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import BackendError, OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.inputs import check_finite, to_tensor
+from hotloop.finite import check_finite_weights
 from hotloop.runtime.memory import MemoryAccount, check_cap
 from hotloop.runtime.onnx_check import check_onnx_entry
 
@@ -188,6 +189,7 @@ class Engine:
                 f"{self.path / m['weights']}: not the weights this manifest's config describes "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); recompile the artifact"
             ) from None
+        check_finite_weights(state.items(), self.path / m["weights"])
         del state  # the model holds the tensors now; `release_weights` below must be able to free them
         self.model = model.float().eval()
         sets: dict[tuple[torch.dtype, str], Any] = {}
