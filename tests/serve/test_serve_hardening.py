@@ -94,7 +94,7 @@ def test_a_policys_refusal_answers_that_client_clipped_and_is_no_fault(caplog):
         assert np.all(other.infer({"state": np.full(8, 2.0)})["actions"] == 2.0)
         assert server.server.watchdog is not None and server.server.watchdog.counters()["faults"] == 0
         # The main engine's NaN is a fault; the fallback's NaN too is an error reply, never sent as actions.
-        with pytest.raises(ServerError, match="fallback engine answered non-finite actions"):
+        with pytest.raises(ServerError, match="the fallback engine failed too: non-finite actions"):
             client.infer({"state": np.full(8, 5.0)})
         # Wire errors that repeat a client's words: a 1 MB key, a 1 MB dtype string.
         ws = client._ws

@@ -54,8 +54,8 @@ from hotloop.client import codec
 from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
+from hotloop.serve.guard import UnsafeActionsError, action_fault
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, clip, spec_to_wire
-from hotloop.serve.watchdog import finite_actions
 
 log = logging.getLogger("hotloop.serve")
 
@@ -175,11 +175,9 @@ class PolicyServer:
         if fallback is not None:
             check_fallback_engine(served, fallback)
         self._fallback_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-fallback")
-        self.watchdog = (
-            ServerWatchdog(config.deadline_ms, "engine" if fallback else "hold", self.metrics)
-            if fallback is not None or config.deadline_ms is not None
-            else None
-        )
+        # Always on: even without a deadline or a fallback, a failed or non-finite answer is a fault,
+        # counted, and never sent (hotloop.serve.guard).
+        self.watchdog = ServerWatchdog(config.deadline_ms, "engine" if fallback else "hold", self.metrics)
         self._running_since: float | None = None  # perf_counter when the model started on the current request
         # Set when the engine went over its --memory-cap-mb: every later call raises too (memory.py), so
         # /healthz reports it until the process is restarted.
@@ -275,8 +273,7 @@ class PolicyServer:
                 )
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if path == "/metrics":
-            if self.watchdog is not None:
-                self.watchdog.export()  # the time in fallback grows between events
+            self.watchdog.export()  # the time in fallback grows between events
             body, content_type = self.metrics.exposition()
             response = connection.respond(http.HTTPStatus.OK, body.decode())
             del response.headers["Content-Type"]
@@ -406,17 +403,8 @@ class PolicyServer:
         """Run the policy on the worker thread and encode its reply with openpi's `server_timing`;
         returns (reply, source): "policy", or "fallback" when the fallback engine answered."""
         start = time.perf_counter()
-        if self.watchdog is None:
-            loop = asyncio.get_running_loop()
-            action = await loop.run_in_executor(self._executor, self._run_policy, item.obs, sessions.policy)
-            source = "policy"
-        else:
-            action, source = await self._guarded_infer(item.obs, sessions)
+        action, source = await self._guarded_infer(item.obs, sessions)
         done = time.perf_counter()
-        if not isinstance(action, Mapping) or "actions" not in action:
-            raise TypeError(
-                f"infer returned {type(action).__name__} without 'actions'; return a dict with 'actions'"
-            )
         timing = {
             "infer_ms": (done - start) * 1e3,
             "decode_ms": item.decode_s * 1e3,
@@ -449,7 +437,7 @@ class PolicyServer:
         """The main policy under the watchdog (serve/watchdog.py): a miss or a fault switches to the
         fallback engine when there is one; without one a late reply still goes out and a fault is
         raised (an error reply)."""
-        assert self.watchdog is not None and self._infer_lock is not None
+        assert self._infer_lock is not None
         watchdog = self.watchdog
         loop = asyncio.get_running_loop()
         async with self._infer_lock:
@@ -479,16 +467,12 @@ class PolicyServer:
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
                 raise
-            if not isinstance(action, Mapping) or "actions" not in action:
-                watchdog.fault(f"returned {type(action).__name__} without 'actions'")
+            fault = action_fault(action)  # no 'actions', not numbers, NaN or inf: never sent to a robot
+            if fault is not None:
+                watchdog.fault(fault)
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
-                return action, "policy"  # `_answer` turns it into the error reply
-            if not finite_actions(action):
-                watchdog.fault("non-finite actions")
-                if self.fallback is not None:
-                    return await self._fallback_infer(obs, sessions)
-                raise ValueError("non-finite actions (NaN or inf)")
+                raise UnsafeActionsError(f"{fault}; not sent (no --fallback engine to answer instead)")
             watchdog.fresh()
             return action, "policy"
 
@@ -498,8 +482,9 @@ class PolicyServer:
         start = time.perf_counter()
         action = await loop.run_in_executor(self._fallback_executor, _refusing, sessions.fallback, obs)
         self.metrics.observe_stage("fallback_infer", time.perf_counter() - start)
-        if isinstance(action, Mapping) and "actions" in action and not finite_actions(action):
-            raise ValueError("the fallback engine answered non-finite actions (NaN or inf) too")
+        fault = action_fault(action)
+        if fault is not None:
+            raise UnsafeActionsError(f"the fallback engine failed too: {fault}; not sent")
         return action, "fallback"
 
 
