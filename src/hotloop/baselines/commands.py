@@ -116,6 +116,7 @@ def compare_cmd(
             print_comparison,
             regression_line,
             result_policy,
+            unjudged_line,
         )
 
         check_bench_result(old_data, old, "OLD")
@@ -123,6 +124,7 @@ def compare_cmd(
         check_same_policy(old_data, result_policy(new_data), old, "OLD")
         cmp = compare_bench(old_data, new_data, value, old_label)
         print_comparison(cmp, Console(width=max(160, Console().width)))
+        unjudged = unjudged_line(cmp)
         line = regression_line(cmp)
     else:
         if threshold is not None:
@@ -138,8 +140,12 @@ def compare_cmd(
                 f"no point of NEW {new} pairs with one of OLD {old}: give the same strategy or latency"
             )
         ev.print_comparison(points, old_label, ev.env_differences(old_runs, new_runs))
+        unjudged = ev.unjudged_line(points, old_label)
         line = ev.regression_line(points, old_label)
     typer.echo(f"compared {new_label} against {old_label}")
+    if unjudged is not None and fail_on_regression:
+        typer.echo(unjudged, err=True)
+        raise typer.Exit(2)
     if line is not None and fail_on_regression:
         typer.echo(line, err=True)
         raise typer.Exit(3)

@@ -102,7 +102,31 @@ def check_eval_result(data: dict[str, Any], spec: str, flag: str = "--baseline")
             f"{flag} {spec} is not a `hotloop eval --json` result (it has no {missing!r}); "
             "give a file hotloop eval --json wrote"
         )
+    for run in runs:
+        episodes = run["per_episode"]
+        completed = (
+            [e for e in episodes if isinstance(e, dict) and not e.get("error")]
+            if isinstance(episodes, list)
+            else []
+        )
+        if not completed:
+            what = (
+                f"{len(episodes)} episode(s), all crashed"
+                if isinstance(episodes, list) and episodes
+                else "no episodes"
+            )
+            raise ConfigError(
+                f"{flag} {spec}: point {_label(run)} has {what}; a success rate over nothing compares "
+                "nothing, so the result is unusable as a baseline: give a run with completed episodes"
+            )
     return runs
+
+
+def _label(run: dict[str, Any]) -> str:
+    try:
+        return run_key(run).label
+    except (KeyError, TypeError):
+        return "?"
 
 
 def load_eval_baseline(
@@ -355,6 +379,18 @@ def print_comparison(points: list[PointComparison], label: str, env: Differences
             console.print(line, soft_wrap=True)
 
 
+def unjudged_line(points: list[PointComparison], label: str) -> str | None:
+    """A gate must not pass what it could not judge: one line naming the points without a success
+    interval (no completed episode on one side), None when every point has one."""
+    blind = [c.point.label for c in points if c.success is None or c.success.high != c.success.high]
+    if not blind:
+        return None
+    return (
+        f"error: {', '.join(blind)} cannot be judged against {label}: no completed episodes on one side, "
+        "so there is no success interval; --fail-on-regression does not pass what it cannot judge"
+    )
+
+
 def regression_line(points: list[PointComparison], label: str) -> str | None:
     drops = [c for c in points if c.verdict == DROP]
     if not drops:
@@ -435,6 +471,10 @@ class EvalBaseline:
     def finish(self, points: list[PointComparison]) -> None:
         import typer
 
+        unjudged = unjudged_line(points, self.label or "")
+        if unjudged is not None and self.fail_on_regression:
+            typer.echo(unjudged, err=True)
+            raise typer.Exit(2)
         line = regression_line(points, self.label or "")
         if line is not None and self.fail_on_regression:
             typer.echo(line, err=True)

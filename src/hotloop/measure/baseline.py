@@ -9,12 +9,13 @@ threshold (`hotloop.measure.compare`); beneath, what differs between the two run
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.measure.compare import FASTER, SLOWER, LatencyChange, latency_change
+from hotloop.measure.compare import FASTER, NOT_COMPARABLE, SLOWER, LatencyChange, latency_change
 from hotloop.measure.differences import (
     CONTEXT,
     VARIABLE,
@@ -101,6 +102,31 @@ def check_bench_result(data: dict[str, Any], spec: str, flag: str = "--baseline"
         raise ConfigError(
             f"{flag} {spec}: 'samples_ms' must hold two or more per-iteration times; rerun hotloop bench --json"
         )
+    check_usable_samples(data, spec, flag)
+
+
+def check_usable_samples(data: dict[str, Any], spec: str, flag: str = "--baseline") -> None:
+    """Every time a comparison would read is a finite number of milliseconds: the total's > 0, a stage's
+    >= 0 (0: the stage did not run that iteration). NaN, negative or infinite samples make the result
+    unusable: one line naming the field and the sample, never a verdict computed without them."""
+    fields: list[tuple[str, Any, bool]] = [("samples_ms", data["samples_ms"], True)]
+    stages = data.get("stage_samples_ms")
+    if isinstance(stages, dict):
+        fields += [(f"stage_samples_ms.{k}", v, False) for k, v in stages.items() if isinstance(v, list)]
+    for field, values, positive in fields:
+        for i, v in enumerate(values):
+            ok = (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and (v > 0 if positive else v >= 0)
+            )
+            if not ok:
+                want = "> 0" if positive else ">= 0"
+                raise ConfigError(
+                    f"{flag} {spec}: {field!r} sample {i} is {v!r}, not a finite time {want} ms; the result "
+                    "is unusable as a baseline (damaged or hand-edited): rerun hotloop bench --json"
+                )
 
 
 def load_bench_baseline(
@@ -327,6 +353,18 @@ def comparison_lines(cmp: BenchComparison) -> list[str]:
     return lines
 
 
+def unjudged_line(cmp: BenchComparison) -> str | None:
+    """A gate must not pass what it could not judge: one line when the total has no verdict (None when
+    it has one)."""
+    total = next((r for r in cmp.rows if r.stage == "total"), None)
+    if total is not None and total.change.verdict != NOT_COMPARABLE:
+        return None
+    return (
+        f"error: {cmp.target} cannot be judged against {cmp.baseline_label}: the total latency could not be "
+        "compared (no usable samples on one side); the baseline is unusable for --fail-on-regression"
+    )
+
+
 def regression_line(cmp: BenchComparison) -> str | None:
     """One line naming every stage slower beyond the threshold (None when there is none)."""
     slower = cmp.slower
@@ -403,6 +441,11 @@ class BaselineRequest:
 
             run = append_run(self.history, "bench", self.target, result, policy=self.policy)
             console.print(f"recorded as #{run.number} in {self.history} ({run.path.name})")
+        if self.fail_on_regression and cmp is not None:
+            unusable = unjudged_line(cmp)
+            if unusable is not None:
+                typer.echo(unusable, err=True)
+                raise typer.Exit(2)
         line = regression_line(cmp) if cmp is not None else None
         if line is not None and self.fail_on_regression:
             typer.echo(line, err=True)
