@@ -19,8 +19,10 @@ vanished client is a one-line info log. Nor can one client hurt the others: an o
 full at the wire (serve/spec.py), so bad input is never an engine fault; a policy that refuses an input
 itself (a `ConfigError`) answers that client with an error and is not counted as a fault either; a message
 over `--max-message-mb` is refused by the websocket layer while its header is read, before its payload is
-buffered; at most `--max-connections` clients are connected at once; error replies and log lines repeat
-at most `ERROR_CHARS` characters of what a client sent.
+buffered; at most `--max-connections` clients are connected at once, and when they are all taken a newcomer
+evicts the connection open longest without one accepted observation (close code 1013), so clients that
+only answer pings never keep a robot out (only when every connection has sent observations is a newcomer
+refused, 503); error replies and log lines repeat at most `ERROR_CHARS` characters of what a client sent.
 
 Memory a client can make the server hold: a message is read only up to `max_message_bytes` (the frame
 header declares its length; fragments are counted as they come); once more than `MAX_QUEUE` received
@@ -124,6 +126,14 @@ class ServedPolicy:
 
 
 @dataclass
+class _Client:
+    """One open connection, as eviction sees it."""
+
+    opened: float = field(default_factory=time.perf_counter)
+    observations: int = 0  # observations that passed the check (refused ones do not count)
+
+
+@dataclass
 class _Pending:
     request_id: int
     obs: dict[str, Any]
@@ -198,6 +208,10 @@ class PolicyServer:
         )
         self._ws_server: Any = None
         self.port: int | None = None
+        # Per open connection: when it opened and how many observations it sent (`_evict_idle`).
+        self._clients: dict[Any, _Client] = {}
+        self._evicting: set[Any] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         from websockets.asyncio.server import serve
@@ -289,7 +303,7 @@ class PolicyServer:
                     "error: missing or wrong API key; connect with api_key=<the server's key> "
                     "(header 'Authorization: Api-Key <key>')\n",
                 )
-        if len(self._ws_server.connections) >= self.config.max_connections:
+        if len(self._ws_server.connections) >= self.config.max_connections and not self._evict_idle():
             # No await between this check and the handshake's completion: a burst cannot slip past it.
             self.metrics.request("refused")
             log.info("refused a connection: %d already open (--max-connections)", self.config.max_connections)
@@ -300,6 +314,33 @@ class PolicyServer:
             )
         return None
 
+    def _evict_idle(self) -> bool:
+        """At --max-connections, make room for a new client by closing the connection that has been open
+        longest without sending one accepted observation (code 1013, try again later); False when every
+        open connection has sent one (they are robots: the newcomer is refused instead). Idle clients that
+        only answer pings can so never keep a robot out."""
+        open_now = [ws for ws in self._ws_server.connections if ws not in self._evicting]
+        idle = [ws for ws in open_now if self._clients.get(ws, _Client()).observations == 0]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda ws: self._clients.get(ws, _Client()).opened)
+        self._evicting.add(victim)
+        self.metrics.request("evicted")
+        idle_s = time.perf_counter() - self._clients.get(victim, _Client()).opened
+        log.info(
+            "evicted connection %s: open %.1f s without an observation, the server at its --max-connections "
+            "of %d and another client connecting",
+            _peer(victim),
+            idle_s,
+            self.config.max_connections,
+        )
+        task = asyncio.get_running_loop().create_task(
+            victim.close(1013, "evicted: connected without sending an observation while the server was full")
+        )
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return True
+
     # -- one websocket connection ----------------------------------------------------------------------
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -307,6 +348,7 @@ class PolicyServer:
         peer = _peer(ws)
         log.info("connection %s opened", peer)
         self.metrics.connections.inc()
+        client = self._clients[ws] = _Client()
         slot = _LatestSlot()
         fallback = session_of(self.fallback.policy) if self.fallback is not None else None
         sessions = _Sessions(session_of(self.served.policy), fallback)
@@ -315,7 +357,8 @@ class PolicyServer:
             await ws.send(self._metadata)
             request_id = 0
             async for message in ws:
-                await self._accept(ws, message, request_id, slot)
+                if await self._accept(ws, message, request_id, slot):
+                    client.observations += 1
                 request_id += 1
         except ConnectionClosed:
             pass
@@ -325,10 +368,13 @@ class PolicyServer:
             )
         finally:
             worker.cancel()
+            self._clients.pop(ws, None)
+            self._evicting.discard(ws)
             self.metrics.connections.dec()
             log.info("connection %s closed (%s)", peer, _close_reason(ws))
 
-    async def _accept(self, ws: Any, message: bytes | str, request_id: int, slot: _LatestSlot) -> None:
+    async def _accept(self, ws: Any, message: bytes | str, request_id: int, slot: _LatestSlot) -> bool:
+        """Check one message and put it in the slot; False (and an error reply) when it is refused."""
         received = time.perf_counter()
         try:
             if isinstance(message, str):
@@ -341,7 +387,7 @@ class PolicyServer:
         except (ObservationError, codec.WireError) as exc:
             self.metrics.request("rejected")
             await ws.send(clip(f"error: request {request_id}: {exc}", ERROR_CHARS))
-            return
+            return False
         except Exception as exc:  # input no check foresaw: still this request's error, not the connection's
             self.metrics.request("rejected")
             log.warning(
@@ -350,11 +396,12 @@ class PolicyServer:
             await ws.send(
                 f"error: request {request_id}: the observation could not be read ({type(exc).__name__})"
             )
-            return
+            return False
         decode_s = time.perf_counter() - received
         self.metrics.observe_stage("decode", decode_s)
         if slot.put(_Pending(request_id, checked, received, decode_s)):
             self.metrics.dropped_observation()
+        return True
 
     async def _infer_loop(self, ws: Any, slot: _LatestSlot, sessions: _Sessions) -> None:
         from websockets.exceptions import ConnectionClosed
