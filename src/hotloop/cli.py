@@ -141,8 +141,9 @@ def bench(
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list
     from hotloop.measure.placement import apply_reserve
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines
-    from hotloop.targets import TargetOptions, check_device, find_target
+    from hotloop.targets import TargetOptions, check_cap, check_device, find_target
 
+    check_cap(memory_cap_mb)  # the flag's own bounds first, whatever the target
     threads, pin_cpus = apply_reserve(
         reserve_cores, threads, parse_cpu_list(pin) if pin is not None else None
     )

@@ -230,8 +230,9 @@ class EvalSweep:
         from hotloop.realtime.strategies import default_strategies
         from hotloop.sim.tasks import check_task
         from hotloop.sim.tasks.gym_task import parse_task_kwargs
-        from hotloop.targets import ARTIFACT_ENTRY, find_target
+        from hotloop.targets import ARTIFACT_ENTRY, check_cap, find_target
 
+        check_cap(self.memory_cap_mb)  # the flag's own bounds first, whatever the target
         names = [s.strip() for item in self.strategy for s in item.split(",") if s.strip()]
         if not names:
             raise ConfigError(
