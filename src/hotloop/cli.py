@@ -133,6 +133,16 @@ def bench(
             envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
         ),
     ] = None,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="with --fail-on-regression: CPUs of other work above which the gate does not judge (exit 2)",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
+    ] = False,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
@@ -180,7 +190,9 @@ def bench(
     check_plot_file(plot, "--plot", {"--json": json_path})
     from hotloop.measure.baseline import BaselineRequest
 
-    against = BaselineRequest.check(target, baseline, threshold, fail_on_regression, history)
+    against = BaselineRequest.check(
+        target, baseline, threshold, fail_on_regression, history, max_load=max_load, force=force
+    )
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
         other = (  # the memory cap is TARGET's (an artifact), not the reference's
@@ -196,6 +208,7 @@ def bench(
     for line in summary_lines(result):
         console.print(line)
     data = result.to_dict()
+    against.note_load(data)
     cmp = against.compare(data, console)
     if cmp is not None:
         data["baseline_comparison"] = cmp.to_dict()

@@ -272,12 +272,28 @@ def compile_cmd(
         typer.echo(f"wrote {json_path}")
     typer.echo(f"wrote {art}")
     if result["budget_met"] is False:
+        busy = busy_budget_line(result, max_load, force)
+        if busy is not None:
+            typer.echo(busy, err=True)
+            raise typer.Exit(2)
         typer.echo(
             f"budget not met: plan p99 {result['plan_latency_ms']['p99']:.2f} ms > {budget_ms:g} ms "
             "(the best plan found was written)",
             err=True,
         )
         raise typer.Exit(EXIT_BUDGET_UNMET)
+
+
+def busy_budget_line(result: dict[str, Any], max_load: float, force: bool) -> str | None:
+    """The budget gate judges quiet timings only: a missed --budget-ms while the machine was busy (its
+    recorded load, start or end, above --max-load) is "machine busy" (exit 2), not exit 3; --force
+    judges anyway. None when the gate may judge."""
+    from hotloop.measure.contention import busy_gate_line, recorded_level
+
+    level = recorded_level(result.get("machine_load"))
+    if force or level is None or level <= max_load:
+        return None
+    return busy_gate_line(level, max_load, "the plan was timed")
 
 
 def _has_own_task(target: str) -> bool:

@@ -383,7 +383,13 @@ def regression_line(cmp: BenchComparison) -> str | None:
 @dataclass(frozen=True)
 class BaselineRequest:
     """What `hotloop bench` was asked to compare and keep, checked before any work (`check`), then
-    applied to the result (`compare`, `finish`)."""
+    applied to the result (`note_load`, `compare`, `finish`).
+
+    A run that will be compared (now with --baseline, or later from --history) measures the machine's
+    load as `hotloop compile` does, before and after timing, and records it (`machine_load`). The
+    regression gate (--fail-on-regression) refuses to start on a busy machine (above --max-load: exit 2),
+    and a regression found while the run or its baseline was timed busy is exit 2 "machine busy", never
+    3; --force judges anyway."""
 
     target: str
     policy: str
@@ -392,6 +398,9 @@ class BaselineRequest:
     history: Path | None
     label: str | None = None
     baseline: dict[str, Any] | None = None
+    max_load: float = 0.5
+    force: bool = False
+    start_load: Any = None  # the CpuLoad measured before timing (None: no comparison asked for)
 
     @classmethod
     def check(
@@ -401,9 +410,13 @@ class BaselineRequest:
         threshold: str | None,
         fail_on_regression: bool,
         history: Path | None,
+        max_load: float = 0.5,
+        force: bool = False,
     ) -> BaselineRequest:
+        from hotloop.measure.contention import check_max_load
         from hotloop.measure.history import check_history_dir
 
+        check_max_load(max_load)
         if baseline is None:
             for flag, given in (
                 ("--threshold", threshold is not None),
@@ -420,7 +433,28 @@ class BaselineRequest:
         if baseline is not None:
             label, data = load_bench_baseline(baseline, history, policy)
             check_same_policy(data, policy, baseline)
-        return cls(target, policy, value, fail_on_regression, history, label, data)
+        start_load = None
+        if fail_on_regression:  # the gate's first question, as compile's: is the machine quiet?
+            from hotloop.measure.contention import check_quiet
+
+            start_load = check_quiet(
+                max_load, force, "hotloop bench --fail-on-regression", doing="gates on timings"
+            )
+        elif baseline is not None or history is not None:
+            from hotloop.measure.contention import measure_load
+
+            start_load = measure_load(0.5)
+        return cls(
+            target, policy, value, fail_on_regression, history, label, data, max_load, force, start_load
+        )
+
+    def note_load(self, result: dict[str, Any]) -> None:
+        """Record the load before and after timing in the result (`machine_load`, as compile's)."""
+        if self.start_load is None:
+            return
+        from hotloop.measure.contention import measure_load
+
+        result["machine_load"] = {"start": self.start_load.to_dict(), "end": measure_load(0.25).to_dict()}
 
     def compare(self, result: dict[str, Any], console: Any) -> BenchComparison | None:
         """Print the comparison with the baseline (None without one)."""
@@ -448,5 +482,33 @@ class BaselineRequest:
                 raise typer.Exit(2)
         line = regression_line(cmp) if cmp is not None else None
         if line is not None and self.fail_on_regression:
+            busy = busy_line(result, self.baseline or {}, self.label or "", self.max_load, self.force)
+            if busy is not None:
+                typer.echo(busy, err=True)
+                raise typer.Exit(2)
             typer.echo(line, err=True)
             raise typer.Exit(3)
+
+
+def busy_line(
+    current: dict[str, Any],
+    baseline: dict[str, Any],
+    label: str,
+    max_load: float,
+    force: bool,
+    current_label: str = "this run",
+) -> str | None:
+    """The "machine busy" line when either run was timed with more than `max_load` CPUs of other work
+    (their recorded `machine_load`), None when both were quiet, the load is unknown, or `force`."""
+    from hotloop.measure.contention import busy_gate_line, recorded_level
+
+    if force:
+        return None
+    for what, data in (
+        (f"{current_label} was timed", current),
+        (f"the baseline {label} was timed", baseline),
+    ):
+        level = recorded_level(data.get("machine_load"))
+        if level is not None and level > max_load:
+            return busy_gate_line(level, max_load, what)
+    return None
