@@ -404,6 +404,19 @@ def print_result(result: dict[str, Any]) -> None:
             f"{result['speedup_p50']:.2f}x, p99 {result['speedup_p99']:.2f}x; action cos "
             f"{result['action_cos_min']:.6f}; {budget}"
         )
+    final = result.get("final_check") or {}
+    if final.get("written") == "reference":
+        planned = final["planned"]
+        planned = (
+            planned
+            if isinstance(planned, str)
+            else ", ".join(f"{stage}: {p['backend']} {p['precision']}" for stage, p in planned.items())
+        )
+        console.print(
+            f"the planned {planned} ran slower than the reference in the final check (p50 "
+            f"{final['planned_latency_ms']['p50']:.2f} against {ref['p50']:.2f} ms): the reference was written",
+            soft_wrap=True,
+        )
     for b in result.get("buckets") or []:
         console.print(
             f"prompt bucket {b['bucket']}: p50 {b['latency_ms']['p50']:.2f} / p99 {b['latency_ms']['p99']:.2f} ms, "
