@@ -154,3 +154,39 @@ def test_a_policy_plan_slower_than_its_reference_writes_the_fp32_eager_reference
     engine = Engine.load(out, deterministic=True)
     actions = engine.infer(engine.example_observation())
     assert torch.isfinite(actions).all()
+
+
+def _runtime_graph(compiled: Any) -> list[tuple[str, ...]]:
+    """The plugin's executable graph: each node's type, kernel, precision and primitive."""
+    rows = []
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        keys = ("layerType", "runtimePrecision", "primitiveType")
+        rows.append((op.get_type_name(), *(str(info[k]) if k in info else "" for k in keys)))
+    return sorted(rows)
+
+
+def test_the_openvino_runner_an_artifact_loads_is_the_one_the_search_timed(detector: Path, tmp_path: Path):
+    """Same compiled model (the plugin's runtime graph), same settings (every property the compiled model
+    reports: threads, hints, streams, precision), same outputs: from the saved IR as from the ONNX file."""
+    from hotloop.compile.backends import get_backend
+
+    graph = onnx_plan.onnx_graph(detector, ["x:1,3,320,320"])
+    backend = get_backend("openvino")
+    searched = backend.prepare(graph, "fp32", {"threads": 1})
+    files = searched.save(tmp_path / "det")
+    files.options["threads"] = 1  # as Engine.load passes the manifest's threads
+    loaded = backend.load(graph, "fp32", tmp_path / "det", files)
+    differing = {}
+    for name in searched.compiled.get_property("SUPPORTED_PROPERTIES"):
+        try:
+            a, b = searched.compiled.get_property(name), loaded.compiled.get_property(name)
+        except RuntimeError:  # a property this plugin lists but cannot report
+            continue
+        if str(a) != str(b):
+            differing[name] = (a, b)
+    assert differing == {}
+    assert _runtime_graph(searched.compiled) == _runtime_graph(loaded.compiled)
+    x = np.random.default_rng(2).standard_normal((1, 3, 320, 320)).astype(np.float32)
+    first = searched.run_from([x])[0].clone()
+    np.testing.assert_array_equal(first.numpy(), loaded.run_from([x])[0].numpy())
