@@ -226,8 +226,8 @@ def time_candidate(
 # The final check times reference and plan in alternating blocks of this many calls, each block after one
 # untimed call: each is timed back to back, as the search timed every candidate and as the artifact runs
 # alone, while the blocks share the minutes (drift weighs on both). Alternating single calls instead times
-# each runtime while the other's worker threads still spin: a compile of a conv net measured OpenVINO at
-# 0.91 ms alone and 1.29 ms alternating with ONNX Runtime (docs/compile.md).
+# each runtime while the other's worker threads still spin (issue 38: OpenVINO timed slower alternating
+# with ONNX Runtime than alone in the search; docs/compile.md).
 FINAL_BLOCK = 4
 
 

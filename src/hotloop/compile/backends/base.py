@@ -88,8 +88,8 @@ class Runner:
         """Copy host arrays (numpy, of the buffers' shapes) into the input buffers and run: how an ONNX
         artifact's engine feeds its runner, and how compile's final check times it. The copy is numpy's,
         on the calling thread: a torch copy of a large input opens a parallel region whose OpenMP workers
-        then spin, competing with the backend's own thread pool (OpenVINO ran 2x slower after a torch
-        copy on 2 cores). CPU buffers only (`host_buffers`)."""
+        then spin, competing with the backend's own thread pool (OpenVINO was seen several times slower
+        right after a torch copy on 2 shared cores). CPU buffers only (`host_buffers`)."""
         import numpy as np
 
         for buf, arr in zip(self.inputs, arrays, strict=True):
