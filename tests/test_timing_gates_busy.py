@@ -94,3 +94,31 @@ def test_the_compile_budget_gate_judges_quiet_timings_only() -> None:
     assert busy_budget_line(result(1.4), 0.5, force=True) is None
     assert busy_budget_line(result(0.2), 0.5, force=False) is None
     assert busy_budget_line({}, 0.5, force=False) is None  # unknown load: the gate judges as before
+
+
+def test_an_eval_gate_at_measured_latency_is_a_timing_gate(tmp_path: Path) -> None:
+    """At --latency measured the success depends on this machine's speed: the gate refuses a busy machine
+    (exit 2 machine busy, before any episode); at a fixed latency it is load-independent and judges."""
+    base = tmp_path / "base.json"
+    run = ["eval", "expert:scripted", "--strategy", "sync", "--episodes", "2", "--workers", "0", "--quiet"]
+    for latency in ("measured", "fixed:0"):
+        res = runner.invoke(app, [*run, "--latency", latency, "--json", str(base)])
+        assert res.exit_code == 0, res.output[-2000:]
+        gate = [
+            *run,
+            "--latency",
+            latency,
+            "--baseline",
+            str(base),
+            "--fail-on-regression",
+            "--max-load",
+            "0.5",
+        ]
+        with Contenders(2) as busy, contended(busy):
+            res = runner.invoke(app, gate)
+        if latency == "measured":
+            lines = [ln for ln in res.output.splitlines() if ln.strip()]
+            assert res.exit_code == 2 and len(lines) == 1, res.output[-2000:]
+            assert "at --latency measured gates on a success" in lines[0] and "machine is busy" in lines[0]
+        else:
+            assert res.exit_code == 0, res.output[-2000:]  # a rerun at a fixed latency: no drop

@@ -440,6 +440,18 @@ class EvalBaseline:
                 f"--baseline {sweep.baseline} has points {', '.join(k.label for k in theirs)}; none pairs with "
                 f"this run's {', '.join(k.label for k in keys)}: give the same strategy or the same latency"
             )
+        if sweep.fail_on_regression and any(k.latency == "measured" for k in keys):
+            # At measured latency the success depends on this machine's speed: a timing gate, which
+            # judges a quiet machine only (as bench's and compile's do).
+            from hotloop.measure.contention import check_max_load, check_quiet
+
+            check_max_load(sweep.max_load)
+            check_quiet(
+                sweep.max_load,
+                sweep.force,
+                "hotloop eval --fail-on-regression at --latency measured",
+                doing="gates on a success that depends on this machine's speed",
+            )
         return cls(label, tuple(runs), sweep.history, sweep.target, sweep.task, sweep.fail_on_regression)
 
     def compare(self, runs: list[dict[str, Any]]) -> list[PointComparison]:

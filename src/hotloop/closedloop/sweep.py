@@ -197,6 +197,8 @@ class EvalSweep:
     memory_cap_mb: float | None = None
     baseline: str | None = None  # an earlier eval JSON or history run (closedloop/baseline.py)
     fail_on_regression: bool = False
+    max_load: float = 0.5  # --max-load: the gate at measured latency judges a quiet machine only
+    force: bool = False  # --force: judge anyway
     history: Path | None = None
     perturb: str | None = None  # --perturb: applied to every point
     sweep_perturb: str | None = None  # --sweep-perturb: one point per perturbation, beside an unperturbed one
