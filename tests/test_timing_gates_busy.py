@@ -122,3 +122,14 @@ def test_an_eval_gate_at_measured_latency_is_a_timing_gate(tmp_path: Path) -> No
             assert "at --latency measured gates on a success" in lines[0] and "machine is busy" in lines[0]
         else:
             assert res.exit_code == 0, res.output[-2000:]  # a rerun at a fixed latency: no drop
+
+
+def test_history_says_which_runs_were_timed_busy(much_faster_baseline: Path, tmp_path: Path) -> None:
+    from hotloop.baselines.history_report import _bench_versus
+
+    quiet = json.loads(_with_load(much_faster_baseline, tmp_path / "q.json", 0.1).read_text())
+    busy = json.loads(_with_load(much_faster_baseline, tmp_path / "b.json", 1.3).read_text())
+    assert "busy" not in _bench_versus(quiet, quiet, 0.05)[0]
+    assert _bench_versus(quiet, busy, 0.05)[0].endswith(
+        "(timed on a busy machine: now 1.30 CPUs of other work)"
+    )
