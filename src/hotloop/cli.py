@@ -133,6 +133,16 @@ def bench(
             envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
         ),
     ] = None,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="with --fail-on-regression: CPUs of other work above which the gate does not judge (exit 2)",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
+    ] = False,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
@@ -141,8 +151,9 @@ def bench(
     from hotloop.measure.bench import BenchConfig, machine_settings, parse_cpu_list
     from hotloop.measure.placement import apply_reserve
     from hotloop.measure.report import bench_table, plot_latency, roofline_table, summary_lines
-    from hotloop.targets import TargetOptions, check_device, find_target
+    from hotloop.targets import TargetOptions, check_cap, check_device, find_target
 
+    check_cap(memory_cap_mb)  # the flag's own bounds first, whatever the target
     threads, pin_cpus = apply_reserve(
         reserve_cores, threads, parse_cpu_list(pin) if pin is not None else None
     )
@@ -179,7 +190,9 @@ def bench(
     check_plot_file(plot, "--plot", {"--json": json_path})
     from hotloop.measure.baseline import BaselineRequest
 
-    against = BaselineRequest.check(target, baseline, threshold, fail_on_regression, history)
+    against = BaselineRequest.check(
+        target, baseline, threshold, fail_on_regression, history, max_load=max_load, force=force
+    )
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
         other = (  # the memory cap is TARGET's (an artifact), not the reference's
@@ -195,6 +208,7 @@ def bench(
     for line in summary_lines(result):
         console.print(line)
     data = result.to_dict()
+    against.note_load(data)
     cmp = against.compare(data, console)
     if cmp is not None:
         data["baseline_comparison"] = cmp.to_dict()

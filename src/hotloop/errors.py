@@ -26,3 +26,8 @@ class DatasetError(ConfigError):
 
 class MemoryCapError(HotloopError):
     """A loaded engine's resident memory went over its cap (`--memory-cap-mb`); names the artifact."""
+
+
+class NonFiniteOutputError(HotloopError):
+    """A policy or engine answered NaN or inf: the run stops (a broken model has no latency or success
+    worth reporting); the message names the target and where the value was found (`hotloop.finite`)."""

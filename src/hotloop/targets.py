@@ -8,6 +8,8 @@ used, so `hotloop --help` and `import hotloop` stay light (ARCHITECTURE style ru
 from __future__ import annotations
 
 import importlib
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -101,12 +103,34 @@ class TargetOptions:
 CAP_FLAG = "--memory-cap-mb"
 
 
+MIN_CAP_MB = 1.0  # below a MiB no engine loads: such a cap is a typo (a GiB figure, say), not a limit
+
+
 def check_cap(cap_mb: float | None) -> None:
-    """An engine's resident-memory cap in MiB: None, or a number > 0 (named by its flag otherwise)."""
+    """An engine's resident-memory cap in MiB: None, or a number from `MIN_CAP_MB` to this machine's
+    physical memory (a cap above it can never be reached: it would cap nothing, silently); named by its
+    flag otherwise."""
     if cap_mb is None:
         return
-    if isinstance(cap_mb, bool) or not isinstance(cap_mb, (int, float)) or not cap_mb > 0:
-        raise ConfigError(f"{CAP_FLAG} must be a number of MiB > 0 (got {cap_mb!r})")
+    total = _physical_memory_mb()
+    if (
+        isinstance(cap_mb, bool)
+        or not isinstance(cap_mb, (int, float))
+        or not math.isfinite(cap_mb)
+        or not MIN_CAP_MB <= cap_mb <= (total if total is not None else math.inf)
+    ):
+        upper = f"this machine's {total:,.0f} MiB of memory" if total is not None else "a finite number"
+        raise ConfigError(
+            f"{CAP_FLAG} must be a number of MiB from {MIN_CAP_MB:g} to {upper} (got {cap_mb!r}); "
+            "give the engine's budget in MiB, e.g. 2048"
+        )
+
+
+def _physical_memory_mb() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):  # not POSIX: no upper bound but a finite one
+        return None
 
 
 def check_device(device: str) -> None:

@@ -109,6 +109,18 @@ def concurrent(port: int, clients: int = 8, requests: int = 25) -> dict:
     return {"answered": answered, "mismatches": mismatches}
 
 
+def served_in(port: int) -> dict:
+    """A robot connecting now: seconds until its first chunk arrived (connect included), then 5 more."""
+    import time
+
+    t0 = time.monotonic()
+    policy = client(port)
+    first = policy.infer(observation(4.0))["actions"]
+    seconds = time.monotonic() - t0
+    more = [float(policy.infer(observation(float(i)))["actions"][0, 0]) for i in range(5)]
+    return {"seconds": seconds, "first": float(first[0, 0]), "more": more}
+
+
 def spec_zeros(port: int) -> dict:
     """Build an observation from the server's advertised spec (flat keys) and run it."""
     policy = client(port)
@@ -133,5 +145,6 @@ if __name__ == "__main__":
             "oversized": oversized,
             "concurrent": concurrent,
             "spec_zeros": spec_zeros,
+            "served_in": served_in,
         }[scenario](port)
     print(json.dumps(result))

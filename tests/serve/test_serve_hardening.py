@@ -94,7 +94,7 @@ def test_a_policys_refusal_answers_that_client_clipped_and_is_no_fault(caplog):
         assert np.all(other.infer({"state": np.full(8, 2.0)})["actions"] == 2.0)
         assert server.server.watchdog is not None and server.server.watchdog.counters()["faults"] == 0
         # The main engine's NaN is a fault; the fallback's NaN too is an error reply, never sent as actions.
-        with pytest.raises(ServerError, match="fallback engine answered non-finite actions"):
+        with pytest.raises(ServerError, match="the fallback engine failed too: non-finite actions"):
             client.infer({"state": np.full(8, 5.0)})
         # Wire errors that repeat a client's words: a 1 MB key, a 1 MB dtype string.
         ws = client._ws
@@ -121,9 +121,11 @@ def test_an_oversized_message_is_refused_from_its_header_and_connections_are_cap
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
         # The hotloop client refuses to send it at all (it knows the limit from the metadata).
         with PolicyClient(port=server.port) as client:
+            assert np.all(client.infer({"state": np.full(8, 4.0)})["actions"] == 4.0)  # a robot, not idle
             with pytest.raises(ServerError, match=f"over the server's limit of {limit}"):
                 client.infer({"state": np.ones(8), "blob": np.zeros(limit, np.uint8)})
             with PolicyClient(port=server.port) as second:
+                assert np.all(second.infer({"state": np.full(8, 5.0)})["actions"] == 5.0)  # a robot, not idle
                 with pytest.raises(InvalidStatus) as full:
                     connect(server.url)
                 assert full.value.response.status_code == 503

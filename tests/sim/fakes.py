@@ -215,3 +215,18 @@ class BusyPolicy(CountingPolicy):
 
 def busy() -> BusyPolicy:
     return BusyPolicy()
+
+
+class NanAfterFirstChunk(CountingPolicy):
+    """The counting policy, except that from its second chunk on every action is NaN (a model that
+    overflows on some inputs)."""
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = super().infer(obs)
+        if self.calls > 1:
+            out["actions"] = np.full_like(out["actions"], np.nan)
+        return out
+
+
+def nan_after_first_chunk() -> NanAfterFirstChunk:
+    return NanAfterFirstChunk()

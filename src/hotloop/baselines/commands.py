@@ -91,14 +91,26 @@ def compare_cmd(
         Path | None,
         typer.Option(envvar="HOTLOOP_HISTORY", help="the history folder OLD and NEW name runs of"),
     ] = None,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="bench, with --fail-on-regression: a run recorded with more CPUs of other work is not judged (exit 2)",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="judge bench runs recorded on a busy machine anyway")
+    ] = False,
 ) -> None:
     """Compare two results on disk (two bench JSONs, or two eval JSONs) as --baseline would."""
     from rich.console import Console
 
     from hotloop.errors import ConfigError
     from hotloop.measure.baseline import check_bench_result, parse_threshold, result_kind
+    from hotloop.measure.contention import check_max_load
 
     value = parse_threshold(threshold)
+    check_max_load(max_load)
     old_label, old_data = _load(old, history, "OLD")
     new_label, new_data = _load(new, history, "NEW")
     kinds = result_kind(old_data), result_kind(new_data)
@@ -109,13 +121,16 @@ def compare_cmd(
             f"OLD {old} is {_a(kinds[0])} result and NEW {new} {_a(kinds[1])} one; compare like with like"
         )
     line: str | None
+    busy: str | None = None
     if kinds[1] == "bench":
         from hotloop.measure.baseline import (
+            busy_line,
             check_same_policy,
             compare_bench,
             print_comparison,
             regression_line,
             result_policy,
+            unjudged_line,
         )
 
         check_bench_result(old_data, old, "OLD")
@@ -123,7 +138,9 @@ def compare_cmd(
         check_same_policy(old_data, result_policy(new_data), old, "OLD")
         cmp = compare_bench(old_data, new_data, value, old_label)
         print_comparison(cmp, Console(width=max(160, Console().width)))
+        unjudged = unjudged_line(cmp)
         line = regression_line(cmp)
+        busy = busy_line(new_data, old_data, old_label, max_load, force, current_label=f"NEW {new_label}")
     else:
         if threshold is not None:
             raise ConfigError("--threshold is for bench results; success is judged by its interval: drop it")
@@ -138,9 +155,16 @@ def compare_cmd(
                 f"no point of NEW {new} pairs with one of OLD {old}: give the same strategy or latency"
             )
         ev.print_comparison(points, old_label, ev.env_differences(old_runs, new_runs))
+        unjudged = ev.unjudged_line(points, old_label)
         line = ev.regression_line(points, old_label)
     typer.echo(f"compared {new_label} against {old_label}")
+    if unjudged is not None and fail_on_regression:
+        typer.echo(unjudged, err=True)
+        raise typer.Exit(2)
     if line is not None and fail_on_regression:
+        if busy is not None:  # a slowdown timed beside other work is not a regression to gate on
+            typer.echo(busy, err=True)
+            raise typer.Exit(2)
         typer.echo(line, err=True)
         raise typer.Exit(3)
 

@@ -66,7 +66,22 @@ def _bench_versus(previous: dict[str, Any], result: dict[str, Any], threshold: f
     ]
     if moved:
         text += "; " + ", ".join(moved)
-    return text, cmp.differences.summary()
+    busy = _busy_note(previous, result)
+    return text + busy, cmp.differences.summary()
+
+
+def _busy_note(previous: dict[str, Any], result: dict[str, Any]) -> str:
+    """ " (timed on a busy machine: ...)" when either run recorded more than --max-load's default of other
+    work (`machine_load`), as a gate would refuse to judge it; "" otherwise."""
+    from hotloop.measure.contention import DEFAULT_MAX_LOAD, recorded_level
+
+    levels = [recorded_level(r.get("machine_load")) for r in (previous, result)]
+    busy = [
+        f"{what} {lv:.2f} CPUs"
+        for what, lv in zip(("then", "now"), levels, strict=True)
+        if lv is not None and lv > DEFAULT_MAX_LOAD
+    ]
+    return f" (timed on a busy machine: {', '.join(busy)} of other work)" if busy else ""
 
 
 def _eval_versus(previous: dict[str, Any], result: dict[str, Any]) -> tuple[str, str]:

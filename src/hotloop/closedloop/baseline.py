@@ -105,6 +105,23 @@ def check_eval_result(data: dict[str, Any], spec: str, flag: str = "--baseline")
             f"{flag} {spec} is not a `hotloop eval --json` result (it has no {missing!r}); "
             "give a file hotloop eval --json wrote"
         )
+    for run in runs:
+        episodes = run["per_episode"]
+        completed = (
+            [e for e in episodes if isinstance(e, dict) and not e.get("error")]
+            if isinstance(episodes, list)
+            else []
+        )
+        if not completed:
+            what = (
+                f"{len(episodes)} episode(s), all crashed"
+                if isinstance(episodes, list) and episodes
+                else "no episodes"
+            )
+            raise ConfigError(
+                f"{flag} {spec}: point {_label(run)} has {what}; a success rate over nothing compares "
+                "nothing, so the result is unusable as a baseline: give a run with completed episodes"
+            )
     return runs
 
 
@@ -146,6 +163,13 @@ def _check_run_types(run: Any, where: str) -> None:
             value = ep.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise damaged(f"{name}.{key}", value, "a number or null")
+
+
+def _label(run: dict[str, Any]) -> str:
+    try:
+        return run_key(run).label
+    except (KeyError, TypeError):
+        return "?"
 
 
 def load_eval_baseline(
@@ -409,6 +433,18 @@ def print_comparison(points: list[PointComparison], label: str, env: Differences
             console.print(line, soft_wrap=True)
 
 
+def unjudged_line(points: list[PointComparison], label: str) -> str | None:
+    """A gate must not pass what it could not judge: one line naming the points without a success
+    interval (no completed episode on one side), None when every point has one."""
+    blind = [c.point.label for c in points if c.success is None or c.success.high != c.success.high]
+    if not blind:
+        return None
+    return (
+        f"error: {', '.join(blind)} cannot be judged against {label}: no completed episodes on one side, "
+        "so there is no success interval; --fail-on-regression does not pass what it cannot judge"
+    )
+
+
 def regression_line(points: list[PointComparison], label: str) -> str | None:
     drops = [c for c in points if c.verdict == DROP]
     if not drops:
@@ -458,6 +494,18 @@ class EvalBaseline:
                 f"--baseline {sweep.baseline} has points {', '.join(k.label for k in theirs)}; none pairs with "
                 f"this run's {', '.join(k.label for k in keys)}: give the same strategy or the same latency"
             )
+        if sweep.fail_on_regression and any(k.latency == "measured" for k in keys):
+            # At measured latency the success depends on this machine's speed: a timing gate, which
+            # judges a quiet machine only (as bench's and compile's do).
+            from hotloop.measure.contention import check_max_load, check_quiet
+
+            check_max_load(sweep.max_load)
+            check_quiet(
+                sweep.max_load,
+                sweep.force,
+                "hotloop eval --fail-on-regression at --latency measured",
+                doing="gates on a success that depends on this machine's speed",
+            )
         return cls(label, tuple(runs), sweep.history, sweep.target, sweep.task, sweep.fail_on_regression)
 
     def compare(self, runs: list[dict[str, Any]]) -> list[PointComparison]:
@@ -489,6 +537,10 @@ class EvalBaseline:
     def finish(self, points: list[PointComparison]) -> None:
         import typer
 
+        unjudged = unjudged_line(points, self.label or "")
+        if unjudged is not None and self.fail_on_regression:
+            typer.echo(unjudged, err=True)
+            raise typer.Exit(2)
         line = regression_line(points, self.label or "")
         if line is not None and self.fail_on_regression:
             typer.echo(line, err=True)

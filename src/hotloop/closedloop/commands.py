@@ -137,6 +137,17 @@ def eval_cmd(
             "--fail-on-regression", help="with --baseline: exit 3 when a point's success interval is below 0"
         ),
     ] = False,
+    max_load: Annotated[
+        float,
+        typer.Option(
+            envvar="HOTLOOP_MAX_LOAD",
+            help="with --fail-on-regression at --latency measured: CPUs of other work above which the gate "
+            "does not judge (exit 2)",
+        ),
+    ] = 0.5,
+    force: Annotated[
+        bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
+    ] = False,
     history: Annotated[
         Path | None,
         typer.Option(
@@ -195,6 +206,8 @@ def eval_cmd(
             sweep_perturb=sweep_perturb,
             baseline=baseline,
             fail_on_regression=fail_on_regression,
+            max_load=max_load,
+            force=force,
             history=history,
             cluster=cluster,
             ray_cpus_per_worker=ray_cpus_per_worker,

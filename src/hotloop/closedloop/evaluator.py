@@ -24,6 +24,8 @@ import numpy as np
 
 from hotloop.closedloop.latency import LatencyModel
 from hotloop.closedloop.metrics import mean_std, rms_jerk, wilson_interval
+from hotloop.errors import NonFiniteOutputError
+from hotloop.finite import non_finite_output
 from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
 from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
@@ -102,7 +104,9 @@ def run_episode(
     `on_frame`: called with a rendered observation every `frame_ticks` ticks from tick 0 (a camera-rate
     perception layer, see perception/pipeline.py). `render=False`: the policy reads no image, so the
     observations it gets are not rendered (`hotloop.closedloop.adapter.reads_images`).
-    A non-finite observation raises `TaskFault` (the episode is an error, not a failure)."""
+    A non-finite observation raises `TaskFault` (the episode is an error, not a failure); a non-finite
+    action from `policy` raises `NonFiniteOutputError` (the run stops: every episode would hold the robot
+    while the policy is asked again and again, and no success figure describes a broken model)."""
     obs, _ = env.reset(seed=seed)
     check_observation(obs, getattr(env, "task_name", "the task"), 0)
     policy.reset()
@@ -120,7 +124,9 @@ def run_episode(
         fallback_policy=fallback_policy,
         action_bounds=(np.asarray(env.action_space.low), np.asarray(env.action_space.high)),
     )
-    engine = SimulatedEngine(policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng))
+    engine = SimulatedEngine(
+        policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng), check_output=_refuse_non_finite(dt)
+    )
     plant = SimPlant(
         env,
         [env.ee_pos()],
@@ -191,6 +197,18 @@ def independent_trials(records: list[dict[str, Any]]) -> int:
     start digest, from a file that predates it, counts as one of its own)."""
     starts = [r.get("start") for r in records]
     return len({s for s in starts if s}) + sum(1 for s in starts if not s)
+
+
+def _refuse_non_finite(dt: float) -> Callable[[Any, int], None]:
+    def check(output: Any, tick: int) -> None:
+        where = non_finite_output(output.get("actions") if isinstance(output, dict) else output, "actions")
+        if where is not None:
+            raise NonFiniteOutputError(
+                f"the policy answered non-finite actions (NaN or inf; {where}) at {tick * dt:.3f} s of the "
+                "episode; its weights or its inputs overflow: check it with `hotloop verify`"
+            )
+
+    return check
 
 
 def duplicate_starts(records: list[dict[str, Any]]) -> int:

@@ -197,6 +197,8 @@ class EvalSweep:
     memory_cap_mb: float | None = None
     baseline: str | None = None  # an earlier eval JSON or history run (closedloop/baseline.py)
     fail_on_regression: bool = False
+    max_load: float = 0.5  # --max-load: the gate at measured latency judges a quiet machine only
+    force: bool = False  # --force: judge anyway
     history: Path | None = None
     perturb: str | None = None  # --perturb: applied to every point
     sweep_perturb: str | None = None  # --sweep-perturb: one point per perturbation, beside an unperturbed one
@@ -231,8 +233,9 @@ class EvalSweep:
         from hotloop.realtime.strategies import default_strategies
         from hotloop.sim.tasks import check_task
         from hotloop.sim.tasks.gym_task import parse_task_kwargs
-        from hotloop.targets import ARTIFACT_ENTRY, find_target
+        from hotloop.targets import ARTIFACT_ENTRY, check_cap, find_target
 
+        check_cap(self.memory_cap_mb)  # the flag's own bounds first, whatever the target
         names = [s.strip() for item in self.strategy for s in item.split(",") if s.strip()]
         if not names:
             raise ConfigError(

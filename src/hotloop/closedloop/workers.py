@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from hotloop.errors import HotloopError, MemoryCapError
+from hotloop.errors import HotloopError, MemoryCapError, NonFiniteOutputError
 
 
 @dataclass(frozen=True)
@@ -214,6 +214,9 @@ class EpisodeRunner:
             return record
         except MemoryCapError as e:  # the engine failed while running: an error episode, work kept
             return failed_record(seed, str(e))
+        except NonFiniteOutputError as e:  # a broken model: the run stops, the episodes before it are kept
+            name = self.job.policy_factory or self.job.target
+            raise NonFiniteOutputError(f"{name}, episode seed {seed}: {e}") from None
         except HotloopError:
             raise  # bad configuration: every episode would fail the same way
         except Exception as e:  # noqa: BLE001 - a failing episode is a result, not a crash

@@ -278,12 +278,28 @@ def compile_cmd(
         typer.echo(f"wrote {json_path}")
     typer.echo(f"wrote {art}")
     if result["budget_met"] is False:
+        busy = busy_budget_line(result, max_load, force)
+        if busy is not None:
+            typer.echo(busy, err=True)
+            raise typer.Exit(2)
         typer.echo(
             f"budget not met: plan p99 {result['plan_latency_ms']['p99']:.2f} ms > {budget_ms:g} ms "
             "(the best plan found was written)",
             err=True,
         )
         raise typer.Exit(EXIT_BUDGET_UNMET)
+
+
+def busy_budget_line(result: dict[str, Any], max_load: float, force: bool) -> str | None:
+    """The budget gate judges quiet timings only: a missed --budget-ms while the machine was busy (its
+    recorded load, start or end, above --max-load) is "machine busy" (exit 2), not exit 3; --force
+    judges anyway. None when the gate may judge."""
+    from hotloop.measure.contention import busy_gate_line, recorded_level
+
+    level = recorded_level(result.get("machine_load"))
+    if force or level is None or level <= max_load:
+        return None
+    return busy_gate_line(level, max_load, "the plan was timed")
 
 
 def _has_own_task(target: str) -> bool:
@@ -393,6 +409,19 @@ def print_result(result: dict[str, Any]) -> None:
             f"{got['p99']:.2f} ms (interleaved, {result['iterations']} rounds); speedup p50 "
             f"{result['speedup_p50']:.2f}x, p99 {result['speedup_p99']:.2f}x; action cos "
             f"{result['action_cos_min']:.6f}; {budget}"
+        )
+    final = result.get("final_check") or {}
+    if final.get("written") == "reference":
+        planned = final["planned"]
+        planned = (
+            planned
+            if isinstance(planned, str)
+            else ", ".join(f"{stage}: {p['backend']} {p['precision']}" for stage, p in planned.items())
+        )
+        console.print(
+            f"the planned {planned} ran slower than the reference in the final check (p50 "
+            f"{final['planned_latency_ms']['p50']:.2f} against {ref['p50']:.2f} ms): the reference was written",
+            soft_wrap=True,
         )
     for b in result.get("buckets") or []:
         console.print(

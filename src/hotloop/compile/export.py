@@ -49,6 +49,9 @@ def onnx_io(path: Path) -> tuple[list[tuple[str, list[int | str], str]], list[st
         onnx.checker.check_model(model)
     except Exception as exc:  # noqa: BLE001 - onnx raises several types for a bad file
         raise ConfigError(f"{path} is not a valid ONNX model: {str(exc).splitlines()[0][:200]}") from None
+    from hotloop.finite import check_finite_onnx
+
+    check_finite_onnx(model, path)  # NaN / inf weights: every output would be NaN
     initializers = {i.name for i in model.graph.initializer}
     inputs = []
     for vi in model.graph.input:

@@ -24,6 +24,7 @@ from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
 from hotloop.compile.planner import (
+    FINAL_BLOCK,
     Candidate,
     PlanConfig,
     candidate_specs,
@@ -33,6 +34,7 @@ from hotloop.compile.planner import (
     most_accurate,
     plan_summary,
     safe_prepare,
+    slower_than_reference,
     stats_dict,
     time_candidate,
 )
@@ -414,11 +416,29 @@ def _plan(
         return run
 
     pipes = {"reference": ref_pipeline, "plan": plan_pipe}
-    samples = interleaved({n: timed(n, pipes[n]) for n in timed_names}, config.warmup, config.iterations)
-    for name in stage_samples:  # drop the warm-up rounds the stage timer saw
-        stage_samples[name] = {k: v[config.warmup :] for k, v in stage_samples[name].items()}
+    samples = interleaved(
+        {n: timed(n, pipes[n]) for n in timed_names},
+        config.warmup,
+        config.iterations,
+        block=FINAL_BLOCK,
+        untimed={n: _untimed(pipes[n], source) for n in timed_names},
+    )
     ref_lat = stats_dict(samples["reference"], stage_samples["reference"]) if "reference" in samples else None
     plan_lat = stats_dict(samples["plan"], stage_samples["plan"])
+    final_check: dict[str, Any] = {"planned": plan_summary(chosen), "planned_latency_ms": plan_lat}
+    final_check["written"] = "plan"
+    if slower_than_reference(ref_lat, plan_lat) and not _is_reference_plan(chosen, source):
+        # The search's figures did not hold against the reference: the faster one is the answer.
+        assert ref_lat is not None
+        log(
+            f"the plan ran slower than the fp32 eager reference in the final check, p50 "
+            f"{plan_lat['p50']:.2f} against {ref_lat['p50']:.2f} ms: writing the reference instead"
+        )
+        chosen = _reference_plan(source, candidates, ref_runners)
+        plan_pipe, plan_lat, final_check["written"] = ref_pipeline, ref_lat, "reference"
+        agreement = worst_agreement(plan_pipe, checks, check_refs, config.tolerance)
+        if buckets:
+            buckets = plan_buckets(source, sets, chosen, ref_pipeline, config, log)
     violation = config.tolerance.violation(agreement)
     result = {
         "target": source.target,
@@ -441,10 +461,54 @@ def _plan(
         "prompt_buckets": [*(b.bucket for b in buckets), *_prompt_slots(source)],
         "buckets": [b.to_dict() for b in buckets],
         "timing_cache": None if cache is None else timing_cache_summary(cache, candidates, skipped_by_cache),
+        "final_check": final_check,
     }
     if cache is not None and skipped_by_cache:
         log(f"timing cache: {len(skipped_by_cache)} candidates skipped on its word ({cache.path})")
     return Plan(candidates, chosen, result, buckets, snapshot)
+
+
+def _untimed(pipe: Pipeline, source: PolicySource) -> Callable[[], Any]:
+    """A call of `pipe` that records no stage times (the final check's untimed calls)."""
+    return lambda: pipe.sample(source.obs, source.noise)
+
+
+def _reference_subs(source: PolicySource) -> dict[str, str]:
+    """Stage -> the sub-engine the reference runs it with (a loop stage: its step engine)."""
+    return {s.name: (s.loop.step if s.loop is not None else s.sub_engines[0]) for s in source.family.stages}
+
+
+def _is_reference_plan(chosen: dict[str, Candidate], source: PolicySource) -> bool:
+    subs = _reference_subs(source)
+    return all(
+        (c.backend, c.precision, c.variant, c.sub_engine) == ("eager", "fp32", "plain", subs[stage])
+        for stage, c in chosen.items()
+    )
+
+
+def _reference_plan(
+    source: PolicySource, candidates: list[Candidate], ref_runners: dict[str, Any]
+) -> dict[str, Candidate]:
+    """The fp32 eager reference as a plan, stage by stage, on the reference's own runners (what the final
+    check timed): the search's eager fp32 candidate of the stage where there is one, else one made."""
+    chosen: dict[str, Candidate] = {}
+    for stage, sub in _reference_subs(source).items():
+        cand = next(
+            (
+                c
+                for c in candidates
+                if (c.stage, c.sub_engine, c.backend, c.precision, c.variant)
+                == (stage, sub, "eager", "fp32", "plain")
+            ),
+            None,
+        )
+        if cand is None:
+            cand = Candidate(stage, sub, "eager", "fp32")
+            candidates.append(cand)
+        cand.status, cand.runner = "accepted", ref_runners[sub]
+        cand.reason = "the final check timed the plan slower: the reference is written"
+        chosen[stage] = cand
+    return chosen
 
 
 def _key_candidates(

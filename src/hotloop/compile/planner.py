@@ -224,18 +224,46 @@ def time_candidate(
     return finished
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], warmup: int, iterations: int) -> dict[str, list[float]]:
-    """Run the callables round-robin (same minutes, same machine state) and return each one's samples."""
+# The final check times reference and plan in alternating blocks of this many calls, each block after one
+# untimed call: each is timed back to back, as the search timed every candidate and as the artifact runs
+# alone, while the blocks share the minutes (drift weighs on both). Alternating single calls instead times
+# each runtime while the other's worker threads still spin (issue 38: OpenVINO timed slower alternating
+# with ONNX Runtime than alone in the search; docs/compile.md).
+FINAL_BLOCK = 4
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]],
+    warmup: int,
+    iterations: int,
+    block: int = 1,
+    untimed: dict[str, Callable[[], Any]] | None = None,
+) -> dict[str, list[float]]:
+    """Run the callables round-robin (same minutes, same machine state) and return each one's samples.
+
+    `block` > 1: each takes `block` timed calls in a row, after one untimed call (its thread pool wakes
+    while the other's goes idle); the blocks alternate. `untimed[name]` is called for the untimed calls
+    (warm-up included) instead of `fns[name]`, when given (a call that records nothing)."""
+    quiet = {name: (untimed or {}).get(name, fn) for name, fn in fns.items()}
     for _ in range(warmup):
-        for fn in fns.values():
+        for fn in quiet.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(iterations):
+    while any(len(s) < iterations for s in samples.values()):
         for name, fn in fns.items():
-            t0 = time.perf_counter_ns()
-            fn()
-            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+            if block > 1:
+                quiet[name]()
+            for _ in range(min(block, iterations - len(samples[name]))):
+                t0 = time.perf_counter_ns()
+                fn()
+                samples[name].append((time.perf_counter_ns() - t0) / 1e6)
     return samples
+
+
+def slower_than_reference(reference: dict[str, Any] | None, plan: dict[str, Any]) -> bool:
+    """Whether the final check timed the plan slower than the reference at the median (the figure the
+    speed-up is stated at): such a plan is never written as the answer."""
+    return reference is not None and plan["p50"] > reference["p50"]
 
 
 def check_finite(cand: Candidate, outputs: tuple[Tensor, ...], names: tuple[str, ...]) -> bool:

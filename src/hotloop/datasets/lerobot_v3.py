@@ -345,6 +345,8 @@ class Dataset:
                     f"{where}: {key} rows hold {column.shape[1]} numbers but meta/info.json's features say "
                     f"{self.widths[key]}; the data and its description disagree (re-record the dataset)"
                 )
+        for key, column in (("observation.state", state), ("action", action)):
+            _check_finite_column(where, rows, key, column)
         length = meta.get("length")
         if isinstance(length, int) and not isinstance(length, bool) and rows.num_rows != length:
             raise DatasetError(
@@ -367,6 +369,32 @@ class Dataset:
     def __iter__(self) -> Any:
         for i in range(len(self)):
             yield self.episode(i)
+
+
+def _check_finite_column(where: str, rows: Any, key: str, column: np.ndarray) -> None:
+    """Refuse a state or action column holding NaN or inf, naming the first bad value by the frame it is
+    in (frame_index within the episode, the dataset's row `index`) and its position in the vector: where
+    a user finds it in the data file, before any model sees (and averages, chunks or shifts) it."""
+    bad = ~np.isfinite(column)
+    if not bad.any():
+        return
+    row, col = (int(i) for i in np.argwhere(bad)[0])
+    frame = _cell(rows, "frame_index", row)
+    index = _cell(rows, "index", row)
+    at = f"frame {frame if frame is not None else row}" + (
+        f" (dataset row {index})" if index is not None else ""
+    )
+    raise DatasetError(
+        f"{where}, {at}: {key}[{col}] is {column[row, col]}; hotloop reads no non-finite state or action: "
+        "fix or drop that episode"
+    )
+
+
+def _cell(rows: Any, column: str, row: int) -> int | None:
+    if column not in rows.column_names:
+        return None
+    value = rows.column(column)[row].as_py()
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 _EPISODE_COLUMNS = ("episode_index", "data/chunk_index", "data/file_index")

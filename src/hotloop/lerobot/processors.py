@@ -160,6 +160,9 @@ def _load_stats(e: _Entry, path: Path, features: dict[str, Feature]) -> dict[str
         raise CheckpointError(
             f"{path} is not a readable safetensors file (corrupt or truncated?): {exc}"
         ) from None
+    from hotloop.finite import check_finite_weights
+
+    check_finite_weights(flat.items(), path)  # NaN statistics would normalise every input to NaN
     stats: dict[str, dict[str, torch.Tensor]] = {}
     for flat_key, tensor in flat.items():
         if "." not in flat_key:

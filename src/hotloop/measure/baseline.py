@@ -8,12 +8,13 @@ threshold (`hotloop.measure.compare`); beneath, what differs between the two run
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.measure.compare import FASTER, SLOWER, LatencyChange, latency_change
+from hotloop.measure.compare import FASTER, NOT_COMPARABLE, SLOWER, LatencyChange, latency_change
 from hotloop.measure.differences import (
     CONTEXT,
     VARIABLE,
@@ -117,6 +118,31 @@ def check_result_fields(data: dict[str, Any], spec: str, flag: str) -> None:
                 f"{flag} {spec}: field 'stage_samples_ms.{stage}' must be a list of times in ms; the file is "
                 "damaged: give a file hotloop wrote"
             )
+    check_usable_samples(data, spec, flag)
+
+
+def check_usable_samples(data: dict[str, Any], spec: str, flag: str = "--baseline") -> None:
+    """Every time a comparison would read is a finite number of milliseconds: the total's > 0, a stage's
+    >= 0 (0: the stage did not run that iteration). NaN, negative or infinite samples make the result
+    unusable: one line naming the field and the sample, never a verdict computed without them."""
+    fields: list[tuple[str, Any, bool]] = [("samples_ms", data["samples_ms"], True)]
+    stages = data.get("stage_samples_ms")
+    if isinstance(stages, dict):
+        fields += [(f"stage_samples_ms.{k}", v, False) for k, v in stages.items() if isinstance(v, list)]
+    for field, values, positive in fields:
+        for i, v in enumerate(values):
+            ok = (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and (v > 0 if positive else v >= 0)
+            )
+            if not ok:
+                want = "> 0" if positive else ">= 0"
+                raise ConfigError(
+                    f"{flag} {spec}: {field!r} sample {i} is {v!r}, not a finite time {want} ms; the result "
+                    "is unusable as a baseline (damaged or hand-edited): rerun hotloop bench --json"
+                )
 
 
 def load_bench_baseline(
@@ -345,6 +371,18 @@ def comparison_lines(cmp: BenchComparison) -> list[str]:
     return lines
 
 
+def unjudged_line(cmp: BenchComparison) -> str | None:
+    """A gate must not pass what it could not judge: one line when the total has no verdict (None when
+    it has one)."""
+    total = next((r for r in cmp.rows if r.stage == "total"), None)
+    if total is not None and total.change.verdict != NOT_COMPARABLE:
+        return None
+    return (
+        f"error: {cmp.target} cannot be judged against {cmp.baseline_label}: the total latency could not be "
+        "compared (no usable samples on one side); the baseline is unusable for --fail-on-regression"
+    )
+
+
 def regression_line(cmp: BenchComparison) -> str | None:
     """One line naming every stage slower beyond the threshold (None when there is none)."""
     slower = cmp.slower
@@ -363,7 +401,13 @@ def regression_line(cmp: BenchComparison) -> str | None:
 @dataclass(frozen=True)
 class BaselineRequest:
     """What `hotloop bench` was asked to compare and keep, checked before any work (`check`), then
-    applied to the result (`compare`, `finish`)."""
+    applied to the result (`note_load`, `compare`, `finish`).
+
+    A run that will be compared (now with --baseline, or later from --history) measures the machine's
+    load as `hotloop compile` does, before and after timing, and records it (`machine_load`). The
+    regression gate (--fail-on-regression) refuses to start on a busy machine (above --max-load: exit 2),
+    and a regression found while the run or its baseline was timed busy is exit 2 "machine busy", never
+    3; --force judges anyway."""
 
     target: str
     policy: str
@@ -372,6 +416,9 @@ class BaselineRequest:
     history: Path | None
     label: str | None = None
     baseline: dict[str, Any] | None = None
+    max_load: float = 0.5
+    force: bool = False
+    start_load: Any = None  # the CpuLoad measured before timing (None: no comparison asked for)
 
     @classmethod
     def check(
@@ -381,9 +428,13 @@ class BaselineRequest:
         threshold: str | None,
         fail_on_regression: bool,
         history: Path | None,
+        max_load: float = 0.5,
+        force: bool = False,
     ) -> BaselineRequest:
+        from hotloop.measure.contention import check_max_load
         from hotloop.measure.history import check_history_dir
 
+        check_max_load(max_load)
         if baseline is None:
             for flag, given in (
                 ("--threshold", threshold is not None),
@@ -400,7 +451,28 @@ class BaselineRequest:
         if baseline is not None:
             label, data = load_bench_baseline(baseline, history, policy)
             check_same_policy(data, policy, baseline)
-        return cls(target, policy, value, fail_on_regression, history, label, data)
+        start_load = None
+        if fail_on_regression:  # the gate's first question, as compile's: is the machine quiet?
+            from hotloop.measure.contention import check_quiet
+
+            start_load = check_quiet(
+                max_load, force, "hotloop bench --fail-on-regression", doing="gates on timings"
+            )
+        elif baseline is not None or history is not None:
+            from hotloop.measure.contention import measure_load
+
+            start_load = measure_load(0.5)
+        return cls(
+            target, policy, value, fail_on_regression, history, label, data, max_load, force, start_load
+        )
+
+    def note_load(self, result: dict[str, Any]) -> None:
+        """Record the load before and after timing in the result (`machine_load`, as compile's)."""
+        if self.start_load is None:
+            return
+        from hotloop.measure.contention import measure_load
+
+        result["machine_load"] = {"start": self.start_load.to_dict(), "end": measure_load(0.25).to_dict()}
 
     def compare(self, result: dict[str, Any], console: Any) -> BenchComparison | None:
         """Print the comparison with the baseline (None without one)."""
@@ -421,7 +493,40 @@ class BaselineRequest:
 
             run = append_run(self.history, "bench", self.target, result, policy=self.policy)
             console.print(f"recorded as #{run.number} in {self.history} ({run.path.name})")
+        if self.fail_on_regression and cmp is not None:
+            unusable = unjudged_line(cmp)
+            if unusable is not None:
+                typer.echo(unusable, err=True)
+                raise typer.Exit(2)
         line = regression_line(cmp) if cmp is not None else None
         if line is not None and self.fail_on_regression:
+            busy = busy_line(result, self.baseline or {}, self.label or "", self.max_load, self.force)
+            if busy is not None:
+                typer.echo(busy, err=True)
+                raise typer.Exit(2)
             typer.echo(line, err=True)
             raise typer.Exit(3)
+
+
+def busy_line(
+    current: dict[str, Any],
+    baseline: dict[str, Any],
+    label: str,
+    max_load: float,
+    force: bool,
+    current_label: str = "this run",
+) -> str | None:
+    """The "machine busy" line when either run was timed with more than `max_load` CPUs of other work
+    (their recorded `machine_load`), None when both were quiet, the load is unknown, or `force`."""
+    from hotloop.measure.contention import busy_gate_line, recorded_level
+
+    if force:
+        return None
+    for what, data in (
+        (f"{current_label} was timed", current),
+        (f"the baseline {label} was timed", baseline),
+    ):
+        level = recorded_level(data.get("machine_load"))
+        if level is not None and level > max_load:
+            return busy_gate_line(level, max_load, what)
+    return None

@@ -227,15 +227,22 @@ class _Samples:
     order: list[str] = field(default_factory=list)
 
 
-def _time_once(case: BenchCase, timer: StageTimer, record: _Samples | None) -> None:
+def _time_once(
+    case: BenchCase, timer: StageTimer, record: _Samples | None, checked: set[int] | None = None
+) -> None:
+    """One timed call of `case`. The first call of each case (`checked` holds those done) has its
+    output checked for NaN / inf after the clock stopped (`check_output`)."""
     sync = _device_sync(case.device)
     timer.begin_iteration()
     t0 = time.perf_counter_ns()
-    case.run(timer)
+    out = case.run(timer)
     if sync is not None:
         sync()  # the result is only usable once the device is done: count that wait
     total = (time.perf_counter_ns() - t0) / 1e6
     host, device = timer.end_iteration()
+    if checked is not None and id(case) not in checked:
+        checked.add(id(case))
+        check_output(case, out)
     if record is None:
         return
     record.total.append(total)
@@ -244,6 +251,20 @@ def _time_once(case: BenchCase, timer: StageTimer, record: _Samples | None) -> N
     for name, ms in device.items():
         record.device.setdefault(name, []).append(ms)
     record.order = timer.stage_order
+
+
+def check_output(case: BenchCase, output: Any) -> None:
+    """Stop on a case whose output holds NaN or inf (checked on its first call, outside the timing): the
+    latency of a broken model measures nothing, and a robot could never use its answer."""
+    from hotloop.errors import NonFiniteOutputError
+    from hotloop.finite import non_finite_output
+
+    where = non_finite_output(output)
+    if where is not None:
+        raise NonFiniteOutputError(
+            f"{case.name} answered non-finite values (NaN or inf; {where}); its weights or inputs overflow, "
+            "so its latency means nothing: check it with `hotloop verify`"
+        )
 
 
 def _device_sync(device: str) -> Any:
@@ -280,6 +301,7 @@ def _settle(seconds: float) -> None:
 def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = None) -> BenchResult:
     """Warm up, then time `config.iterations` runs of `case` (and of `compare`, interleaved)."""
     cases = [case] if compare is None else [case, compare]
+    checked: set[int] = set()  # the cases whose first output was checked for NaN / inf
     timers = [StageTimer(cuda=c.device.startswith("cuda")) for c in cases]
     records = [_Samples() for _ in cases]
 
@@ -291,7 +313,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
     with Progress(config.warmup + timed, f"bench {case.name}", "it", enabled=config.progress) as bar:
         for _ in range(config.warmup):
             for c, t in zip(cases, timers, strict=True):
-                _time_once(c, t, None)
+                _time_once(c, t, None, checked)
             bar.update(1, "warm-up")
         gc.collect()
         busy = _Samples()  # the contended samples (--contend)
@@ -300,7 +322,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
             gc.disable()
         try:
             if config.contend:
-                _time_contended(case, timers[0], records[0], busy, config, bar)
+                _time_contended(case, timers[0], records[0], busy, config, bar, checked)
             else:
                 for i in range(config.iterations):
                     # Alternate who goes first so neither target always runs on a warmer cache.
@@ -308,7 +330,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
                     for k in order:
                         if config.settle_ms and len(cases) > 1:
                             _settle(config.settle_ms / 1e3)
-                        _time_once(cases[k], timers[k], records[k])
+                        _time_once(cases[k], timers[k], records[k], checked)
                     bar.update(1, "timed")
         except KeyboardInterrupt:  # Ctrl-C while timing: what was measured is still the user's
             raise BenchInterrupted(_partial_result(cases, records, busy, config)) from None
@@ -412,7 +434,13 @@ def _block_sizes(iterations: int, blocks: int) -> list[int]:
 
 
 def _time_contended(
-    case: BenchCase, timer: StageTimer, quiet: _Samples, busy: _Samples, config: BenchConfig, bar: Any
+    case: BenchCase,
+    timer: StageTimer,
+    quiet: _Samples,
+    busy: _Samples,
+    config: BenchConfig,
+    bar: Any,
+    checked: set[int],
 ) -> None:
     """`iterations` quiet and `iterations` contended samples in alternating blocks, ABBA order (quiet,
     busy, busy, quiet, ...) so a drift over the run weighs on both alike."""
@@ -427,11 +455,11 @@ def _time_contended(
                     with contended(others):
                         time.sleep(0.05)  # let the scheduler spread them before timing
                         for _ in range(size):
-                            _time_once(case, timer, busy)
+                            _time_once(case, timer, busy, checked)
                             bar.update(1, f"{config.contend} busy")
                 else:
                     for _ in range(size):
-                        _time_once(case, timer, quiet)
+                        _time_once(case, timer, quiet, checked)
                         bar.update(1, "quiet")
 
 

@@ -90,17 +90,45 @@ def check_max_load(max_load: float) -> None:
         raise ConfigError(f"--max-load must be >= 0 CPUs of other work (got {max_load}); e.g. --max-load 0.5")
 
 
-def check_quiet(max_load: float, force: bool, what: str, window_s: float = 1.0) -> CpuLoad:
+def check_quiet(
+    max_load: float, force: bool, what: str, window_s: float = 1.0, doing: str = "times candidates"
+) -> CpuLoad:
     """The machine's load now; ConfigError when it is above `max_load` and `force` is off."""
     load = measure_load(window_s)
     if load.level > max_load and not force:
         raise ConfigError(
-            f"{what} times candidates, and this machine is busy: {load.describe()}, above --max-load "
+            f"{what} {doing}, and this machine is busy: {load.describe()}, above --max-load "
             f"{max_load:g}. Timings beside other work are meaningless (eager torch slows ~25x on 2 busy "
             "cores): stop the other work and run again, or pass --force to time anyway (the load is "
             "recorded beside every figure)"
         )
     return load
+
+
+def recorded_level(record: Any) -> float | None:
+    """The highest load level in a result's `machine_load` record ({"start": CpuLoad dict, "end": ...}),
+    None when it has none (a result written before loads were recorded)."""
+    if not isinstance(record, dict):
+        return None
+    levels = []
+    for part in record.values():
+        if not isinstance(part, dict):
+            continue
+        level = part.get("busy_cpus")
+        if not isinstance(level, int | float) or isinstance(level, bool):
+            level = part.get("load_avg_1m")
+        if isinstance(level, int | float) and not isinstance(level, bool) and level == level:
+            levels.append(float(level))
+    return max(levels) if levels else None
+
+
+def busy_gate_line(level: float, max_load: float, what: str) -> str:
+    """The one line a timing gate says instead of a verdict when `what` was timed on a busy machine."""
+    return (
+        f"error: machine busy: {what} with {level:.2f} CPUs of other work, above --max-load {max_load:g}; a "
+        "slowdown measured beside other work is the other work's, so the gate does not judge it (exit 2, "
+        "not 3): rerun on a quiet machine, or pass --force to judge anyway"
+    )
 
 
 # ---- busy processes --------------------------------------------------------------------------------
@@ -170,7 +198,9 @@ __all__ = [
     "Contenders",
     "CpuLoad",
     "check_max_load",
+    "busy_gate_line",
     "check_quiet",
     "contended",
+    "recorded_level",
     "measure_load",
 ]

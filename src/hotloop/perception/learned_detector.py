@@ -190,6 +190,8 @@ def load_detector(folder: str | Path | None = None) -> DetectorModel:
     import torch
     from safetensors.torch import load_file
 
+    from hotloop.finite import check_finite_weights
+
     folder = Path(folder) if folder is not None else ASSET_DIR
     if not (folder / WEIGHTS).is_file() or not (folder / META).is_file():
         raise ConfigError(
@@ -205,6 +207,7 @@ def load_detector(folder: str | Path | None = None) -> DetectorModel:
         raise ConfigError(f"{folder / META}: not a detector description ({e}); train it again") from None
     net = build_network(config.width)
     state = {k: v.to(torch.float32) for k, v in load_file(str(folder / WEIGHTS)).items()}
+    check_finite_weights(state.items(), folder / WEIGHTS)
     net.load_state_dict(state)
     return DetectorModel(net, config, {k: v for k, v in meta.items() if k != "config"})
 
@@ -230,6 +233,11 @@ class PlanModel:
                 f"{folder / 'manifest.json'}: not a detector plan ({type(e).__name__}: {e}); write it again"
             ) from None
         self.meta = manifest
+        import onnx
+
+        from hotloop.finite import check_finite_onnx
+
+        check_finite_onnx(onnx.load(str(folder / "model.onnx")), folder / "model.onnx")
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         self.session = ort.InferenceSession(

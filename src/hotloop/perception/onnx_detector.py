@@ -84,6 +84,9 @@ class OnnxDetector:
             model = onnx.load(str(path), load_external_data=False)
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
             raise ConfigError(f"{path} is not a readable ONNX model ({type(e).__name__})") from None
+        from hotloop.finite import check_finite_onnx
+
+        check_finite_onnx(model, path)
         inputs = {i.name: i for i in model.graph.input}
         if spec.name not in inputs:
             raise ConfigError(f"--input {spec.name!r}: the model's inputs are {', '.join(inputs)}")

@@ -53,6 +53,44 @@ MODES = ("guided", "prefix", "soft-prefix")
 # chunk jump; 50 smoothed more but lost success at 300 ms (8/20), 100 lost it at 200 ms, 200 diverged.
 DEFAULT_MAX_GUIDANCE_WEIGHT = 20.0
 
+# Bounds on what an observation's RTC keys may hold, checked where a request is validated (the server's
+# spec check, `guidance_inputs`): a client's 1e30 clip, 3e38 actions or 1e15 delay must be that client's
+# error, never an engine fault. Each is far beyond any real use (the clip: 50x the default; actions: robot
+# units, metres or radians or pixels; delay and rows: control periods of one chunk) and, on demo:conveyor
+# and pi05:tiny at every RTC mode, still samples finite chunks (tests/serve/test_rtc_bounds.py).
+MAX_GUIDANCE_WEIGHT = 1000.0
+MAX_ACTION_MAGNITUDE = 1e6
+MAX_DELAY = 1000
+MAX_PREV_ROWS = 1000
+
+
+def guidance_problem(prev: np.ndarray | None, delay: int | None, max_weight: float | None) -> str | None:
+    """What is wrong with an observation's RTC values (`PREV_ACTIONS_KEY` rows, `DELAY_KEY`,
+    `MAX_GUIDANCE_WEIGHT_KEY`; None where absent), or None when they are within the bounds above."""
+    if prev is not None:
+        if prev.ndim != 2 or not 1 <= prev.shape[0] <= MAX_PREV_ROWS:
+            rows = "has no rows" if prev.ndim == 2 and prev.shape[0] == 0 else f"has shape {prev.shape}"
+            return (
+                f"{PREV_ACTIONS_KEY!r} {rows}; send the executing chunk's remaining actions, 1 to "
+                f"{MAX_PREV_ROWS} rows (or leave the key out)"
+            )
+        if prev.size and not np.isfinite(prev).all():
+            return f"{PREV_ACTIONS_KEY!r} holds NaN or infinite values; send finite actions"
+        peak = float(np.abs(prev).max()) if prev.size else 0.0
+        if peak > MAX_ACTION_MAGNITUDE:
+            return (
+                f"{PREV_ACTIONS_KEY!r} holds {peak:g}; actions in the robot's units are at most "
+                f"{MAX_ACTION_MAGNITUDE:g} in size"
+            )
+    if delay is not None and not 0 <= delay <= MAX_DELAY:
+        return f"{DELAY_KEY!r} is {delay}; send the delay in control periods, 0 to {MAX_DELAY}"
+    if max_weight is not None and not 0 <= max_weight <= MAX_GUIDANCE_WEIGHT:
+        return (
+            f"{MAX_GUIDANCE_WEIGHT_KEY!r} is {max_weight:g}; send a guidance clip from 0 to "
+            f"{MAX_GUIDANCE_WEIGHT:g} (the paper uses 5, hotloop's default is {DEFAULT_MAX_GUIDANCE_WEIGHT:g})"
+        )
+    return None
+
 
 def prefix_weights(delay: int, overlap: int, horizon: int) -> np.ndarray:
     """The soft mask W (horizon,): 1 for i < d, c_i (e^c_i - 1) / (e - 1) with
@@ -78,16 +116,20 @@ def guidance_inputs(obs: dict[str, Any]) -> tuple[np.ndarray, int, float] | None
     """(prev actions (n, D) float32, d, beta) from an observation, or None when it carries none."""
     if PREV_ACTIONS_KEY not in obs:
         return None
-    prev = np.asarray(obs[PREV_ACTIONS_KEY], dtype=np.float32)
-    if prev.ndim != 2 or prev.shape[0] < 1:
-        from hotloop.errors import ConfigError
+    from hotloop.errors import ConfigError
 
-        raise ConfigError(f"observation {PREV_ACTIONS_KEY!r} must be (n >= 1, action_dim); got {prev.shape}")
-    return (
-        prev,
-        int(obs.get(DELAY_KEY, 0)),
-        float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT)),
-    )
+    try:
+        prev = np.asarray(obs[PREV_ACTIONS_KEY], dtype=np.float64)
+        delay = int(obs.get(DELAY_KEY, 0))
+        beta = float(obs.get(MAX_GUIDANCE_WEIGHT_KEY, DEFAULT_MAX_GUIDANCE_WEIGHT))
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(
+            f"observation {PREV_ACTIONS_KEY!r}, {DELAY_KEY!r} and {MAX_GUIDANCE_WEIGHT_KEY!r} must be numbers"
+        ) from None
+    problem = guidance_problem(prev, delay, beta)
+    if problem is not None:  # a ConfigError: the input's fault, answered to its sender, never an engine fault
+        raise ConfigError(f"observation {problem}")
+    return prev.astype(np.float32), delay, beta
 
 
 def guidance_mode(obs: dict[str, Any]) -> str:

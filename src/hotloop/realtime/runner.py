@@ -140,12 +140,14 @@ class SimulatedEngine:
     latency asked for, `simulated_ms` the one that ran (whole ticks); they differ where the tick is
     coarse (a gymnasium env's step: `fixed:50` runs as 100 ms at 10 Hz). `catch_errors`: an exception is
     a fault the watchdog handles (a robot's choice) instead of propagating (the evaluator's: it is an
-    error, not a policy failure)."""
+    error, not a policy failure). `check_output(output, tick)`: called on every output before it is
+    released; what it raises propagates (the evaluator stops the run on non-finite actions there)."""
 
     policy: Any
     tick_s: float
     latency_ms: Callable[[float], float] = lambda measured: measured
     catch_errors: bool = False
+    check_output: Callable[[Any, int], None] | None = None
     latencies_ms: list[float] = field(default_factory=list)
     measured_ms: list[float] = field(default_factory=list)
     simulated_ms: list[float] = field(default_factory=list)
@@ -176,6 +178,8 @@ class SimulatedEngine:
             if not self.catch_errors:
                 raise
             error = f"{type(e).__name__}: {e}"
+        if output is not None and self.check_output is not None:
+            self.check_output(output, now)
         real_ms = (time.perf_counter() - t0) * 1e3
         lat_ms = self.latency_ms(real_ms)
         self.measured_ms.append(real_ms)

@@ -56,7 +56,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT
+from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT, MAX_GUIDANCE_WEIGHT
 from hotloop.realtime.temporal_ensemble import TimedEnsembler, checked_weights
 from hotloop.registry import Registry
 
@@ -94,8 +94,11 @@ class StrategyConfig:
             raise ConfigError(
                 f"--trigger-remaining must be in [0, {self.horizon - 1}] (got {self.trigger_remaining})"
             )
-        if not (self.max_guidance_weight > 0 and math.isfinite(self.max_guidance_weight)):
-            raise ConfigError(f"--guidance-weight must be a positive number (got {self.max_guidance_weight})")
+        if not 0 < self.max_guidance_weight <= MAX_GUIDANCE_WEIGHT:
+            raise ConfigError(
+                f"--guidance-weight must be a number > 0 and at most {MAX_GUIDANCE_WEIGHT:g} "
+                f"(got {self.max_guidance_weight}; the paper uses 5, the default is {DEFAULT_MAX_GUIDANCE_WEIGHT:g})"
+            )
         if self.ensemble_coeff is not None and (
             isinstance(self.ensemble_coeff, bool) or not math.isfinite(self.ensemble_coeff)
         ):

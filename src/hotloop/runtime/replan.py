@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from hotloop.errors import CheckpointError
+from hotloop.finite import check_finite_weights
 
 
 def replan_artifact(path: Path, iterations: int = 5) -> Path:
@@ -32,7 +33,9 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
     family = get_family(str(kind))
     cfg = family.config_from_dict(manifest["config"])
     model = family.empty_model(cfg)
-    model.load_state_dict(load_file(str(path / manifest["weights"])), assign=True)
+    state = load_file(str(path / manifest["weights"]))
+    check_finite_weights(state.items(), path / manifest["weights"])
+    model.load_state_dict(state, assign=True)
     model = model.float().eval()
     shape = family.shape_from_dict(manifest["shape"])
     policy = manifest.get("policy") or {}

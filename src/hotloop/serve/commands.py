@@ -63,8 +63,9 @@ def serve(
 
     from hotloop.serve.policies import load_served_policy
     from hotloop.serve.server import LOOPBACK_HOSTS, MAX_MESSAGE_MB, PolicyServer, ServeConfig
-    from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, check_device, find_target
+    from hotloop.targets import ARTIFACT_ENTRY, TargetOptions, check_cap, check_device, find_target
 
+    check_cap(memory_cap_mb)  # the flag's own bounds first, whatever the target
     check_device(device)
     if not (math.isfinite(max_message_mb) and 0 < max_message_mb <= MAX_MESSAGE_MB):
         raise ConfigError(

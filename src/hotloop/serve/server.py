@@ -19,8 +19,10 @@ vanished client is a one-line info log. Nor can one client hurt the others: an o
 full at the wire (serve/spec.py), so bad input is never an engine fault; a policy that refuses an input
 itself (a `ConfigError`) answers that client with an error and is not counted as a fault either; a message
 over `--max-message-mb` is refused by the websocket layer while its header is read, before its payload is
-buffered; at most `--max-connections` clients are connected at once; error replies and log lines repeat
-at most `ERROR_CHARS` characters of what a client sent.
+buffered; at most `--max-connections` clients are connected at once, and when they are all taken a newcomer
+evicts the connection open longest without one accepted observation (close code 1013), so clients that
+only answer pings never keep a robot out (only when every connection has sent observations is a newcomer
+refused, 503); error replies and log lines repeat at most `ERROR_CHARS` characters of what a client sent.
 
 Memory a client can make the server hold: a message is read only up to `max_message_bytes` (the frame
 header declares its length; fragments are counted as they come); once more than `MAX_QUEUE` received
@@ -54,8 +56,8 @@ from hotloop.client import codec
 from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
+from hotloop.serve.guard import UnsafeActionsError, action_fault
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, clip, spec_to_wire
-from hotloop.serve.watchdog import finite_actions
 
 log = logging.getLogger("hotloop.serve")
 
@@ -124,6 +126,14 @@ class ServedPolicy:
 
 
 @dataclass
+class _Client:
+    """One open connection, as eviction sees it."""
+
+    opened: float = field(default_factory=time.perf_counter)
+    observations: int = 0  # observations that passed the check (refused ones do not count)
+
+
+@dataclass
 class _Pending:
     request_id: int
     obs: dict[str, Any]
@@ -175,11 +185,9 @@ class PolicyServer:
         if fallback is not None:
             check_fallback_engine(served, fallback)
         self._fallback_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotloop-fallback")
-        self.watchdog = (
-            ServerWatchdog(config.deadline_ms, "engine" if fallback else "hold", self.metrics)
-            if fallback is not None or config.deadline_ms is not None
-            else None
-        )
+        # Always on: even without a deadline or a fallback, a failed or non-finite answer is a fault,
+        # counted, and never sent (hotloop.serve.guard).
+        self.watchdog = ServerWatchdog(config.deadline_ms, "engine" if fallback else "hold", self.metrics)
         self._running_since: float | None = None  # perf_counter when the model started on the current request
         # Set when the engine went over its --memory-cap-mb: every later call raises too (memory.py), so
         # /healthz reports it until the process is restarted.
@@ -200,6 +208,10 @@ class PolicyServer:
         )
         self._ws_server: Any = None
         self.port: int | None = None
+        # Per open connection: when it opened and how many observations it sent (`_evict_idle`).
+        self._clients: dict[Any, _Client] = {}
+        self._evicting: set[Any] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         from websockets.asyncio.server import serve
@@ -275,8 +287,7 @@ class PolicyServer:
                 )
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if path == "/metrics":
-            if self.watchdog is not None:
-                self.watchdog.export()  # the time in fallback grows between events
+            self.watchdog.export()  # the time in fallback grows between events
             body, content_type = self.metrics.exposition()
             response = connection.respond(http.HTTPStatus.OK, body.decode())
             del response.headers["Content-Type"]
@@ -292,7 +303,7 @@ class PolicyServer:
                     "error: missing or wrong API key; connect with api_key=<the server's key> "
                     "(header 'Authorization: Api-Key <key>')\n",
                 )
-        if len(self._ws_server.connections) >= self.config.max_connections:
+        if len(self._ws_server.connections) >= self.config.max_connections and not self._evict_idle():
             # No await between this check and the handshake's completion: a burst cannot slip past it.
             self.metrics.request("refused")
             log.info("refused a connection: %d already open (--max-connections)", self.config.max_connections)
@@ -303,6 +314,33 @@ class PolicyServer:
             )
         return None
 
+    def _evict_idle(self) -> bool:
+        """At --max-connections, make room for a new client by closing the connection that has been open
+        longest without sending one accepted observation (code 1013, try again later); False when every
+        open connection has sent one (they are robots: the newcomer is refused instead). Idle clients that
+        only answer pings can so never keep a robot out."""
+        open_now = [ws for ws in self._ws_server.connections if ws not in self._evicting]
+        idle = [ws for ws in open_now if self._clients.get(ws, _Client()).observations == 0]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda ws: self._clients.get(ws, _Client()).opened)
+        self._evicting.add(victim)
+        self.metrics.request("evicted")
+        idle_s = time.perf_counter() - self._clients.get(victim, _Client()).opened
+        log.info(
+            "evicted connection %s: open %.1f s without an observation, the server at its --max-connections "
+            "of %d and another client connecting",
+            _peer(victim),
+            idle_s,
+            self.config.max_connections,
+        )
+        task = asyncio.get_running_loop().create_task(
+            victim.close(1013, "evicted: connected without sending an observation while the server was full")
+        )
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return True
+
     # -- one websocket connection ----------------------------------------------------------------------
     async def _handle(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -310,6 +348,7 @@ class PolicyServer:
         peer = _peer(ws)
         log.info("connection %s opened", peer)
         self.metrics.connections.inc()
+        client = self._clients[ws] = _Client()
         slot = _LatestSlot()
         fallback = session_of(self.fallback.policy) if self.fallback is not None else None
         sessions = _Sessions(session_of(self.served.policy), fallback)
@@ -318,7 +357,8 @@ class PolicyServer:
             await ws.send(self._metadata)
             request_id = 0
             async for message in ws:
-                await self._accept(ws, message, request_id, slot)
+                if await self._accept(ws, message, request_id, slot):
+                    client.observations += 1
                 request_id += 1
         except ConnectionClosed:
             pass
@@ -328,10 +368,13 @@ class PolicyServer:
             )
         finally:
             worker.cancel()
+            self._clients.pop(ws, None)
+            self._evicting.discard(ws)
             self.metrics.connections.dec()
             log.info("connection %s closed (%s)", peer, _close_reason(ws))
 
-    async def _accept(self, ws: Any, message: bytes | str, request_id: int, slot: _LatestSlot) -> None:
+    async def _accept(self, ws: Any, message: bytes | str, request_id: int, slot: _LatestSlot) -> bool:
+        """Check one message and put it in the slot; False (and an error reply) when it is refused."""
         received = time.perf_counter()
         try:
             if isinstance(message, str):
@@ -344,7 +387,7 @@ class PolicyServer:
         except (ObservationError, codec.WireError) as exc:
             self.metrics.request("rejected")
             await ws.send(clip(f"error: request {request_id}: {exc}", ERROR_CHARS))
-            return
+            return False
         except Exception as exc:  # input no check foresaw: still this request's error, not the connection's
             self.metrics.request("rejected")
             log.warning(
@@ -353,11 +396,12 @@ class PolicyServer:
             await ws.send(
                 f"error: request {request_id}: the observation could not be read ({type(exc).__name__})"
             )
-            return
+            return False
         decode_s = time.perf_counter() - received
         self.metrics.observe_stage("decode", decode_s)
         if slot.put(_Pending(request_id, checked, received, decode_s)):
             self.metrics.dropped_observation()
+        return True
 
     async def _infer_loop(self, ws: Any, slot: _LatestSlot, sessions: _Sessions) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -406,17 +450,8 @@ class PolicyServer:
         """Run the policy on the worker thread and encode its reply with openpi's `server_timing`;
         returns (reply, source): "policy", or "fallback" when the fallback engine answered."""
         start = time.perf_counter()
-        if self.watchdog is None:
-            loop = asyncio.get_running_loop()
-            action = await loop.run_in_executor(self._executor, self._run_policy, item.obs, sessions.policy)
-            source = "policy"
-        else:
-            action, source = await self._guarded_infer(item.obs, sessions)
+        action, source = await self._guarded_infer(item.obs, sessions)
         done = time.perf_counter()
-        if not isinstance(action, Mapping) or "actions" not in action:
-            raise TypeError(
-                f"infer returned {type(action).__name__} without 'actions'; return a dict with 'actions'"
-            )
         timing = {
             "infer_ms": (done - start) * 1e3,
             "decode_ms": item.decode_s * 1e3,
@@ -449,7 +484,7 @@ class PolicyServer:
         """The main policy under the watchdog (serve/watchdog.py): a miss or a fault switches to the
         fallback engine when there is one; without one a late reply still goes out and a fault is
         raised (an error reply)."""
-        assert self.watchdog is not None and self._infer_lock is not None
+        assert self._infer_lock is not None
         watchdog = self.watchdog
         loop = asyncio.get_running_loop()
         async with self._infer_lock:
@@ -479,16 +514,12 @@ class PolicyServer:
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
                 raise
-            if not isinstance(action, Mapping) or "actions" not in action:
-                watchdog.fault(f"returned {type(action).__name__} without 'actions'")
+            fault = action_fault(action)  # no 'actions', not numbers, NaN or inf: never sent to a robot
+            if fault is not None:
+                watchdog.fault(fault)
                 if self.fallback is not None:
                     return await self._fallback_infer(obs, sessions)
-                return action, "policy"  # `_answer` turns it into the error reply
-            if not finite_actions(action):
-                watchdog.fault("non-finite actions")
-                if self.fallback is not None:
-                    return await self._fallback_infer(obs, sessions)
-                raise ValueError("non-finite actions (NaN or inf)")
+                raise UnsafeActionsError(f"{fault}; not sent (no --fallback engine to answer instead)")
             watchdog.fresh()
             return action, "policy"
 
@@ -498,8 +529,9 @@ class PolicyServer:
         start = time.perf_counter()
         action = await loop.run_in_executor(self._fallback_executor, _refusing, sessions.fallback, obs)
         self.metrics.observe_stage("fallback_infer", time.perf_counter() - start)
-        if isinstance(action, Mapping) and "actions" in action and not finite_actions(action):
-            raise ValueError("the fallback engine answered non-finite actions (NaN or inf) too")
+        fault = action_fault(action)
+        if fault is not None:
+            raise UnsafeActionsError(f"the fallback engine failed too: {fault}; not sent")
         return action, "fallback"
 
 

@@ -9,7 +9,8 @@ Everything a policy could only fail on is checked here, so that a bad request is
 reply and never an engine fault (which would switch a server with `--fallback` to its fallback engine):
 values must lie in the range of the spec's dtype (a uint16 256 would wrap to a uint8 0, a float64 1e300
 would become a float32 inf), floats must be finite, and the real-time chunking keys
-(`hotloop.realtime.rtc`) must hold what the RTC samplers accept. A value the client sent is echoed in a
+(`hotloop.realtime.rtc`) must hold what the RTC samplers accept, within the bounds `guidance_problem` states
+(a guidance clip of at most 1000, actions of at most 1e6 in size, a delay and rows of at most 1000). A value the client sent is echoed in a
 message only clipped to `ECHO_CHARS` (a 1 MB key must not become a 1 MB reply and log line).
 """
 
@@ -180,22 +181,19 @@ def _check_rtc(checked: Mapping[str, Any]) -> None:
         MODE_KEY,
         MODES,
         PREV_ACTIONS_KEY,
+        guidance_problem,
     )
 
     prev = checked.get(PREV_ACTIONS_KEY)
-    if prev is not None and prev.shape[0] < 1:
-        raise ObservationError(
-            f"{PREV_ACTIONS_KEY!r} has no rows; send the executing chunk's remaining actions (at least one) "
-            "or leave the key out"
-        )
     delay = checked.get(DELAY_KEY)
-    if delay is not None and int(delay) < 0:
-        raise ObservationError(f"{DELAY_KEY!r} is {int(delay)}; send the delay in control periods, >= 0")
     beta = checked.get(MAX_GUIDANCE_WEIGHT_KEY)
-    if beta is not None and float(beta) < 0:
-        raise ObservationError(
-            f"{MAX_GUIDANCE_WEIGHT_KEY!r} is {float(beta):g}; send a guidance clip >= 0 (the paper uses 5)"
-        )
+    problem = guidance_problem(
+        None if prev is None else np.asarray(prev),
+        None if delay is None else int(delay),
+        None if beta is None else float(beta),
+    )
+    if problem is not None:
+        raise ObservationError(problem)
     mode = checked.get(MODE_KEY)
     if mode is not None and mode not in MODES:
         raise ObservationError(f"{MODE_KEY!r} is {_show(mode)}; send one of {', '.join(MODES)}")

@@ -3,8 +3,9 @@
 A server cannot hold, continue or stop a robot (the robot's own runner does that); what it can do on a
 missed deadline is answer from a smaller engine. With `--deadline-ms` every inference of the main policy
 gets that deadline, measured from the moment the model starts on it (not from its arrival: the queue is
-the newest-wins slot's business). A miss or a fault (the policy raised or returned non-finite actions) is
-counted and switches the server to its fallback:
+the newest-wins slot's business). A miss or a fault (the policy raised or returned non-finite actions,
+`hotloop.serve.guard`; counted with or without --deadline-ms) is counted and switches the server to its
+fallback:
 
 - with `--fallback engine:TARGET` the request is answered by the smaller engine at once; while the main
   model is still busy with the stale inference, later requests go to the engine too;
@@ -20,11 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.measure.live_metrics import LiveMetrics
@@ -37,11 +35,6 @@ MAX_EVENTS = 1000
 def check_limit_ms(flag: str, value: float | None) -> None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ConfigError(f"{flag} must be a positive number of milliseconds (got {value})")
-
-
-def finite_actions(action: Mapping[str, Any]) -> bool:
-    actions = np.asarray(action["actions"])
-    return actions.dtype.kind in "biuf" and bool(np.all(np.isfinite(actions)))
 
 
 @dataclass

@@ -3,7 +3,8 @@
 - `prepare_dataset`: the recorded dataset to train on; recorded into the run's own folder when none is
   given. A `--dataset` path must already be a dataset (`meta/info.json`): nothing is ever recorded or
   written into an input path.
-- `check_finite`: non-finite values in the training arrays are named (array, row, column) before any work.
+- `check_finite`: non-finite values in the training arrays are named (array, example, entry) before any
+  work (the dataset's own values are checked as they are read, by episode, frame and column).
 - `run_training`: AdamW with linear warm-up and a cosine decay (`Schedule`), gradient clipping, a
   progress bar, and every named term of the step loss kept per step. A non-finite loss stops training
   with `TrainingDiverged` (the command exits 1 and writes no model).
@@ -68,7 +69,11 @@ def prepare_dataset(
 
 
 def check_finite(arrays: Mapping[str, np.ndarray], where: str) -> None:
-    """Refuse arrays holding NaN or Inf, naming the first bad value by array, row and column."""
+    """Refuse training arrays holding NaN or Inf, naming the first bad value by array, example and entry.
+
+    The dataset's own values were checked as they were read (`hotloop.datasets.lerobot_v3`, by episode,
+    frame and column); what is left here is what the arrays built from them (normalised, chunked) add,
+    so the message says so rather than name a row and column the data file does not have."""
     for name, values in arrays.items():
         if values.dtype.kind != "f":
             continue
@@ -78,8 +83,9 @@ def check_finite(arrays: Mapping[str, np.ndarray], where: str) -> None:
             row = int(np.argmax(flat.any(axis=1)))
             col = int(np.argmax(flat[row]))
             raise ConfigError(
-                f"{where}: {name} holds a non-finite value ({values.reshape(len(values), -1)[row, col]}) at "
-                f"row {row}, column {col}; fix or drop that episode before training"
+                f"{where}: the training {name} built from it hold a non-finite value "
+                f"({values.reshape(len(values), -1)[row, col]}) at example {row}, entry {col}, though its "
+                "recorded values are finite: its statistics make it (a zero range?); fix them in meta/stats.json"
             )
 
 

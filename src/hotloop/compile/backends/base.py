@@ -84,6 +84,24 @@ class Runner:
     def _run(self) -> None:
         raise NotImplementedError
 
+    def run_from(self, arrays: Sequence[Any]) -> tuple[Tensor, ...]:
+        """Copy host arrays (numpy, of the buffers' shapes) into the input buffers and run: how an ONNX
+        artifact's engine feeds its runner, and how compile's final check times it. The copy is numpy's,
+        on the calling thread: a torch copy of a large input opens a parallel region whose OpenMP workers
+        then spin, competing with the backend's own thread pool (OpenVINO was seen several times slower
+        right after a torch copy on 2 shared cores). CPU buffers only (`host_buffers`)."""
+        import numpy as np
+
+        for buf, arr in zip(self.inputs, arrays, strict=True):
+            np.copyto(buf.numpy(), arr, casting="same_kind")
+        self._run()
+        return self.outputs
+
+    @property
+    def host_buffers(self) -> bool:
+        """Whether every input buffer lives in host memory with a numpy dtype (`run_from` can feed it)."""
+        return all(x.device.type == "cpu" and x.dtype != torch.bfloat16 for x in self.inputs)
+
     def bind_input(self, index: int, tensor: Tensor) -> bool:
         """Read input `index` straight from `tensor` (another runner's output buffer) instead of copying.
 

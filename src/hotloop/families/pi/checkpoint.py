@@ -30,6 +30,7 @@ from safetensors import safe_open
 
 from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.pi.policy import NormStats, Stats
+from hotloop.finite import check_finite_weights
 from hotloop.io import save_tensors
 from hotloop.models.checkpoint_meta import MAX_CHUNK, MAX_STEPS, MAX_TOKENS, Fields, read_json_object
 from hotloop.models.configs import GEMMA_VARIANTS, GemmaConfig, PiConfig, VisionConfig
@@ -402,6 +403,7 @@ def load_weights(
             parts.append(f"shape mismatches ({len(report.mismatches)}): {'; '.join(report.mismatches)}")
         parts.append("check that the config (pi0 vs pi05, sizes) matches the checkpoint")
         raise CheckpointError("\n  ".join(parts))
+    check_finite_weights(((by_param[n], t) for n, t in state.items()), folder / "model.safetensors")
     model.load_state_dict(state, strict=True, assign=True)
     if report.dtype_changes:
         kinds = sorted(set(report.dtype_changes.values()))
