@@ -1,16 +1,18 @@
-"""A lean artifact's own small files (`hotloop.compile.artifact`): the tables its pipeline feeds, and its
-lookup tables, memory-mapped.
+"""An artifact's tensor files read without copies (`hotloop.compile.artifact`): a lean artifact's tables and
+lookup tables, a weights-layout artifact's source weights.
 
-A lookup table is read through `np.memmap` over the safetensors file's data (copy-on-write, so torch may
-hold it as a writable tensor; nothing is ever written): gathering a prompt's rows touches their pages
-only, so a 1 GB token embedding costs the engine a few hundred KiB of resident memory, and the kernel
-shares and drops those pages like any file's. The safetensors layout is fixed by its specification: an
+A lookup table is read by rows with `pread` (`FileRows`): a prompt's gather reads its distinct rows and
+keeps nothing else, so a 1 GB token embedding costs the engine a few hundred KiB. Source weights (a
+weights-layout artifact) are mapped through `np.memmap` (copy-on-write, so torch may hold them as
+writable tensors; nothing is ever written): file-backed pages the kernel shares and can drop, never a
+second anonymous copy. The safetensors layout is fixed by its specification: an
 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}, then the data.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,11 @@ _DTYPES: dict[str, tuple[Any, torch.dtype]] = {
     "F16": (np.float16, torch.float16),
     "BF16": (np.int16, torch.bfloat16),
     "I8": (np.int8, torch.int8),
+    "F64": (np.float64, torch.float64),
     "I64": (np.int64, torch.int64),
+    "I32": (np.int32, torch.int32),
+    "U8": (np.uint8, torch.uint8),
+    "BOOL": (np.bool_, torch.bool),
 }
 
 
@@ -53,14 +59,83 @@ def read_tables(path: Path) -> dict[str, Tensor]:
         ) from None
 
 
-def mapped_tensor(path: Path, name: str) -> Tensor:
-    """Tensor `name` of the safetensors file `path`, memory-mapped (not read): see the module doc."""
+class FileRows:
+    """A (V, W) table of a safetensors file, read by rows with `pread`: `rows[ids]` -> a tensor of shape
+    ids.shape + (W,) in the table's dtype. Nothing of the table is mapped or kept: a prompt's gather
+    reads its distinct rows (a few hundred KiB) and holds only them. (Mapping the file instead made
+    whole page-cache folios resident per row touched: 200 rows of a 64 MiB table cost 40 MiB of
+    resident memory on Linux 6.18, growing toward the whole table as prompts vary, which an engine's
+    memory cap would then count as growth.)"""
+
+    def __init__(self, path: Path, name: str) -> None:
+        size, header = _header(path)
+        try:
+            info = header[name]
+            self._np_dtype, self.dtype = _DTYPES[info["dtype"]]
+            begin, end = (int(x) for x in info["data_offsets"])
+            self.shape = torch.Size(int(d) for d in info["shape"])
+            if len(self.shape) != 2 or end - begin != self.shape.numel() * np.dtype(self._np_dtype).itemsize:
+                raise ValueError(f"a lookup table is (rows, width); data offsets do not match {list(self.shape)}")
+            if 8 + size + end > path.stat().st_size:
+                raise ValueError("the file is truncated")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(
+                f"{path}: cannot read table {name!r} ({type(exc).__name__}: {exc}); recompile the artifact"
+            ) from None
+        self.path, self.name = path, name
+        self._row_bytes = self.shape[1] * np.dtype(self._np_dtype).itemsize
+        self._start = 8 + size + begin
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __getitem__(self, ids: Tensor) -> Tensor:
+        flat = ids.reshape(-1).tolist()
+        distinct = sorted(set(flat))
+        if distinct and (distinct[0] < 0 or distinct[-1] >= self.shape[0]):
+            raise IndexError(f"row ids must lie in [0, {self.shape[0]}) for table {self.name!r}")
+        n = self._row_bytes
+        buf = bytearray(len(distinct) * n)
+        view = memoryview(buf)
+        for i, row in enumerate(distinct):
+            if os.preadv(self._fd, [view[i * n : (i + 1) * n]], self._start + row * n) != n:
+                raise CheckpointError(f"{self.path}: short read of table {self.name!r}; recompile the artifact")
+        # Gathered in numpy (one thread): torch's parallel index kernel took 29 ms here beside other jobs.
+        rows = np.frombuffer(buf, dtype=self._np_dtype).reshape(len(distinct), self.shape[1])
+        where = {row: i for i, row in enumerate(distinct)}
+        out = torch.from_numpy(rows[np.fromiter((where[r] for r in flat), np.int64, len(flat))])
+        out = out.view(self.dtype) if self.dtype == torch.bfloat16 else out
+        return out.reshape(*ids.shape, self.shape[1])
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+
+def mapped_state_dict(path: Path) -> dict[str, Tensor]:
+    """Every tensor of the safetensors file `path`, memory-mapped: a weights-layout artifact's source
+    weights cost file-backed pages the kernel shares and can drop, never a second anonymous copy."""
+    size, header = _header(path)
+    return {name: _mapped(path, size, header, name) for name in header if name != "__metadata__"}
+
+
+def _header(path: Path) -> tuple[int, dict[str, Any]]:
     try:
         with path.open("rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             if size > 100 * 2**20:
                 raise ValueError(f"header of {size} bytes")
             header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not an object")
+    except (OSError, ValueError, struct.error) as exc:
+        raise CheckpointError(
+            f"{path}: not a safetensors file ({type(exc).__name__}: {exc}); recompile the artifact"
+        ) from None
+    return size, header
+
+
+def _mapped(path: Path, size: int, header: dict[str, Any], name: str) -> Tensor:
+    try:
         info = header[name]
         np_dtype, torch_dtype = _DTYPES[info["dtype"]]
         begin, end = (int(x) for x in info["data_offsets"])
@@ -74,6 +149,9 @@ def mapped_tensor(path: Path, name: str) -> Tensor:
         ) from None
     if count == 0:
         return torch.empty(shape, dtype=torch_dtype)
-    array = np.memmap(path, dtype=np_dtype, mode="c", offset=8 + size + begin, shape=shape)
+    offset = 8 + size + begin
+    array = np.memmap(path, dtype=np_dtype, mode="c", offset=offset, shape=shape)
+    if offset % np.dtype(np_dtype).itemsize:  # misaligned after an odd-sized tensor: read it instead
+        array = np.array(array)
     tensor = torch.from_numpy(array)
     return tensor.view(torch_dtype) if torch_dtype == torch.bfloat16 else tensor

@@ -23,6 +23,7 @@ from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
+from hotloop.compile.peak_memory import PeakMeter, planning_memory
 from hotloop.compile.planner import (
     Candidate,
     PlanConfig,
@@ -381,9 +382,11 @@ def _plan(
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
         t0 = time.perf_counter()
+        meter = PeakMeter.start(candidate_need(cand, source, sets).bytes)
         check_candidate(
             cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
         )
+        cand.memory = meter.finish()
         eta.add(time.perf_counter() - t0)
         if cache is not None and cand.cache_key is not None:
             cache.record(cand.cache_key, cand)
@@ -458,6 +461,7 @@ def _plan(
         "speedup_p50": ref_lat["p50"] / plan_lat["p50"] if ref_lat else None,
         "speedup_p99": ref_lat["p99"] / plan_lat["p99"] if ref_lat else None,
         "released_for_memory": sorted(sets.released),
+        "memory": planning_memory(candidates),
         "action_cos_min": agreement.cosine,
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
@@ -692,7 +696,11 @@ def write_artifact(
         graph_bytes = sum((writer.tmp / f).stat().st_size for e in subs for f in e["files"])
         manifest = base_manifest(
             **layout,
-            memory={"weights_mb": round(graph_bytes / 2**20, 1)},
+            memory={
+                "weights_mb": round(graph_bytes / 2**20, 1),  # the floor of any --memory-cap-mb
+                "planning": plan.result.get("memory"),
+                "candidates": {c.label: c.memory for c in plan.candidates if c.memory is not None},
+            },
             kind=source.family.name,
             target=source.target,
             family=source.family.variant(source.cfg),

@@ -15,6 +15,8 @@ are read (`hotloop.compile.lookup_tables`). The table is stored in the plan's pr
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
 
@@ -30,7 +32,16 @@ def lookup_dtype(precision: str) -> torch.dtype:
     return torch.int8
 
 
-def lookup_rows(table: Tensor, ids: Tensor) -> Tensor:
+class RowTable(Protocol):
+    """A table read by rows: a tensor, or a loaded artifact's file (`hotloop.compile.lean_files.FileRows`)."""
+
+    dtype: torch.dtype
+    shape: torch.Size
+
+    def __getitem__(self, ids: Tensor) -> Tensor: ...
+
+
+def lookup_rows(table: Tensor | RowTable, ids: Tensor) -> Tensor:
     """Rows `ids` (any shape of int64) of `table` as float32, shape ids.shape + (W,)."""
     rows = table[ids]
     if table.dtype != torch.int8:

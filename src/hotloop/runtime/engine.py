@@ -33,6 +33,7 @@ from hotloop.errors import CheckpointError, ConfigError
 from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.runtime.memory import MemoryAccount, check_cap
 from hotloop.runtime.onnx_check import check_onnx_entry
+from hotloop.runtime.recorded_io import check_recorded_io
 
 _log = logging.getLogger(__name__)
 
@@ -170,9 +171,8 @@ class Engine:
         return engine
 
     def _load_family(self, threads: int | None) -> None:
-        from safetensors.torch import load_file
-
         from hotloop.compile.bucket_plan import split_name
+        from hotloop.compile.lean_files import mapped_state_dict
         from hotloop.families.protocol import constants_of
 
         family, m = self.family, self.manifest
@@ -189,7 +189,7 @@ class Engine:
             return
         model = family.empty_model(self.cfg)
         try:
-            state = load_file(str(self.path / m["weights"]))
+            state = mapped_state_dict(self.path / m["weights"])  # mapped, not read: `lean_files`
             model.load_state_dict(state, assign=True)
         except Exception as exc:  # noqa: BLE001 - safetensors and torch raise their own types
             raise CheckpointError(
@@ -439,31 +439,6 @@ def check_cap_fits_plan(root: Path, manifest: dict[str, Any], cap_mb: float | No
             f"{cap_mb:g}; raise {CAP_FLAG} to at least {need:.0f} plus the buffers, or compile a smaller "
             "plan (--precisions int8,int4-weight)"
         )
-
-
-def check_recorded_io(where: Path, name: str, entry: Any, runner: Runner) -> None:
-    """The I/O a sub-engine's manifest entry records is the I/O its config builds: an entry edited or
-    written for another config is refused by name at load, not discovered as a shape error mid-run."""
-
-    def dtype(t: Tensor) -> str:
-        return str(t.dtype).replace("torch.", "")
-
-    built = {
-        "input_names": list(runner.input_names),
-        "input_shapes": [list(x.shape) for x in runner.inputs],
-        "input_dtypes": [dtype(x) for x in runner.inputs],
-        "output_names": list(runner.output_names),
-        "output_shapes": [list(y.shape) for y in runner.outputs],
-        "output_dtypes": [dtype(y) for y in runner.outputs],
-    }
-    for field, value in built.items():
-        recorded = getattr(entry, field)
-        if recorded != value:
-            shown = str(recorded) if len(str(recorded)) <= 120 else str(recorded)[:117] + "..."
-            raise CheckpointError(
-                f"{where}: sub-engine {name!r} records {field} {shown}, but the manifest's config builds "
-                f"{value}; the manifest was edited or belongs to another model: recompile the artifact"
-            )
 
 
 def link_runners(runners: dict[str, Runner]) -> list[str]:

@@ -50,13 +50,13 @@ def entry_graph(where: Path, entry: SubEngineEntry) -> EntryGraph:
     return EntryGraph(entry.name, inputs, tuple(entry.input_names), tuple(entry.output_names))
 
 
-def constants(root: Path, manifest: dict[str, Any]) -> dict[str, Tensor]:
-    """The tables the pipeline feeds (read) and its lookup tables (mapped, read by rows)."""
-    from hotloop.compile.lean_files import mapped_tensor, read_tables
+def constants(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The tables the pipeline feeds (read) and its lookup tables (read by rows at each call)."""
+    from hotloop.compile.lean_files import FileRows, read_tables
 
-    out = read_tables(root / manifest["tables"])
+    out: dict[str, Any] = read_tables(root / manifest["tables"])
     for name, rel in manifest.get("lookups", {}).items():
-        out[name] = mapped_tensor(root / rel, name)
+        out[name] = FileRows(root / rel, name)
     return out
 
 
@@ -78,7 +78,7 @@ def load_runners(
     """Every sub-engine's runner from its own files: (by entry name, by prompt bucket then base name,
     the signatures by base name)."""
     from hotloop.compile.bucket_plan import split_name
-    from hotloop.runtime.engine import check_recorded_io
+    from hotloop.runtime.recorded_io import check_recorded_io
 
     where = root / "manifest.json"
     full = getattr(family.shape_from_dict(manifest["shape"]), "prompt_slots", 0)
