@@ -55,6 +55,8 @@ def test_the_artifact_holds_only_what_runs(ov_art: Path) -> None:
 def test_lean_load_never_builds_the_torch_model_and_keeps_the_actions(
     ov_art: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import torch
+
     import hotloop
     from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import compare_actions
