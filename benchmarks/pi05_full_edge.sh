@@ -11,7 +11,9 @@
 #   int8 is calibrated on recorded conveyor-pick frames). Set PHASE=compress to also run
 #   `hotloop compress pi05:full --recipe quantize,compile --data CALIB` (hours; its reference step
 #   benches eager fp32 at full size). TARGET=pi05:tiny runs the same script in minutes (a smoke test of
-#   the script itself; its figures say nothing about the targets).
+#   the script itself; its figures say nothing about the targets). COMPILE_ARGS adds compile flags
+#   (e.g. "--force --max-load 100" to plan on a busy machine, whose timings then mean nothing);
+#   PROMPT_TOKENS (default 20) the real prompt tokens benched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/pi05-full-edge}
@@ -28,11 +30,11 @@ art="$out/art-int8"
 rm -rf "$art"
 timev "$out/time-compile.txt" $hl compile "$target" --backends openvino --precisions "$precisions" \
   --calibration "$out/calib" --calibration-frames 32 --variants plain --views 1 --iters 3 --warmup 1 \
-  --threads "$threads" --budget-ms 20000 --json "$out/compile.json" -o "$art" || [ $? -eq 3 ]
+  --threads "$threads" --budget-ms 20000 --json "$out/compile.json" -o "$art" ${COMPILE_ARGS:-} || [ $? -eq 3 ]
 
 # 2. Load cold (page cache dropped: root, or posix_fadvise on the artifact's files) then warm, each in
 #    its own process, benched at 20 real prompt tokens; then eager bf16 in its own process.
-bench=(--prompt-tokens 20 --iters 10 --warmup 2 --threads "$threads" --quiet)
+bench=(--prompt-tokens "${PROMPT_TOKENS:-20}" --iters 10 --warmup 2 --threads "$threads" --quiet)
 timev "$out/time-bench-cold.txt" $hl bench "$art" --cold-load "${bench[@]}" --json "$out/bench-cold.json"
 timev "$out/time-bench-warm.txt" $hl bench "$art" "${bench[@]}" --json "$out/bench-warm.json"
 timev "$out/time-bench-eager-bf16.txt" $hl bench "$target" --dtype bfloat16 --views 1 "${bench[@]}" \

@@ -18,11 +18,11 @@ DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 METHODS = ("drop_caches", "fadvise")
 
 
-def drop_artifact_pages(root: Path, methods: tuple[str, ...] = METHODS) -> str:
-    """Drop `root`'s files from the page cache by the first method in `methods` that is permitted;
-    returns what was done, for the bench JSON's `load_cache`."""
+def drop_artifact_pages(root: Path, methods: tuple[str, ...] | None = None) -> str:
+    """Drop `root`'s files from the page cache by the first method in `methods` (default `METHODS`)
+    that is permitted; returns what was done, for the bench JSON's `load_cache`."""
     files = [p for p in Path(root).rglob("*") if p.is_file()]
-    for method in methods:
+    for method in methods if methods is not None else METHODS:
         if method == "drop_caches" and _drop_all():
             return "cold: page cache dropped (/proc/sys/vm/drop_caches)"
         if method == "fadvise" and hasattr(os, "posix_fadvise") and _fadvise(files):
