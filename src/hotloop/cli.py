@@ -366,7 +366,9 @@ def _drop_pages(target: str, entry: object) -> str:
     from hotloop.targets import ARTIFACT_ENTRY
 
     if entry is not ARTIFACT_ENTRY:
-        raise ConfigError(f"--cold-load times an artifact's load; {target!r} is not an artifact folder: drop it")
+        raise ConfigError(
+            f"--cold-load times an artifact's load; {target!r} is not an artifact folder: drop it"
+        )
     return drop_artifact_pages(Path(target))
 
 

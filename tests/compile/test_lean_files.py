@@ -22,7 +22,9 @@ ROWS, WIDTH = 32768, 1024  # float16: 64 MiB
 def _table_file(path: Path) -> np.ndarray:
     """A (ROWS, WIDTH) float16 safetensors file written 1 MiB at a time (the test never holds it whole);
     returns a few of its rows to check against."""
-    header = json.dumps({"t": {"dtype": "F16", "shape": [ROWS, WIDTH], "data_offsets": [0, ROWS * WIDTH * 2]}})
+    header = json.dumps(
+        {"t": {"dtype": "F16", "shape": [ROWS, WIDTH], "data_offsets": [0, ROWS * WIDTH * 2]}}
+    )
     header += " " * (-len(header) % 8)
     rng = np.random.default_rng(0)
     per_chunk = (1 << 20) // (WIDTH * 2)
@@ -83,7 +85,9 @@ def test_mapped_weights_equal_what_safetensors_reads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("precision,dtype,min_cos", [("fp32", torch.float32, 0.999999), ("bf16", torch.float16, 0.99999),
                                                      ("int8", torch.int8, 0.9999), ("int4-weight", torch.int8, 0.9999)])  # fmt: skip
-def test_stored_tables_give_back_rows_close_to_the_source(precision: str, dtype: torch.dtype, min_cos: float) -> None:
+def test_stored_tables_give_back_rows_close_to_the_source(
+    precision: str, dtype: torch.dtype, min_cos: float
+) -> None:
     table = torch.randn(500, 64, generator=torch.Generator().manual_seed(0)) * 0.02
     assert lookup_dtype(precision) == dtype
     stored = stored_table(table, dtype)

@@ -44,7 +44,9 @@ def test_the_artifact_holds_only_what_runs(ov_art: Path) -> None:
     assert manifest["layout"] == "lean" and manifest["weights"] is None
     assert not (ov_art / "weights.safetensors").exists()
     assert manifest["source_weights_sha256"]  # the source is still named
-    on_disk = {str(p.relative_to(ov_art)) for p in ov_art.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    on_disk = {
+        str(p.relative_to(ov_art)) for p in ov_art.rglob("*") if p.is_file() and p.name != "manifest.json"
+    }
     assert set(manifest["files"]) == on_disk  # every file is hashed
     assert {"tables.safetensors", "token_embedding.safetensors"} <= on_disk
     assert manifest["lookups"] == {"token_embedding": "token_embedding.safetensors"}
@@ -144,7 +146,9 @@ def test_an_edited_token_table_is_one_line_exit_2(ov_art: Path, tmp_path: Path) 
     "version,message",
     [(1, "artifact format 1 is older than this hotloop reads"), (3, "artifact format 3 is newer")],
 )
-def test_another_artifact_format_is_one_line_exit_2(ov_art: Path, tmp_path: Path, version: int, message: str) -> None:
+def test_another_artifact_format_is_one_line_exit_2(
+    ov_art: Path, tmp_path: Path, version: int, message: str
+) -> None:
     art = _copy(ov_art, tmp_path / f"v{version}")
     manifest = json.loads((art / "manifest.json").read_text())
     manifest["schema_version"] = version

@@ -75,7 +75,9 @@ class FileRows:
             begin, end = (int(x) for x in info["data_offsets"])
             self.shape = torch.Size(int(d) for d in info["shape"])
             if len(self.shape) != 2 or end - begin != self.shape.numel() * np.dtype(self._np_dtype).itemsize:
-                raise ValueError(f"a lookup table is (rows, width); data offsets do not match {list(self.shape)}")
+                raise ValueError(
+                    f"a lookup table is (rows, width); data offsets do not match {list(self.shape)}"
+                )
             if 8 + size + end > path.stat().st_size:
                 raise ValueError("the file is truncated")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -97,7 +99,9 @@ class FileRows:
         view = memoryview(buf)
         for i, row in enumerate(distinct):
             if os.preadv(self._fd, [view[i * n : (i + 1) * n]], self._start + row * n) != n:
-                raise CheckpointError(f"{self.path}: short read of table {self.name!r}; recompile the artifact")
+                raise CheckpointError(
+                    f"{self.path}: short read of table {self.name!r}; recompile the artifact"
+                )
         # Gathered in numpy (one thread): torch's parallel index kernel took 29 ms here beside other jobs.
         rows = np.frombuffer(buf, dtype=self._np_dtype).reshape(len(distinct), self.shape[1])
         where = {row: i for i, row in enumerate(distinct)}
@@ -150,7 +154,7 @@ def _mapped(path: Path, size: int, header: dict[str, Any], name: str) -> Tensor:
     if count == 0:
         return torch.empty(shape, dtype=torch_dtype)
     offset = 8 + size + begin
-    array = np.memmap(path, dtype=np_dtype, mode="c", offset=offset, shape=shape)
+    array: np.ndarray = np.memmap(path, dtype=np_dtype, mode="c", offset=offset, shape=shape)
     if offset % np.dtype(np_dtype).itemsize:  # misaligned after an odd-sized tensor: read it instead
         array = np.array(array)
     tensor = torch.from_numpy(array)

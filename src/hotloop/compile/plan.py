@@ -618,11 +618,17 @@ def _plan_pipeline(source: PolicySource, sets: EngineSets, chosen: dict[str, Can
     """The plan's runners chained as its artifact will run them (a lean one's lookup tables as shipped)."""
     runners = {c.sub_engine: c.runner for c in chosen.values()}
     return pipeline(
-        source, sets.get(torch.float32), runners, _loop_set(source, sets, chosen), sets.shipped_lookups(chosen)
+        source,
+        sets.get(torch.float32),
+        runners,
+        _loop_set(source, sets, chosen),
+        sets.shipped_lookups(chosen),
     )
 
 
-def _loop_set(source: PolicySource, sets: EngineSets, chosen: dict[str, Candidate]) -> dict[str, SubEngine] | None:
+def _loop_set(
+    source: PolicySource, sets: EngineSets, chosen: dict[str, Candidate]
+) -> dict[str, SubEngine] | None:
     """The engine set the loop stage's runner was built from (its tables are the plan's)."""
     looped = loop_stage(source.family)
     if looped is None:
@@ -642,7 +648,9 @@ def write_artifact(
     try:
         layout: dict[str, Any] = {}
         weights: str | None
-        if lean_plan(source.family, plan.chosen):  # only what runs: no source weights, the pipeline's tables in small files
+        if lean_plan(
+            source.family, plan.chosen
+        ):  # only what runs: no source weights, the pipeline's tables in small files
             from hotloop.compile.artifact import LEAN, TABLES
             from hotloop.compile.lean_files import lookup_file, save_tensors
 

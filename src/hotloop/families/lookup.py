@@ -61,6 +61,10 @@ def stored_table(table: Tensor, dtype: torch.dtype) -> Tensor:
     for start in range(0, table.shape[0], chunk):
         rows = table[start : start + chunk].detach().float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny) / 127.0
-        out[start : start + chunk, : table.shape[1]] = torch.round(rows / scale).clamp(-127, 127).to(torch.int8)
-        out[start : start + chunk, table.shape[1] :] = scale.view(torch.int8).reshape(rows.shape[0], SCALE_BYTES)
+        out[start : start + chunk, : table.shape[1]] = (
+            torch.round(rows / scale).clamp(-127, 127).to(torch.int8)
+        )
+        out[start : start + chunk, table.shape[1] :] = scale.view(torch.int8).reshape(
+            rows.shape[0], SCALE_BYTES
+        )
     return out

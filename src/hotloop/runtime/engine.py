@@ -263,7 +263,9 @@ class Engine:
         )
         constants = lean_load.constants(self.path, self.manifest)
         if full not in per_bucket:
-            raise CheckpointError(f"{self.path / 'manifest.json'}: no sub-engine runs the full prompt; recompile")
+            raise CheckpointError(
+                f"{self.path / 'manifest.json'}: no sub-engine runs the full prompt; recompile"
+            )
         bucketed = set(family.capabilities.bucket_stages)
         shared = {n: r for n, r in per_bucket[full].items() if family.stage_of(n).name not in bucketed}
         pipelines = {}

@@ -45,7 +45,8 @@ def entry_graph(where: Path, entry: SubEngineEntry) -> EntryGraph:
             f"{where}: sub-engine {entry.name!r} records input dtype {bad[0]!r}; recompile the artifact"
         )
     inputs = tuple(
-        torch.zeros(s, dtype=getattr(torch, d)) for s, d in zip(entry.input_shapes, entry.input_dtypes, strict=True)
+        torch.zeros(s, dtype=getattr(torch, d))
+        for s, d in zip(entry.input_shapes, entry.input_dtypes, strict=True)
     )
     return EntryGraph(entry.name, inputs, tuple(entry.input_names), tuple(entry.output_names))
 
@@ -60,7 +61,9 @@ def constants(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_signature(where: Path, family: PolicyFamily, cfg: Any, entry: SubEngineEntry, base: str) -> Signature:
+def check_signature(
+    where: Path, family: PolicyFamily, cfg: Any, entry: SubEngineEntry, base: str
+) -> Signature:
     """The entry's I/O names are the ones the family's pipeline feeds for this config."""
     want = family.signatures(cfg)[base]
     for field, names in (("input_names", want.input_names), ("output_names", want.output_names)):
@@ -99,7 +102,9 @@ def load_runners(
             options["threads"] = threads
         files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
         try:
-            runner = get_backend(entry.backend).load(entry_graph(where, entry), entry.precision, root / name, files)
+            runner = get_backend(entry.backend).load(
+                entry_graph(where, entry), entry.precision, root / name, files
+            )
         except BackendError as exc:
             raise CheckpointError(
                 f"{where}: sub-engine {name!r} does not run with the I/O its entry records "

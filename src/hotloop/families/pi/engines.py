@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
+from hotloop.families.lookup import lookup_rows
 from hotloop.families.pi.blocks import (
     BlockNorm,
     DecoderBlock,
@@ -61,7 +62,6 @@ from hotloop.families.pi.blocks import (
 )
 from hotloop.families.pi.precompute import observation_tables, time_table
 from hotloop.families.pi.sampling import PiObservation
-from hotloop.families.lookup import lookup_rows
 from hotloop.families.protocol import Runner, Signature, SubEngine, as_tuple, constants_of
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
@@ -351,7 +351,10 @@ def _with_examples(
     """SubEngines of `modules` with example inputs of `shape`, from a synthetic observation run through them."""
     device = table.device
     obs = example_observation(cfg, shape, device)
-    values: dict[str, Tensor] = {"images": obs.images, "lang_embeds": lookup_rows(token_embedding, obs.lang_tokens)}
+    values: dict[str, Tensor] = {
+        "images": obs.images,
+        "lang_embeds": lookup_rows(token_embedding, obs.lang_tokens),
+    }
     values.update(observation_tables(cfg, obs.image_masks, obs.lang_masks))
     if obs.state is not None and not cfg.pi05:
         values["state"] = obs.state

@@ -144,6 +144,13 @@ class PiPolicy:
         return self._generator
 
     @property
+    def eager_model(self) -> PiModel:
+        """The model the eager paths sample with (an engine-backed policy of a lean artifact has none)."""
+        if self.model is None:
+            raise ConfigError("this policy runs a compiled engine only: it has no eager model to sample with")
+        return self.model
+
+    @property
     def cache(self) -> PrefixCache:
         """The preallocated prefix cache `infer` fills (batch 1)."""
         assert self._cache is not None, "an engine-backed policy has no eager prefix cache"
@@ -306,7 +313,7 @@ class PiPolicy:
         elif guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
-                self.model,
+                self.eager_model,
                 model_obs,
                 num_steps=self.num_steps,
                 generator=self._generator,
@@ -369,8 +376,8 @@ class PiPolicy:
         )
         if soft:  # one time per token: the mask is the same on every action column
             mask = weights[:, 0].to(self.device)
-            return soft_prefix_sample_actions(self.model, model_obs, target.to(self.device), mask, **common)
-        return prefix_sample_actions(self.model, model_obs, target.to(self.device), d, **common)
+            return soft_prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), mask, **common)
+        return prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), d, **common)
 
     def guided_sample(
         self,
@@ -389,7 +396,7 @@ class PiPolicy:
         prev, delay, beta = guidance
         target, weights = self._model_space_guidance(prev, delay, to_policy_actions)
         return guided_sample_actions(
-            self.model,
+            self.eager_model,
             model_obs,
             target.to(self.device),
             weights.to(self.device),
