@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -33,7 +34,7 @@ def ov_art(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _bench(*args: str) -> object:
+def _bench(*args: str) -> Any:
     from hotloop.cli import app
 
     return runner.invoke(app, ["bench", *args, "--iters", "2", "--warmup", "0", "--threads", "1", "--quiet"])

@@ -376,7 +376,9 @@ class PiPolicy:
         )
         if soft:  # one time per token: the mask is the same on every action column
             mask = weights[:, 0].to(self.device)
-            return soft_prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), mask, **common)
+            return soft_prefix_sample_actions(
+                self.eager_model, model_obs, target.to(self.device), mask, **common
+            )
         return prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), d, **common)
 
     def guided_sample(
