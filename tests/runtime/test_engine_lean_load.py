@@ -160,6 +160,21 @@ def test_another_artifact_format_is_one_line_exit_2(
     assert len(res.output.strip().splitlines()) == 1
 
 
+def test_a_lean_artifact_from_another_machine_is_not_replanned_without_its_source(
+    ov_art: Path, tmp_path: Path
+) -> None:
+    import hotloop
+    from hotloop.errors import CheckpointError
+
+    art = _copy(ov_art, tmp_path / "other-machine")
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["machine"]["class"] = {"arch": "riscv64", "isa": []}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="lean artifact holds only what runs.*pi05:tiny"):
+        hotloop.Engine.load(art, replan=True)
+    assert not (tmp_path / "other-machine-replanned").exists()
+
+
 def test_a_memory_cap_below_the_plans_weights_is_refused_before_loading(
     ov_art: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -423,7 +423,7 @@ class Engine:
             "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
             "memory": self.memory.to_dict(),
             "load_s": self.load_s,
-            "layout": "lean" if is_lean(self.manifest) else "weights",
+            "layout": self.kind if self.kind == "onnx" else self.manifest.get("layout", "weights"),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
         }
 
