@@ -91,6 +91,14 @@ def bench(
         typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    cold_load: Annotated[
+        bool,
+        typer.Option(
+            "--cold-load",
+            help="an artifact: drop its files from the page cache before loading, as after a reboot "
+            "(info.load_s, info.load_cache in the JSON)",
+        ),
+    ] = False,
     contend: Annotated[
         int,
         typer.Option(
@@ -193,8 +201,11 @@ def bench(
     against = BaselineRequest.check(
         target, baseline, threshold, fail_on_regression, history, max_load=max_load, force=force
     )
+    cold = _drop_pages(target, entry) if cold_load else None
     with machine_settings(config):  # before building: threads a library starts keep their affinity
         case = entry.build_bench(target, options)
+        if cold is not None:
+            case.info["load_cache"] = cold
         other = (  # the memory cap is TARGET's (an artifact), not the reference's
             other_entry.build_bench(compare, dataclasses.replace(options, memory_cap_mb=None))
             if other_entry is not None and compare
@@ -374,6 +385,19 @@ def _usage_line(exc: Exception) -> str:
             reason = reason[:1].lower() + reason[1:]
             text = f"{param.get_error_hint()} got {str(details[0]['input'])!r}: {reason}"
     return f"{text} (see `{command} --help`)"
+
+
+def _drop_pages(target: str, entry: object) -> str:
+    """`--cold-load`: TARGET's files out of the page cache (`hotloop.runtime.page_cache`)."""
+    from hotloop.errors import ConfigError
+    from hotloop.runtime.page_cache import drop_artifact_pages
+    from hotloop.targets import ARTIFACT_ENTRY
+
+    if entry is not ARTIFACT_ENTRY:
+        raise ConfigError(
+            f"--cold-load times an artifact's load; {target!r} is not an artifact folder: drop it"
+        )
+    return drop_artifact_pages(Path(target))
 
 
 def main(argv: list[str] | None = None) -> None:

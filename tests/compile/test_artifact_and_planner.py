@@ -78,7 +78,12 @@ def test_round_trip_engine_reproduces_sample_actions(art: tuple[Path, dict]) -> 
     # Every plan records its precision per sub-engine; only compressed plans carry a `compression` entry.
     assert {e["precision"] for e in manifest["precision_plan"].values()} == {"fp32"}
     assert manifest["compression"] is None
-    assert manifest["source_weights_sha256"] and "weights.safetensors" in manifest["files"]
+    # A plan that runs from its own files only is written lean: no source weights, only what runs.
+    from hotloop.compile.backends import FILE_BACKENDS
+
+    lean = manifest.get("layout") == "lean"
+    assert lean == all(e["backend"] in FILE_BACKENDS for e in manifest["sub_engines"])
+    assert manifest["source_weights_sha256"] and ("weights.safetensors" in manifest["files"]) != lean
     assert manifest["machine"]["class"]["arch"]
     engine = hotloop.Engine.load(out, threads=1)
     src = policy_source("pi05:tiny", TargetOptions())
@@ -115,9 +120,11 @@ def test_changed_file_is_refused_by_name(copy: Path) -> None:
 def test_truncated_weights_are_refused_by_name(copy: Path) -> None:
     from hotloop.compile.artifact import read_manifest
 
-    weights = copy / "weights.safetensors"
+    manifest = json.loads((copy / "manifest.json").read_text())
+    name = manifest["weights"] or manifest["lookups"]["token_embedding"]  # a lean artifact's largest table
+    weights = copy / name
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match="weights.safetensors: sha256"):
+    with pytest.raises(CheckpointError, match=f"{name}: sha256"):
         read_manifest(copy)
 
 
@@ -142,6 +149,10 @@ def test_missing_cpu_feature_is_refused_by_name_or_replanned(copy: Path) -> None
         pytest.skip("this CPU has AMX")
     with pytest.raises(CheckpointError, match="needs CPU feature amx_bf16"):
         read_manifest(copy)
+    if m.get("layout") == "lean":  # the plan ran from its own files only: no source weights to re-plan from
+        with pytest.raises(CheckpointError, match="lean artifact holds only what runs"):
+            hotloop.Engine.load(copy, replan=True, threads=1, warmup=0)
+        return
     engine = hotloop.Engine.load(copy, replan=True, threads=1, warmup=0)
     assert engine.path.name == "copy-replanned"
 

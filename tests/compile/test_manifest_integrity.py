@@ -55,7 +55,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("no kind", lambda m: m.pop("kind"), "field 'kind' is missing"),
     ("no config", lambda m: m.pop("config"), "field 'config' is missing"),
     ("sub_engines a dict", lambda m: m.update(sub_engines={}), "must be a non-empty list"),
-    ("schema as text", lambda m: m.update(schema_version="1"), "must be the integer 1"),
+    ("schema as text", lambda m: m.update(schema_version="2"), "must be the integer 2"),
     ("threads 0", lambda m: m.update(threads=0), "field 'threads'"),
     ("pin a string", lambda m: m.update(pin="0-1"), "field 'pin'"),
     ("pin empty", lambda m: m.update(pin=[]), "field 'pin'"),

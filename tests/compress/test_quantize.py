@@ -166,6 +166,11 @@ def test_a_static_int8_plan_gets_its_prompt_buckets_calibrated_at_their_shapes(
     manifest = json.loads((out / "manifest.json").read_text())
     by_name = {e["name"]: e for e in manifest["sub_engines"]}
     assert by_name["prefix@8"]["precision"] == "int8" and by_name["prefix@8"]["backend"] == "openvino"
+    # All OpenVINO: a lean artifact, its token embedding stored as int8 rows (the prefix's precision).
+    assert manifest["layout"] == "lean" and "weights.safetensors" not in manifest["files"]
     engine = Engine.load(out, threads=1, warmup=0)
+    assert (
+        engine.model is None and engine.pipeline.pipelines[8].constants["token_embedding"].dtype == torch.int8
+    )
     actions = engine.infer(engine.example_observation(prompt_tokens=3), torch.zeros(1, 10, 32))
     assert engine.pipeline.last_bucket == 8 and bool(torch.isfinite(actions).all())

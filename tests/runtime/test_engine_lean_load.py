@@ -1,49 +1,200 @@
-"""An artifact whose every sub-engine runs from its own files (OpenVINO here) does not keep the torch
-weights once loaded: the model is left on meta, and the engine and its policy still reproduce the
-reference's actions."""
+"""A plan whose every sub-engine runs from its own files (OpenVINO here) is written lean: no source weights,
+the pipeline's tables and the token embedding in their own files. `Engine.load` builds it without ever
+constructing the torch model, maps the token embedding instead of reading it, reproduces the reference's
+actions, and reports its load time (bench JSON, /healthz). Bad input (an edited file, another artifact
+format, a memory cap below the plan's weights) is one line and exit 2."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 pytest.importorskip("openvino")
-
 
 # Two flow-matching steps: what is checked does not depend on the count, and OpenVINO unrolls the loop
 # engine once per step.
 STEPS = 2
+runner = CliRunner()
 
 
-@pytest.fixture
-def ov_art(tmp_path: Path, compile_tiny) -> Path:
-    out = tmp_path / "art"
-    res = compile_tiny(out, "openvino", "fp32", "--quiet", "--steps", str(STEPS))
+@pytest.fixture(scope="module")
+def ov_art(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hotloop.cli import app
+
+    out = tmp_path_factory.mktemp("lean") / "art"
+    args = ["compile", "pi05:tiny", "-o", str(out), "--budget-ms", "1e5", "--backends", "openvino"]
+    args += ["--precisions", "fp32", "--variants", "plain", "--iters", "1", "--warmup", "0", "--threads", "1"]
+    res = runner.invoke(app, [*args, "--quiet", "--steps", str(STEPS)])
     assert res.exit_code == 0, res.output
     return out
 
 
-def test_all_file_backed_artifact_drops_the_torch_weights_and_keeps_its_actions(ov_art: Path) -> None:
+def _bench(*args: str) -> Any:
+    from hotloop.cli import app
+
+    return runner.invoke(app, ["bench", *args, "--iters", "2", "--warmup", "0", "--threads", "1", "--quiet"])
+
+
+def test_the_artifact_holds_only_what_runs(ov_art: Path) -> None:
+    manifest = json.loads((ov_art / "manifest.json").read_text())
+    assert manifest["layout"] == "lean" and manifest["weights"] is None
+    assert not (ov_art / "weights.safetensors").exists()
+    assert manifest["source_weights_sha256"]  # the source is still named
+    on_disk = {
+        str(p.relative_to(ov_art)) for p in ov_art.rglob("*") if p.is_file() and p.name != "manifest.json"
+    }
+    assert set(manifest["files"]) == on_disk  # every file is hashed
+    assert {"tables.safetensors", "token_embedding.safetensors"} <= on_disk
+    assert manifest["lookups"] == {"token_embedding": "token_embedding.safetensors"}
+    graphs = sum((ov_art / f).stat().st_size for e in manifest["sub_engines"] for f in e["files"])
+    assert manifest["memory"]["weights_mb"] == pytest.approx(graphs / 2**20, abs=0.1)
+
+
+def test_lean_load_never_builds_the_torch_model_and_keeps_the_actions(
+    ov_art: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
     import hotloop
     from hotloop.compile.sources import policy_source
     from hotloop.compile.validate import compare_actions
     from hotloop.families.pi.sampling import sample_actions
+    from hotloop.models.pi0 import PiModel
     from hotloop.runtime.policy import engine_policy
     from hotloop.targets import TargetOptions
 
-    engine = hotloop.Engine.load(ov_art, threads=1)
-    assert {r.backend for r in engine.runners.values()} == {"openvino"}
-    assert all(p.is_meta for p in engine.model.parameters())
     src = policy_source("pi05:tiny", TargetOptions(num_steps=STEPS))
-    assert engine.shape.num_steps == STEPS
     want = sample_actions(src.model, src.obs, noise=src.noise)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Engine.load of a lean artifact built the torch model")
+
+    monkeypatch.setattr(PiModel, "__init__", refuse)
+    engine = hotloop.Engine.load(ov_art, threads=1)
+    assert engine.model is None and {r.backend for r in engine.runners.values()} == {"openvino"}
+    assert engine.load_s is not None and engine.load_s > 0
+    table = engine.pipeline.constants["token_embedding"]
+    assert table.dtype == torch.float32 and table.shape[0] == engine.cfg.vocab_size  # fp32 plan: fp32 rows
+    assert not isinstance(table, torch.Tensor)  # read by rows from its file, never held whole
     assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99999
     policy = engine_policy(engine)
     images = src.obs.images[0].permute(0, 2, 3, 1).numpy() * 0.5 + 0.5  # (views, H, W, 3) in [0, 1]
-    obs = {"images": images, "state": src.obs.state[0, :4].numpy()}
-    actions = policy.infer(obs)["actions"]
+    actions = policy.infer({"images": images, "state": src.obs.state[0, :4].numpy()})["actions"]
     assert actions.shape[0] >= 1 and bool((abs(actions) < 1e6).all())
+
+
+def test_bench_reports_the_load_time_and_the_cold_load(
+    ov_art: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hotloop.runtime import page_cache
+
+    # The artifact's own pages only: as root, drop_caches would empty the whole machine's page cache.
+    monkeypatch.setattr(page_cache, "METHODS", ("fadvise",))
+    out = tmp_path / "b.json"
+    res = _bench(str(ov_art), "--cold-load", "--json", str(out))
+    assert res.exit_code == 0, res.output
+    info = json.loads(out.read_text())["info"]
+    assert info["load_s"] > 0 and info["layout"] == "lean"
+    assert info["load_cache"].startswith("cold: the artifact's") and "posix_fadvise" in info["load_cache"]
+    assert "loaded in" in res.output
+    res = _bench(str(ov_art), "--json", str(out))
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["info"]["load_cache"].startswith("as found")
+    res = _bench("toy:mlp", "--cold-load")
+    assert res.exit_code == 2 and "--cold-load" in res.output and "not an artifact" in res.output
+
+
+def test_healthz_reports_the_load_time_once_ready(ov_art: Path) -> None:
+    import urllib.request
+
+    from hotloop.serve.policies import load_served_policy
+    from hotloop.serve.server import PolicyServer, ServeConfig, ServerThread
+    from hotloop.targets import TargetOptions
+
+    served = load_served_policy(str(ov_art), TargetOptions())
+    assert served.load_s is not None and served.load_s >= served.policy.engine.load_s
+    with (
+        ServerThread(PolicyServer(served, ServeConfig(port=0))) as server,
+        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as reply,
+    ):
+        status, body = reply.status, reply.read().decode()
+    assert status == 200 and body == f"OK load_s={served.load_s:.3f}\n"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_an_edited_token_table_is_one_line_exit_2(ov_art: Path, tmp_path: Path) -> None:
+    art = _copy(ov_art, tmp_path / "edited")
+    table = art / "token_embedding.safetensors"
+    data = bytearray(table.read_bytes())
+    data[-1] ^= 0xFF
+    table.write_bytes(bytes(data))
+    res = _bench(str(art))
+    assert res.exit_code == 2, res.output
+    assert "token_embedding.safetensors: sha256 does not match" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "version,message",
+    [(1, "artifact format 1 is older than this hotloop reads"), (3, "artifact format 3 is newer")],
+)
+def test_another_artifact_format_is_one_line_exit_2(
+    ov_art: Path, tmp_path: Path, version: int, message: str
+) -> None:
+    art = _copy(ov_art, tmp_path / f"v{version}")
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["schema_version"] = version
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    res = _bench(str(art))
+    assert res.exit_code == 2, res.output
+    assert message in res.output and ("recompile" in res.output or "upgrade" in res.output)
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_lean_artifact_from_another_machine_is_not_replanned_without_its_source(
+    ov_art: Path, tmp_path: Path
+) -> None:
+    import hotloop
+    from hotloop.errors import CheckpointError
+
+    art = _copy(ov_art, tmp_path / "other-machine")
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["machine"]["class"] = {"arch": "riscv64", "isa": []}
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="lean artifact holds only what runs.*pi05:tiny"):
+        hotloop.Engine.load(art, replan=True)
+    assert not (tmp_path / "other-machine-replanned").exists()
+
+
+def test_a_memory_cap_below_the_plans_weights_is_refused_before_loading(
+    ov_art: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hotloop
+    from hotloop.compile.backends.openvino import OpenVinoBackend
+    from hotloop.errors import MemoryCapError
+
+    floor = json.loads((ov_art / "manifest.json").read_text())["memory"]["weights_mb"]
+    assert floor > 0
+    cap = floor * 0.9
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a graph was loaded under a cap the plan cannot meet")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(OpenVinoBackend, "load", refuse)
+        with pytest.raises(MemoryCapError, match=f"weights alone take {floor:.0f} MiB.*--memory-cap-mb"):
+            hotloop.Engine.load(ov_art, memory_cap_mb=cap)
+    res = _bench(str(ov_art), "--memory-cap-mb", f"{cap:g}")
+    assert res.exit_code == 2 and "--memory-cap-mb" in res.output, res.output
 
 
 def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path, compile_tiny) -> None:
@@ -52,5 +203,7 @@ def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path, compi
     out = tmp_path / "art"
     res = compile_tiny(out, "eager", "fp32", "--quiet")
     assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest.get("layout", "weights") == "weights" and manifest["weights"] in manifest["files"]
     engine = hotloop.Engine.load(out, threads=1)
     assert not any(p.is_meta for p in engine.model.parameters())

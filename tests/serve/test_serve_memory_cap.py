@@ -41,7 +41,7 @@ def test_an_engine_over_its_cap_while_serving_gets_an_error_reply_and_healthz_50
     with ServerThread(PolicyServer(served, ServeConfig(port=0))) as server:
         with PolicyClient(port=server.port) as client:
             assert client.infer(obs)["actions"].shape[0] > 0  # under the cap: served
-            assert healthz(server.port) == (200, "OK\n")
+            assert healthz(server.port) == (200, f"OK load_s={served.load_s:.3f}\n")  # ready, and how fast
             # Tighten the cap below what the engine already holds: its next call breaches it.
             engine.memory.cap_mb = engine.memory.footprint / MIB - 1  # below what it holds in any case
             with pytest.raises(ServerError) as err:

@@ -5,8 +5,24 @@
                                files, options, CPU features it needs), machine fingerprint and class,
                                budget, tolerance, compile-time figures, sha256 of every file,
                                `precision_plan` / `compression` (filled by the compression work)
-    ART/weights.safetensors    the source weights (eager/inductor sub-engines are rebuilt from them)
+    ART/weights.safetensors    the source weights, only where a sub-engine runs the torch model (eager,
+                               inductor) and so is rebuilt from them (`layout: "weights"`)
     ART/<sub-engine>/...       exported graphs (model.onnx, model.xml + model.bin)
+
+A plan whose every sub-engine runs from its own files is written lean (`layout: "lean"`, `weights: null`,
+families with `capabilities.lean_artifact`): it holds only what runs. What loading needs besides the
+graphs is in the manifest (config, shape, every sub-engine's I/O) and two kinds of small files:
+
+    ART/tables.safetensors     the float32 tables the pipeline feeds by name (pi: the time table)
+    ART/<table>.safetensors    each lookup table (pi: token_embedding) in the plan's precision, mapped at
+                               load and read by rows (`hotloop.families.lookup`, `lookup_tables`)
+
+The manifest's `memory.weights_mb` is what the plan's graph files hold: an engine cannot run in less,
+so `--memory-cap-mb` below it is refused before anything is loaded.
+
+Format history (`schema_version`): 1 always held the fp32 source weights and pi's prefix graph took the
+token ids; 2 (this) adds the lean layout and takes pi's prompt as embedding rows. Other versions are
+refused by name with the fix (recompile, or upgrade hotloop for a newer one).
 
 Loading (`read_manifest`) checks, in order: the manifest parses, the schema and hotloop versions match,
 every file exists with its recorded sha256, the CPU has the features the plan needs and is of the same
@@ -30,9 +46,11 @@ import hotloop
 from hotloop.compile.cpu_features import machine_class, missing_features
 from hotloop.errors import CheckpointError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
+TABLES = "tables.safetensors"
+LEAN, WITH_WEIGHTS = "lean", "weights"
 
 
 @dataclass(frozen=True)
@@ -232,9 +250,15 @@ def check_manifest(manifest: Any, root: Path, path: Path) -> None:
     version = manifest["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise _fail(path, "schema_version", f"the integer {SCHEMA_VERSION}", version)
+    if version > SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{path}: artifact format {version} is newer than this hotloop reads (format {SCHEMA_VERSION}, "
+            f"hotloop {hotloop.__version__}); upgrade hotloop, or recompile with this one (`hotloop compile`)"
+        )
     if version != SCHEMA_VERSION:
         raise CheckpointError(
-            f"{path}: manifest schema {version} is not the supported {SCHEMA_VERSION}; recompile with this hotloop"
+            f"{path}: artifact format {version} is older than this hotloop reads (format {SCHEMA_VERSION}: "
+            "lean artifacts, pi's prompt as embedding rows); recompile it with `hotloop compile`"
         )
     if manifest.get("hotloop_version") != hotloop.__version__:
         raise CheckpointError(
@@ -293,14 +317,27 @@ def check_manifest(manifest: Any, root: Path, path: Path) -> None:
         for key in ("weights", "config", "shape"):
             if key not in manifest:
                 raise CheckpointError(f"{path}: field {key!r} is missing; recompile the artifact")
-        _inside(root, manifest["weights"], path, "weights")
-        if manifest["weights"] not in files:
-            raise CheckpointError(
-                f"{path}: weights {manifest['weights']!r} are not listed (with a sha256) in the manifest's files"
-            )
+        if is_lean(manifest):
+            if manifest["weights"] is not None:
+                raise _fail(path, "weights", "null in a lean artifact", manifest["weights"])
+            _listed(root, manifest.get("tables"), files, path, "tables")
+            lookups = manifest.get("lookups", {})
+            if not isinstance(lookups, dict):
+                raise _fail(path, "lookups", "an object {table: file}", lookups)
+            for name, rel in lookups.items():
+                _listed(root, rel, files, path, f"lookups.{name}")
+        else:
+            _listed(root, manifest["weights"], files, path, "weights")
         for key in ("config", "shape"):
             if not isinstance(manifest[key], dict):
                 raise _fail(path, key, "an object", manifest[key])
+    layout = manifest.get("layout", WITH_WEIGHTS)
+    if layout not in (LEAN, WITH_WEIGHTS):
+        raise _fail(path, "layout", f"{LEAN!r} or {WITH_WEIGHTS!r}", layout)
+    memory = manifest.get("memory", {})
+    floor = memory.get("weights_mb", 0) if isinstance(memory, dict) else None
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or floor < 0:
+        raise _fail(path, "memory", "an object with weights_mb >= 0", memory)
     machine = manifest.get("machine", {})
     if not isinstance(machine, dict) or not isinstance(machine.get("class", {}), dict | None):
         raise _fail(path, "machine", "an object with a class", machine)
@@ -314,6 +351,20 @@ def check_manifest(manifest: Any, root: Path, path: Path) -> None:
         or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in pin)
     ):
         raise _fail(path, "pin", "null or a non-empty list of CPU ids", pin)
+
+
+def is_lean(manifest: dict[str, Any]) -> bool:
+    """Whether the artifact holds only what runs (no source weights; see the module doc)."""
+    return manifest.get("layout") == LEAN
+
+
+def _listed(root: Path, rel: Any, files: dict[str, str], path: Path, field: str) -> None:
+    """A file the loader opens: inside the artifact and listed with its sha256."""
+    _inside(root, rel, path, field)
+    if rel not in files:
+        raise CheckpointError(
+            f"{path}: {field} {rel!r} is not listed (with a sha256) in the manifest's files; recompile"
+        )
 
 
 def check_machine_fits(manifest: dict[str, Any], where: Path | str = MANIFEST) -> None:

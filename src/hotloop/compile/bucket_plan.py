@@ -104,6 +104,7 @@ def plan_buckets(
             family.reshape_subengines(cfg, sets.get(torch.float32), bucket),
             runners,
             loop_set,
+            sets.shipped_lookups(chosen),  # a lean plan's lookup tables as its artifact stores them
         )
         obs = family.fill_prompt(source.obs, bucket)
         ref = ref_pipeline.sample(obs, source.noise).clone()

@@ -17,10 +17,12 @@ def pipeline(
     engines: dict[str, SubEngine],
     runners: dict[str, Runner | Any],
     loop_engines: dict[str, SubEngine] | None = None,
+    lookups: dict[str, Tensor] | None = None,
 ) -> Pipeline:
     """Runners composed; the step-indexed constants come from the engine set the loop stage's runner was
-    built from (a recipe may change what its table holds)."""
-    constants = constants_of(loop_engines if loop_engines is not None else engines)
+    built from (a recipe may change what its table holds); `lookups` replace lookup tables by the ones a
+    lean artifact ships (`hotloop.families.lookup`)."""
+    constants = {**constants_of(loop_engines if loop_engines is not None else engines), **(lookups or {})}
     return source.family.pipeline(
         source.cfg, source.shape, runners, constants, {n: e.signature for n, e in engines.items()}
     )

@@ -17,7 +17,11 @@ what the kernel reports available (MemAvailable). It is an estimate, not a limit
 - A fixed overhead covers what does not scale with the weights (plugin state, buffers): 0.25 GiB, and
   1 GiB more is always kept free (`RESERVE`).
 - Eager candidates share the model's weights (fp32) or its one bf16 copy, made once for every bf16
-  candidate: that copy is counted for the candidate that makes it.
+  candidate: that copy is counted for the candidate that makes it. Eager int8 (torchao) quantizes a
+  copy of its sub-engine.
+- Every candidate's measured peak growth is recorded beside its estimate (`hotloop.compile.peak_memory`:
+  the compile JSON's `memory`, each candidate's `memory`, the manifest's `memory.planning`), so these
+  factors can be checked against each run instead of trusted.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ GROWTH: dict[tuple[str, str], float] = {
 }
 INT8_GROWTH = 0.8  # static int8 (any backend that takes it): calibration runs the fp32 graph first
 DEFAULT_GROWTH = 1.5
+EAGER_QUANT_GROWTH = 1.25  # not yet measured at full size: the planner now records it (`peak_memory`)
 UNROLLED_BACKENDS = ("openvino",)  # backends whose compiled unrolled loop holds the weights once per step
 
 
@@ -76,7 +81,9 @@ def estimated_need(
     else:
         growth = INT8_GROWTH
     if backend == "eager":
-        growth = 0.0  # runs the (copied) module itself
+        # fp32 / bf16 run the (copied) module itself; a quantized one is a deep copy torchao quantizes
+        # (`quantize_torchao`): its fp32 copy first, then the int8 weights beside it.
+        growth = 0.0 if precision in ("fp32", "bf16") else EAGER_QUANT_GROWTH
     copies = loop_steps if backend in UNROLLED_BACKENDS else 1
     need = int(weights * growth * copies) + new_copy_bytes + FIXED_OVERHEAD
     why = f"{weights / GIB:.2f} GiB of fp32 weights x {growth:g}"

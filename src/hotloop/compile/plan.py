@@ -23,6 +23,7 @@ from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
+from hotloop.compile.peak_memory import PeakMeter, planning_memory
 from hotloop.compile.planner import (
     FINAL_BLOCK,
     Candidate,
@@ -65,6 +66,7 @@ class EngineSets:
         self.calibration_inputs: dict[int, Any] = {}  # per engine set, for static int8 candidates
         self._reference: dict[tuple[str, int], tuple[Tensor, ...]] = {}
         self.released: set[str] = set()  # sub-engines whose fp32 weights were freed to fit
+        self._lookups: dict[tuple[str, torch.dtype], Tensor] = {}
 
     def reference_outputs(self, sub: str, row: int, inputs: list[Tensor]) -> tuple[Tensor, ...]:
         """The fp32 sub-engine's outputs for `inputs` (row `row` of the step table), computed once and
@@ -98,6 +100,28 @@ class EngineSets:
         if (dtype, variant) not in self._sets:
             self._sets[dtype, variant] = self.family.build_subengines(self.model, self.shape, dtype, variant)
         return self._sets[dtype, variant]
+
+    def shipped_lookups(self, chosen: dict[str, Candidate]) -> dict[str, Tensor]:
+        """The lookup tables a lean artifact of `chosen` ships, in its stages' precisions (made once per
+        precision); {} when the plan keeps torch runners (its artifact holds the source weights)."""
+        from hotloop.families.lookup import lookup_dtype, stored_table
+
+        if not lean_plan(self.family, chosen):
+            return {}
+        constants = constants_of(self.get(torch.float32))
+        out = {}
+        for name, sub in self.family.lookup_tables.items():
+            dtype = lookup_dtype(chosen[self.family.stage_of(sub).name].precision)
+            if (name, dtype) not in self._lookups:
+                self._lookups[name, dtype] = stored_table(constants[name], dtype)
+            out[name] = self._lookups[name, dtype]
+        return out
+
+
+def lean_plan(family: PolicyFamily, chosen: dict[str, Candidate]) -> bool:
+    """Whether `chosen` is written as a lean artifact: the family can load one, and every stage runs
+    from its own files."""
+    return family.capabilities.lean_artifact and all(c.backend in FILE_BACKENDS for c in chosen.values())
 
 
 def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> Any:
@@ -242,6 +266,10 @@ class Plan:
     result: dict[str, Any]
     buckets: list[BucketRunners] = field(default_factory=list)  # extra prompt-length buckets
     weights: WeightsSnapshot | None = None  # set when fp32 weights were released to fit
+    # A lean plan's own tables (`hotloop.compile.artifact`): what its pipeline feeds, the lookup tables
+    # as shipped (the whole-plan check ran on them); both empty for a plan with torch runners.
+    tables: dict[str, Tensor] = field(default_factory=dict)
+    lookups: dict[str, Tensor] = field(default_factory=dict)
 
 
 def worst_agreement(
@@ -356,9 +384,11 @@ def _plan(
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
         t0 = time.perf_counter()
+        meter = PeakMeter.start(candidate_need(cand, source, sets).bytes)
         check_candidate(
             cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
         )
+        cand.memory = meter.finish()
         eta.add(time.perf_counter() - t0)
         if cache is not None and cand.cache_key is not None:
             cache.record(cand.cache_key, cand)
@@ -451,6 +481,7 @@ def _plan(
         "speedup_p50": ref_lat["p50"] / plan_lat["p50"] if ref_lat else None,
         "speedup_p99": ref_lat["p99"] / plan_lat["p99"] if ref_lat else None,
         "released_for_memory": sorted(sets.released),
+        "memory": planning_memory(candidates),
         "action_cos_min": agreement.cosine,
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
@@ -465,7 +496,12 @@ def _plan(
     }
     if cache is not None and skipped_by_cache:
         log(f"timing cache: {len(skipped_by_cache)} candidates skipped on its word ({cache.path})")
-    return Plan(candidates, chosen, result, buckets, snapshot)
+    lookups = sets.shipped_lookups(chosen)
+    tables: dict[str, Tensor] = {}
+    if lean_plan(family, chosen):
+        tables = constants_of(_loop_set(source, sets, chosen) or ref_engines)
+        tables = {k: v for k, v in tables.items() if k not in family.lookup_tables}
+    return Plan(candidates, chosen, result, buckets, snapshot, tables, lookups)
 
 
 def _untimed(pipe: Pipeline, source: PolicySource) -> Callable[[], Any]:
@@ -642,13 +678,26 @@ class WeightsSnapshot:
 
 
 def _plan_pipeline(source: PolicySource, sets: EngineSets, chosen: dict[str, Candidate]) -> Pipeline:
+    """The plan's runners chained as its artifact will run them (a lean one's lookup tables as shipped)."""
     runners = {c.sub_engine: c.runner for c in chosen.values()}
+    return pipeline(
+        source,
+        sets.get(torch.float32),
+        runners,
+        _loop_set(source, sets, chosen),
+        sets.shipped_lookups(chosen),
+    )
+
+
+def _loop_set(
+    source: PolicySource, sets: EngineSets, chosen: dict[str, Candidate]
+) -> dict[str, SubEngine] | None:
+    """The engine set the loop stage's runner was built from (its tables are the plan's)."""
     looped = loop_stage(source.family)
-    loop_set = None
-    if looped is not None:
-        d = chosen[looped]
-        loop_set = sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
-    return pipeline(source, sets.get(torch.float32), runners, loop_set)
+    if looped is None:
+        return None
+    d = chosen[looped]
+    return sets.get(get_backend(d.backend).graph_dtype(d.precision), d.variant)
 
 
 def write_artifact(
@@ -660,7 +709,22 @@ def write_artifact(
 
     writer = ArtifactWriter(out, overwrite=config.overwrite)
     try:
-        if plan.weights is not None:  # some weights were released: the snapshot holds them all
+        layout: dict[str, Any] = {}
+        weights: str | None
+        if lean_plan(
+            source.family, plan.chosen
+        ):  # only what runs: no source weights, the pipeline's tables in small files
+            from hotloop.compile.artifact import LEAN, TABLES
+            from hotloop.compile.lean_files import lookup_file, save_tensors
+
+            save_tensors(writer.path(TABLES), plan.tables)
+            for name, table in plan.lookups.items():
+                save_tensors(writer.path(lookup_file(name)), {name: table})
+            lookups = {name: lookup_file(name) for name in plan.lookups}
+            layout = {"layout": LEAN, "tables": TABLES, "lookups": lookups}
+            weights = None
+            weights_sha = plan.weights.sha256 if plan.weights is not None else _source_sha(source)
+        elif plan.weights is not None:  # some weights were released: the snapshot holds them all
             import shutil
 
             from hotloop.compile.artifact import WEIGHTS
@@ -700,7 +764,14 @@ def write_artifact(
                 )
                 entry.update(stage=stage, variant=cand.variant, bucket=bucket.bucket)
                 subs.append(entry)
+        graph_bytes = sum((writer.tmp / f).stat().st_size for e in subs for f in e["files"])
         manifest = base_manifest(
+            **layout,
+            memory={
+                "weights_mb": round(graph_bytes / 2**20, 1),  # the floor of any --memory-cap-mb
+                "planning": plan.result.get("memory"),
+                "candidates": {c.label: c.memory for c in plan.candidates if c.memory is not None},
+            },
             kind=source.family.name,
             target=source.target,
             family=source.family.variant(source.cfg),
@@ -738,6 +809,13 @@ def write_artifact(
     finally:
         if plan.weights is not None:  # the runners' files stay mapped while they live (POSIX unlink)
             plan.weights.discard()
+
+
+def _source_sha(source: PolicySource) -> str:
+    """The source weights' hash (names, dtypes, shapes, bytes), which a lean artifact names but does not hold."""
+    from hotloop.compile.artifact import sha256_state_dict
+
+    return sha256_state_dict(source.model.state_dict())
 
 
 def precision_plan(family: PolicyFamily, plan: Plan, config: PlanConfig) -> dict[str, Any]:

@@ -109,6 +109,7 @@ class Candidate:
     timed_calls: int | None = None  # calls its latency is over (fewer when its timing was stopped)
     cache_key: str | None = None  # its identity in the timing cache (`hotloop.compile.timing_cache`)
     cached: Any = None  # a trusted `CachedTiming` of an earlier run here: orders and skips, never reported
+    memory: dict[str, Any] | None = None  # estimated vs measured resident memory (`compile.peak_memory`)
     runner: Runner | None = field(default=None, repr=False)
 
     @property
@@ -133,6 +134,7 @@ class Candidate:
             "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,
             "compile_s": self.compile_s,
             "load_avg": self.load_avg,
+            "memory": self.memory,
             "cached_latency_ms": None
             if self.cached is None
             else {

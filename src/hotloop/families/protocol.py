@@ -120,6 +120,10 @@ class Capabilities:
     # Compression recipe steps of the family's own (`NAME[:ARG]`, run by `compression().recipe_step`),
     # e.g. diffusion's `ddim:N` (switch the sampler to DDIM with N steps).
     recipe_steps: tuple[str, ...] = ()
+    # An artifact whose every runner runs from its own files holds no source weights: `Engine.load`
+    # rebuilds the pipeline from the manifest, its tables and the graph files, never the torch model
+    # (the family's pipeline and engine policy then work without one; `hotloop.runtime.lean_load`).
+    lean_artifact: bool = False
 
 
 class EngineShape(Protocol):
@@ -196,6 +200,9 @@ class PolicyFamily(ABC):
     lerobot_types: ClassVar[tuple[str, ...]] = ()
     stages: ClassVar[tuple[StageSpec, ...]]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # Constants the pipeline reads by rows (`hotloop.families.lookup`), each named with the sub-engine
+    # whose precision it is stored in: an artifact keeps each in its own file, mapped at load.
+    lookup_tables: ClassVar[Mapping[str, str]] = {}
 
     # ---- configs, shapes and models ----------------------------------------------------------------
     @abstractmethod
@@ -354,6 +361,11 @@ class PolicyFamily(ABC):
     def reference_actions(self, cfg: Any, actions: Tensor) -> Tensor:
         """A pipeline's actions as the reference's `actions.npy` holds them (by default the same)."""
         return actions
+
+    def signatures(self, cfg: Any) -> dict[str, Signature]:
+        """Every sub-engine's input and output names for `cfg` (what a lean artifact's entries must
+        name; families with `capabilities.lean_artifact` provide it)."""
+        raise ConfigError(f"family {self.name} does not describe its signatures without a model")
 
     def stage_of(self, sub_engine: str) -> StageSpec:
         """The stage a sub-engine implements (bucket names such as `prefix@32` map to their base)."""

@@ -72,6 +72,8 @@ def roofline_table(result: BenchResult) -> Any:
 def summary_lines(result: BenchResult) -> list[str]:
     lat = result.latency
     lines = [f"control rate: {lat.rate_hz_p50:.1f} Hz at p50, {lat.rate_hz_p99:.1f} Hz at p99"]
+    if result.info.get("load_s") is not None:  # an artifact: its load is part of what a robot waits for
+        lines.append(f"loaded in {result.info['load_s']:.2f} s ({result.info.get('load_cache', '')})")
     if result.jitter_warning:
         lines.append(
             f"[yellow]jitter warning: p95 {lat.p95:.3f} ms > {JITTER_RATIO} x p50 {lat.p50:.3f} ms — "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hotloop.compile.artifact import entries, read_manifest
+from hotloop.compile.artifact import entries, is_lean, read_manifest
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import BackendError, OnnxGraph, PreparedFiles, Runner
 from hotloop.errors import CheckpointError, ConfigError
@@ -33,6 +34,7 @@ from hotloop.families.inputs import check_finite, to_tensor
 from hotloop.finite import check_finite_weights
 from hotloop.runtime.memory import MemoryAccount, check_cap
 from hotloop.runtime.onnx_check import check_onnx_entry
+from hotloop.runtime.recorded_io import check_recorded_io
 
 _log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ class Engine:
         self.family: Any = None  # the policy family (None for an ONNX artifact)
         self.cuda_graph: Any = None
         self.memory = MemoryAccount(path, None)  # replaced by Engine.load's, which measured the load
+        self.load_s: float | None = None  # Engine.load's wall time: verify, build the runners, warm up
 
     # ---- loading ---------------------------------------------------------------------------------------
     @classmethod
@@ -117,6 +120,7 @@ class Engine:
         `memory_cap_mb`: the engine's resident-memory cap in MiB, checked at load and after every call
         while running (`MemoryCapError` naming the artifact; what is counted: `hotloop.runtime.memory`).
         """
+        started = time.perf_counter()
         check_cap(memory_cap_mb)
         check_load_options(path, threads, pin)
         root = Path(path)
@@ -129,6 +133,7 @@ class Engine:
 
             root = replan_artifact(root)
             manifest = read_manifest(root, verify_files=verify_files)
+        check_cap_fits_plan(root, manifest, memory_cap_mb)
         for backend in sorted({e.backend for e in entries(manifest).values()}):
             # Import the libraries first: their code is the process's, shared by its engines, not this one's.
             get_backend(backend).unavailable_reason()
@@ -163,12 +168,12 @@ class Engine:
             for bucket in list(engine.pipelines)[:-1]:  # the smaller buckets see a prompt that fits them
                 engine.infer(engine.example_observation(prompt_tokens=bucket))
         account.load_finished()
+        engine.load_s = time.perf_counter() - started
         return engine
 
     def _load_family(self, threads: int | None) -> None:
-        from safetensors.torch import load_file
-
         from hotloop.compile.bucket_plan import split_name
+        from hotloop.compile.lean_files import mapped_state_dict
         from hotloop.families.protocol import constants_of
 
         family, m = self.family, self.manifest
@@ -180,9 +185,12 @@ class Engine:
                 f"{self.path / 'manifest.json'}: config / shape do not describe a {family.name} model "
                 f"({type(exc).__name__}: {exc}); recompile the artifact"
             ) from None
+        if is_lean(m):
+            self._load_lean(threads)
+            return
         model = family.empty_model(self.cfg)
         try:
-            state = load_file(str(self.path / m["weights"]))
+            state = mapped_state_dict(self.path / m["weights"])  # mapped, not read: `lean_files`
             model.load_state_dict(state, assign=True)
         except Exception as exc:  # noqa: BLE001 - safetensors and torch raise their own types
             raise CheckpointError(
@@ -244,11 +252,38 @@ class Engine:
             signatures = {n: e.signature for n, e in engines.items()}
             pipelines[bucket] = family.pipeline(self.cfg, shape, runners, constants_of(engines), signatures)
             link_runners(runners)
+        self._set_pipelines(pipelines, full)
+
+    def _load_lean(self, threads: int | None) -> None:
+        """A lean artifact's pipeline from its manifest, tables and graph files (`runtime.lean_load`):
+        the torch model is never built, and `self.model` stays None."""
+        from hotloop.runtime import lean_load
+
+        family, full = self.family, getattr(self.shape, "prompt_slots", 0)
+        self.runners, per_bucket, signatures = lean_load.load_runners(
+            self.path, self.manifest, family, self.cfg, threads
+        )
+        constants = lean_load.constants(self.path, self.manifest)
+        if full not in per_bucket:
+            raise CheckpointError(
+                f"{self.path / 'manifest.json'}: no sub-engine runs the full prompt; recompile"
+            )
+        bucketed = set(family.capabilities.bucket_stages)
+        shared = {n: r for n, r in per_bucket[full].items() if family.stage_of(n).name not in bucketed}
+        pipelines = {}
+        for bucket, runners in sorted(per_bucket.items()):
+            runners.update(shared)
+            shape = self.shape if bucket == full else family.with_prompt_slots(self.shape, bucket)
+            pipelines[bucket] = family.pipeline(self.cfg, shape, runners, constants, signatures)
+            link_runners(runners)
+        self._set_pipelines(pipelines, full)
+
+    def _set_pipelines(self, pipelines: dict[int, Any], full: int) -> None:
         self.pipelines = pipelines
         if len(pipelines) > 1:
             from hotloop.families.buckets import BucketedPipeline
 
-            self.pipeline = BucketedPipeline(pipelines, family.prompt_length)
+            self.pipeline = BucketedPipeline(pipelines, self.family.prompt_length)
         else:
             self.pipeline = pipelines[full]
         self._maybe_capture_cuda_graph()
@@ -434,33 +469,25 @@ class Engine:
             "target": self.manifest.get("target"),
             "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
             "memory": self.memory.to_dict(),
+            "load_s": self.load_s,
+            "layout": self.kind if self.kind == "onnx" else self.manifest.get("layout", "weights"),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
         }
 
 
-def check_recorded_io(where: Path, name: str, entry: Any, runner: Runner) -> None:
-    """The I/O a sub-engine's manifest entry records is the I/O its config builds: an entry edited or
-    written for another config is refused by name at load, not discovered as a shape error mid-run."""
+def check_cap_fits_plan(root: Path, manifest: dict[str, Any], cap_mb: float | None) -> None:
+    """Refuse, before anything is loaded, a cap below what the plan's graph files hold: the engine cannot
+    run in less than its weights (`memory.weights_mb`, written at compile)."""
+    from hotloop.errors import MemoryCapError
+    from hotloop.targets import CAP_FLAG
 
-    def dtype(t: Tensor) -> str:
-        return str(t.dtype).replace("torch.", "")
-
-    built = {
-        "input_names": list(runner.input_names),
-        "input_shapes": [list(x.shape) for x in runner.inputs],
-        "input_dtypes": [dtype(x) for x in runner.inputs],
-        "output_names": list(runner.output_names),
-        "output_shapes": [list(y.shape) for y in runner.outputs],
-        "output_dtypes": [dtype(y) for y in runner.outputs],
-    }
-    for field, value in built.items():
-        recorded = getattr(entry, field)
-        if recorded != value:
-            shown = str(recorded) if len(str(recorded)) <= 120 else str(recorded)[:117] + "..."
-            raise CheckpointError(
-                f"{where}: sub-engine {name!r} records {field} {shown}, but the manifest's config builds "
-                f"{value}; the manifest was edited or belongs to another model: recompile the artifact"
-            )
+    need = float(manifest.get("memory", {}).get("weights_mb", 0))
+    if cap_mb is not None and need > cap_mb:
+        raise MemoryCapError(
+            f"{root}: the plan's weights alone take {need:.0f} MiB (its graph files), above {CAP_FLAG} "
+            f"{cap_mb:g}; raise {CAP_FLAG} to at least {need:.0f} plus the buffers, or compile a smaller "
+            "plan (--precisions int8,int4-weight)"
+        )
 
 
 def link_runners(runners: dict[str, Runner]) -> list[str]:

@@ -17,7 +17,7 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
     import torch
     from safetensors.torch import load_file
 
-    from hotloop.compile.artifact import read_manifest
+    from hotloop.compile.artifact import is_lean, read_manifest
     from hotloop.compile.plan import plan_policy, write_artifact
     from hotloop.compile.planner import PlanConfig
     from hotloop.compile.validate import parse_tolerance
@@ -29,6 +29,11 @@ def replan_artifact(path: Path, iterations: int = 5) -> Path:
     if kind not in FAMILIES:
         raise CheckpointError(
             f"{path}: only policy artifacts can be re-planned (kind {kind!r}); recompile the ONNX model here"
+        )
+    if is_lean(manifest):
+        raise CheckpointError(
+            f"{path}: a lean artifact holds only what runs, not the source weights a new plan is made from; "
+            f"recompile it here from its source ({manifest.get('target')}) with `hotloop compile`"
         )
     family = get_family(str(kind))
     cfg = family.config_from_dict(manifest["config"])

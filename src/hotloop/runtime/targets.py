@@ -6,6 +6,9 @@ from typing import Any
 
 from hotloop.targets import BenchCase, TargetOptions
 
+# Without `bench --cold-load` the load found the page cache as it was (warm when the files were just read).
+NOT_DROPPED = "as found: page cache not dropped (bench --cold-load drops it)"
+
 
 def _engine(path: str, options: TargetOptions, supported: frozenset[str] = frozenset()) -> Any:
     from hotloop.runtime.engine import Engine
@@ -26,7 +29,8 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
         if options.prompt_tokens is not None:
             raise ConfigError(f"--prompt-tokens is for VLA artifacts; {path} is an ONNX plan")
         obs = engine.example_observation()
-        return BenchCase(name=path, run=lambda timer: engine.infer(obs), info=engine.describe())
+        info = {**engine.describe(), "load_cache": NOT_DROPPED}
+        return BenchCase(name=path, run=lambda timer: engine.infer(obs), info=info)
     family, cfg = engine.family, engine.cfg
     buckets = family.capabilities.prompt_buckets
     if options.prompt_tokens is not None and not buckets:
@@ -41,7 +45,7 @@ def build_bench(path: str, options: TargetOptions) -> BenchCase:
     noise = family.make_noise(
         cfg, engine.shape, engine.shape.batch, torch.Generator().manual_seed(options.seed)
     )
-    info = {**engine.describe(), "num_steps": engine.shape.num_steps}
+    info = {**engine.describe(), "num_steps": engine.shape.num_steps, "load_cache": NOT_DROPPED}
     if hasattr(engine.shape, "views"):
         info["views"] = engine.shape.views
     if options.prompt_tokens is not None:

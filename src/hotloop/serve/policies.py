@@ -7,6 +7,8 @@ The action spec is measured, not declared: the warm-up inference on a zero obser
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,10 @@ def load_served_policy(target_or_artifact: str, options: Any) -> ServedPolicy:
         )
     from hotloop.targets import find_target
 
+    started = time.perf_counter()
     policy = find_target(target_or_artifact).build_policy(target_or_artifact, options)
-    return serve_policy(target_or_artifact, policy)
+    served = serve_policy(target_or_artifact, policy)
+    return dataclasses.replace(served, load_s=time.perf_counter() - started)
 
 
 def serve_policy(name: str, policy: Any) -> ServedPolicy:

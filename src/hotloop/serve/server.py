@@ -123,6 +123,9 @@ class ServedPolicy:
     # checkpoint's n_action_steps, its temporal ensembling coefficient), sent in the metadata so that the
     # robot-side runner, which executes the chunks, can use them.
     strategy_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # Seconds from the start of loading to ready (an artifact: Engine.load and the warm-up inference),
+    # shown by /healthz; None for a policy built in this process some other way.
+    load_s: float | None = None
 
 
 @dataclass
@@ -285,6 +288,8 @@ class PolicyServer:
                     f"unhealthy: an inference has been running for {running_s * 1e3:.0f} ms, over the "
                     f"--stall-limit-ms of {limit_ms:g} ms\n",
                 )
+            if self.served.load_s is not None:
+                return connection.respond(http.HTTPStatus.OK, f"OK load_s={self.served.load_s:.3f}\n")
             return connection.respond(http.HTTPStatus.OK, "OK\n")
         if path == "/metrics":
             self.watchdog.export()  # the time in fallback grows between events

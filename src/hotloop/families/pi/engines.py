@@ -11,7 +11,7 @@ Sub-engines (all inputs and outputs are tensors; shapes fixed by `PiEngineShape`
 view + prompt_slots, S = the suffix length, N = num_steps, D = head_dim, "dtype" the engine's dtype):
 
     vision        images (B, V, 3, H, W) f32                                     -> image_tokens (B, V*T, W) dtype
-    prefix        image_tokens dtype, lang_tokens (B, L) i64, prefix_mask (B, 1, P, P) f32,
+    prefix        image_tokens dtype, lang_embeds (B, L, W) f32, prefix_mask (B, 1, P, P) f32,
                   prefix_cos, prefix_sin (B, P, D) f32                          -> k, v (depth, B, KV, P, D) dtype
     denoise_step  x_t (B, chunk, A) f32, k, v, suffix_mask (B, 1, S, P+S) f32, suffix_cos,
                   suffix_sin (B, S, D) f32, time_cond (...) f32[, state (B, max_state_dim) f32 (pi0)]
@@ -20,7 +20,11 @@ view + prompt_slots, S = the suffix length, N = num_steps, D = head_dim, "dtype"
                   time_table (N, ...) f32[, state]                               -> actions (B, chunk, A) f32
 
 Where each input comes from (the names are the contract):
-- images, lang_tokens, state: the observation (lang_tokens cut to the engine's prompt_slots);
+- images, state: the observation;
+- lang_embeds: the rows of the constant `token_embedding` (V, W) for the observation's lang_tokens (cut to
+  the engine's prompt_slots), gathered outside the graph (`lookup_rows`): the table is a quarter of
+  pi0.5's weights and a prompt reads 200 of its 257,152 rows, so a loaded artifact maps it from its own
+  file instead of holding it inside the prefix graph (`hotloop.compile.lookup_tables`);
 - prefix_* and suffix_*: `compile.precompute.observation_tables`, float32, computed per observation
   outside any graph (RoPE and masks in float32: bf16 sine/cosine inside a compiled graph is wrong);
 - time_table / time_cond: a build-time constant, `SubEngine.constants["time_table"]` (N, ...) float32;
@@ -48,6 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
+from hotloop.families.lookup import lookup_rows
 from hotloop.families.pi.blocks import (
     BlockNorm,
     DecoderBlock,
@@ -64,6 +69,7 @@ from hotloop.models.pi0 import PiModel
 from hotloop.models.siglip import SiglipLayer
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
+TOKEN_EMBEDDING = "token_embedding"  # the prefix's constant: the VLM's token-embedding table (V, W)
 OBSERVATION_TABLES = ("prefix_mask", "prefix_cos", "prefix_sin", "suffix_mask", "suffix_cos", "suffix_sin")
 
 
@@ -140,13 +146,16 @@ class VisionEngine(nn.Module):
 
 
 class PrefixEngine(nn.Module):
-    """[image tokens, prompt] through the VLM -> per-layer keys (after RoPE) and values."""
+    """[image tokens, prompt] through the VLM -> per-layer keys (after RoPE) and values.
+
+    The prompt comes in as its token-embedding rows (`lang_embeds`, gathered outside the graph), cast to
+    the engine dtype before the sqrt(width) scale: the same numbers the model's own embedding gives."""
 
     def __init__(self, model: PiModel) -> None:
         super().__init__()
-        self.embed_tokens = model.embed_tokens
         dtype = model.embed_tokens.weight.dtype
         # The sqrt(width) factor is a float32 constant rounded to the model dtype, as in the model.
+        self.embed_scale: Tensor
         self.register_buffer(
             "embed_scale", torch.tensor(model.cfg.vlm.width**0.5, dtype=torch.float32).to(dtype)
         )
@@ -155,13 +164,13 @@ class PrefixEngine(nn.Module):
     def forward(
         self,
         image_tokens: Tensor,
-        lang_tokens: Tensor,
+        lang_embeds: Tensor,
         prefix_mask: Tensor,
         prefix_cos: Tensor,
         prefix_sin: Tensor,
     ) -> tuple[Tensor, Tensor]:
-        dtype = self.embed_tokens.weight.dtype
-        x = torch.cat((image_tokens.to(dtype), self.embed_tokens(lang_tokens) * self.embed_scale), dim=1)
+        dtype = self.embed_scale.dtype
+        x = torch.cat((image_tokens.to(dtype), lang_embeds.to(dtype) * self.embed_scale), dim=1)
         mask, cos, sin = prefix_mask.to(dtype), prefix_cos.to(dtype), prefix_sin.to(dtype)
         ks, vs = [], []
         blocks = cast(list[DecoderBlock], list(self.blocks))
@@ -293,13 +302,13 @@ def example_observation(cfg: PiConfig, shape: PiEngineShape, device: torch.devic
     )
 
 
-def _signatures(cfg: PiConfig) -> dict[str, Signature]:
+def engine_signatures(cfg: PiConfig) -> dict[str, Signature]:
     tables = ("suffix_mask", "suffix_cos", "suffix_sin")
     state = () if cfg.pi05 else ("state",)
     return {
         "vision": Signature(("images",), ("image_tokens",)),
         "prefix": Signature(
-            ("image_tokens", "lang_tokens", "prefix_mask", "prefix_cos", "prefix_sin"), ("k", "v")
+            ("image_tokens", "lang_embeds", "prefix_mask", "prefix_cos", "prefix_sin"), ("k", "v")
         ),
         "denoise_step": Signature(("x_t", "k", "v", *tables, "time_cond", *state), ("velocity",)),
         "denoise_loop": Signature(("noise", "k", "v", *tables, "time_table", *state), ("actions",)),
@@ -329,16 +338,23 @@ def build_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype
         "denoise_loop": DenoiseLoopEngine(step, shape.num_steps).eval(),
     }
     table = time_table(model, shape.num_steps, shape.batch)
-    return _with_examples(cfg, shape, modules, table)
+    return _with_examples(cfg, shape, modules, table, model.embed_tokens.weight.detach())
 
 
 def _with_examples(
-    cfg: PiConfig, shape: PiEngineShape, modules: Mapping[str, nn.Module], table: Tensor
+    cfg: PiConfig,
+    shape: PiEngineShape,
+    modules: Mapping[str, nn.Module],
+    table: Tensor,
+    token_embedding: Tensor,
 ) -> dict[str, SubEngine]:
     """SubEngines of `modules` with example inputs of `shape`, from a synthetic observation run through them."""
     device = table.device
     obs = example_observation(cfg, shape, device)
-    values: dict[str, Tensor] = {"images": obs.images, "lang_tokens": obs.lang_tokens}
+    values: dict[str, Tensor] = {
+        "images": obs.images,
+        "lang_embeds": lookup_rows(token_embedding, obs.lang_tokens),
+    }
     values.update(observation_tables(cfg, obs.image_masks, obs.lang_masks))
     if obs.state is not None and not cfg.pi05:
         values["state"] = obs.state
@@ -350,11 +366,13 @@ def _with_examples(
     values["noise"] = values["x_t"] = noise
     engines: dict[str, SubEngine] = {}
     with torch.no_grad():
-        for name, sig in _signatures(cfg).items():
+        for name, sig in engine_signatures(cfg).items():
             inputs = tuple(values[n] for n in sig.input_names)
             outputs = as_tuple(modules[name](*inputs))
             values.update(zip(sig.output_names, outputs, strict=True))
             constants = {"time_table": table} if name.startswith("denoise") else {}
+            if name == "prefix":
+                constants = {TOKEN_EMBEDDING: token_embedding}
             engines[name] = SubEngine(
                 name, modules[name], inputs, sig.input_names, sig.output_names, constants
             )
@@ -370,6 +388,7 @@ def reshape_subengines(
     table does not depend on the prompt, so it is kept.
     """
     table = engines["denoise_step"].constants["time_table"]
+    token_embedding = engines["prefix"].constants[TOKEN_EMBEDDING]
     step_x = engines["denoise_step"].example_inputs[0]
     views = engines["vision"].example_inputs[0].shape[1]
     if prompt_slots > cfg.max_token_len:
@@ -377,7 +396,7 @@ def reshape_subengines(
     shape = PiEngineShape(
         batch=int(step_x.shape[0]), views=int(views), prompt_slots=prompt_slots, num_steps=int(table.shape[0])
     )
-    return _with_examples(cfg, shape, {n: e.module for n, e in engines.items()}, table)
+    return _with_examples(cfg, shape, {n: e.module for n, e in engines.items()}, table, token_embedding)
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------
@@ -449,7 +468,7 @@ class PiPipeline:
         with timer.stage("vision"):
             self._run("vision", values)
         with timer.stage("prefix"):
-            values["lang_tokens"] = obs.lang_tokens[:, :slots]
+            values["lang_embeds"] = lookup_rows(self.constants[TOKEN_EMBEDDING], obs.lang_tokens[:, :slots])
             values.update(observation_tables(self.cfg, obs.image_masks, obs.lang_masks[:, :slots]))
             self._run("prefix", values)
         if obs.state is not None:

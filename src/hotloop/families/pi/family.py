@@ -48,7 +48,9 @@ class PiFamily(PolicyFamily):
         qat=True,
         recipes=("plain", "fused"),
         bucket_stages=("prefix", "denoise"),
+        lean_artifact=True,
     )
+    lookup_tables: ClassVar[Mapping[str, str]] = {"token_embedding": "prefix"}
 
     # ---- configs, shapes and models ----------------------------------------------------------------
     def config_to_dict(self, cfg: Any) -> dict[str, Any]:
@@ -100,6 +102,11 @@ class PiFamily(PolicyFamily):
         from hotloop.families.pi.engines import PiPipeline
 
         return PiPipeline(cfg, shape, runners, constants, signatures)
+
+    def signatures(self, cfg: Any) -> dict[str, Signature]:
+        from hotloop.families.pi.engines import engine_signatures
+
+        return engine_signatures(cfg)
 
     def sample_actions(
         self, model: nn.Module, obs: Any, noise: Tensor, num_steps: int | None = None

@@ -102,7 +102,7 @@ class PiPolicy:
 
     def __init__(
         self,
-        model: PiModel,
+        model: PiModel | None,
         config: PiConfig,
         tokenizer: Tokenizer | None = None,
         norm_stats: NormStats | None = None,
@@ -115,7 +115,9 @@ class PiPolicy:
         for name, value in (("action_dim", action_dim), ("horizon", horizon), ("num_steps", num_steps)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"PiPolicy {name} must be a positive integer (got {value!r})")
-        self.model = model.eval()
+        # None behind a lean artifact's engine (`hotloop.runtime.lean_load`): the engine samples, and the
+        # eager paths below, which need the model, are never taken (`EnginePiPolicy`).
+        self.model = model.eval() if model is not None else None
         self.config = config
         self.tokenizer = tokenizer
         self.norm_stats = norm_stats or NormStats(mode="identity")
@@ -129,12 +131,12 @@ class PiPolicy:
         self.default_prompt_tokens = list(default_prompt_tokens or [])
         self.num_steps = num_steps
         self.seed = seed
-        weight = model.action_in_proj.weight
-        # An engine whose runners run from compiled files keeps its torch model on meta (no storage,
-        # `hotloop.runtime.engine.release_weights`); its observations are still built on the CPU.
-        self.device = torch.device("cpu") if weight.is_meta else weight.device
+        weight = model.action_in_proj.weight if model is not None else None
+        # An engine whose runners run from compiled files has no torch model, or keeps it on meta (no
+        # storage, `hotloop.runtime.engine.release_weights`); its observations are built on the CPU.
+        self.device = torch.device("cpu") if weight is None or weight.is_meta else weight.device
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._cache = model.allocate_cache(batch=1)
+        self._cache = model.allocate_cache(batch=1) if model is not None else None
 
     @property
     def generator(self) -> torch.Generator:
@@ -142,8 +144,16 @@ class PiPolicy:
         return self._generator
 
     @property
+    def eager_model(self) -> PiModel:
+        """The model the eager paths sample with (an engine-backed policy of a lean artifact has none)."""
+        if self.model is None:
+            raise ConfigError("this policy runs a compiled engine only: it has no eager model to sample with")
+        return self.model
+
+    @property
     def cache(self) -> PrefixCache:
         """The preallocated prefix cache `infer` fills (batch 1)."""
+        assert self._cache is not None, "an engine-backed policy has no eager prefix cache"
         return self._cache
 
     def reset(self) -> None:
@@ -303,7 +313,7 @@ class PiPolicy:
         elif guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
-                self.model,
+                self.eager_model,
                 model_obs,
                 num_steps=self.num_steps,
                 generator=self._generator,
@@ -366,8 +376,10 @@ class PiPolicy:
         )
         if soft:  # one time per token: the mask is the same on every action column
             mask = weights[:, 0].to(self.device)
-            return soft_prefix_sample_actions(self.model, model_obs, target.to(self.device), mask, **common)
-        return prefix_sample_actions(self.model, model_obs, target.to(self.device), d, **common)
+            return soft_prefix_sample_actions(
+                self.eager_model, model_obs, target.to(self.device), mask, **common
+            )
+        return prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), d, **common)
 
     def guided_sample(
         self,
@@ -386,7 +398,7 @@ class PiPolicy:
         prev, delay, beta = guidance
         target, weights = self._model_space_guidance(prev, delay, to_policy_actions)
         return guided_sample_actions(
-            self.model,
+            self.eager_model,
             model_obs,
             target.to(self.device),
             weights.to(self.device),
