@@ -43,7 +43,9 @@ def child(policy_path: str, record: Path, output_dir: Path, lerobot_args: list[s
         def timed(batch: Any, *a: Any, **kw: Any) -> torch.Tensor:
             start = time.perf_counter()
             action = select(batch, *a, **kw)
-            steps.append({"ms": (time.perf_counter() - start) * 1e3, "action": action.detach().cpu().tolist()})
+            steps.append(
+                {"ms": (time.perf_counter() - start) * 1e3, "action": action.detach().cpu().tolist()}
+            )
             return action
 
         policy.select_action = timed
@@ -60,10 +62,21 @@ def child(policy_path: str, record: Path, output_dir: Path, lerobot_args: list[s
 def run_side(policy_path: str, out: Path, name: str, lerobot_args: list[str]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     record = out / f"{name}.json"
-    cmd = [sys.executable, __file__, "--child", policy_path, str(record), str(out / name), "--", *lerobot_args]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        policy_path,
+        str(record),
+        str(out / name),
+        "--",
+        *lerobot_args,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"lerobot-eval --policy.path={policy_path} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        sys.exit(
+            f"lerobot-eval --policy.path={policy_path} failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+        )
     return json.loads(record.read_text())  # type: ignore[no-any-return]
 
 
@@ -74,7 +87,9 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         # The mean is the cost per control step (a chunk's inference spread over the steps it serves);
         # p50 of a chunking policy is a queue pop, p99 an inference.
         "select_action_ms": {
-            "mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))
+            "mean": float(ms.mean()),
+            "p50": float(np.percentile(ms, 50)),
+            "p99": float(np.percentile(ms, 99)),
         },
         "eval_wall_s": [r["wall_s"] for r in runs],
     }
@@ -89,7 +104,9 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", required=True, help="the LeRobot checkpoint folder")
-    parser.add_argument("--artifact", required=True, help="hotloop's artifact of it (hotloop compile CKPT -o ART)")
+    parser.add_argument(
+        "--artifact", required=True, help="hotloop's artifact of it (hotloop compile CKPT -o ART)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="folder for each run's output and ab.json")
     parser.add_argument("--rounds", type=int, default=1, help="source/artifact pairs, alternating order")
     args = parser.parse_args(own)
@@ -109,8 +126,13 @@ def main() -> None:
             runs[side].append(run_side(path, args.out, f"{side}-{r}", lerobot_args))
     first_s, first_a = runs["source"][0]["steps"], runs["artifact"][0]["steps"]
     if len(first_s) != len(first_a):
-        sys.exit(f"the two sides ran {len(first_s)} and {len(first_a)} steps; they must run the same episodes")
-    diffs = [float(np.abs(np.subtract(s["action"], a["action"])).max()) for s, a in zip(first_s, first_a)]
+        sys.exit(
+            f"the two sides ran {len(first_s)} and {len(first_a)} steps; they must run the same episodes"
+        )
+    diffs = [
+        float(np.abs(np.subtract(s["action"], a["action"])).max())
+        for s, a in zip(first_s, first_a, strict=True)
+    ]
     manifest = json.loads((Path(args.artifact) / "manifest.json").read_text())
     source, artifact = summary(runs["source"]), summary(runs["artifact"])
     result = {

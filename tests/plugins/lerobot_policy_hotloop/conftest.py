@@ -49,7 +49,9 @@ def lerobot_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory, lerobot_python: Path, lerobot_home: Path) -> dict[str, Path]:
+def checkpoints(
+    tmp_path_factory: pytest.TempPathFactory, lerobot_python: Path, lerobot_home: Path
+) -> dict[str, Path]:
     def make(folder: Path) -> None:
         made = run_json(["make_checkpoints.py", str(folder), "act", "diffusion", "smolvla"], lerobot_home)
         (folder / "made.json").write_text(json.dumps(made))
@@ -59,7 +61,9 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, lerobot_python: Path, 
 
 
 @pytest.fixture(scope="session")
-def artifacts(tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]) -> Callable[[str], Path]:
+def artifacts(
+    tmp_path_factory: pytest.TempPathFactory, checkpoints: dict[str, Path]
+) -> Callable[[str], Path]:
     """The artifact of one family's checkpoint, compiled on first use."""
 
     def artifact(family: str) -> Path:

@@ -39,12 +39,19 @@ def lerobot_env(home: Path) -> dict[str, str]:
     }
 
 
-def run_lerobot(args: list[str], home: Path, timeout: float = 600, program: Path = LEROBOT_PYTHON) -> subprocess.CompletedProcess[str]:
+def run_lerobot(
+    args: list[str], home: Path, timeout: float = 600, program: Path = LEROBOT_PYTHON
+) -> subprocess.CompletedProcess[str]:
     """`program args...` in the LeRobot venv (a script of lerobot_side/ when args[0] names one)."""
     script = LEROBOT_SIDE / args[0]
     argv = [str(script), *args[1:]] if script.is_file() else args
     return subprocess.run(
-        [str(program), *argv], capture_output=True, text=True, timeout=timeout, env=lerobot_env(home), cwd=home
+        [str(program), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=lerobot_env(home),
+        cwd=home,
     )
 
 
@@ -59,6 +66,12 @@ def compile_artifact(checkpoint: Path, out: Path, tolerance: str) -> Path:
     cmd = [sys.executable, "-m", "hotloop", "compile", str(checkpoint), "-o", str(out), "--backends", "onnxruntime",
            "--precisions", "fp32", "--iters", "2", "--warmup", "1", "--no-cache", "--quiet", "--max-load", "inf",
            "--tolerance", tolerance]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
+    )
     assert done.returncode == 0, f"hotloop compile {checkpoint} failed:\n{done.stderr[-4000:]}"
     return out

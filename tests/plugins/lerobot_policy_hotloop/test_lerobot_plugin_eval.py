@@ -26,12 +26,16 @@ def refusal_line(stderr: str) -> str:
 
 def lerobot_eval(art: Path, out: Path, home: Path, **changes: str) -> subprocess.CompletedProcess[str]:
     """The real `lerobot-eval` console script on PushT (`changes`: flags replaced, e.g. env.observation_height)."""
-    flags = dict(arg[2:].split("=", 1) for arg in PUSHT) | {k.replace("__", "."): v for k, v in changes.items()}
+    flags = dict(arg[2:].split("=", 1) for arg in PUSHT) | {
+        k.replace("__", "."): v for k, v in changes.items()
+    }
     args = [f"--policy.path={art}", *(f"--{k}={v}" for k, v in flags.items()), f"--output_dir={out}"]
     return run_lerobot(args, home, program=LEROBOT_EVAL)
 
 
-def test_lerobot_eval_runs_the_artifact(artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path) -> None:
+def test_lerobot_eval_runs_the_artifact(
+    artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "eval"
     done = lerobot_eval(artifacts("act"), out, lerobot_home)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -47,7 +51,17 @@ def test_source_and_artifact_give_the_same_actions_step_by_step(
     art = artifacts("act")
     out = tmp_path / "ab"
     script = REPO_ROOT / "benchmarks" / "lerobot_eval_ab.py"
-    args = [str(script), "--source", str(checkpoints["act"]), "--artifact", str(art), "--out", str(out), "--", *PUSHT]
+    args = [
+        str(script),
+        "--source",
+        str(checkpoints["act"]),
+        "--artifact",
+        str(art),
+        "--out",
+        str(out),
+        "--",
+        *PUSHT,
+    ]
     done = run_lerobot(args, lerobot_home)
     assert done.returncode == 0, done.stderr[-4000:]
     ab = json.loads((out / "ab.json").read_text())
@@ -60,7 +74,9 @@ def test_source_and_artifact_give_the_same_actions_step_by_step(
     assert ab["ratio_mean"] > 0 and ab["artifact"]["select_action_ms"]["p99"] > 0
 
 
-def test_refusals_at_make_policy(artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path) -> None:
+def test_refusals_at_make_policy(
+    artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
+) -> None:
     out = run_json(["refusals.py", str(artifacts("act")), str(tmp_path)], lerobot_home)
     assert out["intact"] == {"loaded": "HotloopPolicy", "source": None, "fallback_messages": []}
     expect = {
@@ -78,10 +94,15 @@ def test_refusals_at_make_policy(artifacts: Callable[[str], Path], lerobot_home:
         assert "\n" not in out[name]["refused"]
     fallback = out["fallback_cpu"]
     assert (fallback["loaded"], fallback["source"]) == ("HotloopPolicy", "ACTPolicy"), fallback
-    assert len(fallback["fallback_messages"]) == 1 and "hotloop_test_absent_feature" in fallback["fallback_messages"][0]
+    assert (
+        len(fallback["fallback_messages"]) == 1
+        and "hotloop_test_absent_feature" in fallback["fallback_messages"][0]
+    )
 
 
-def test_lerobot_eval_stops_with_one_line(artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path) -> None:
+def test_lerobot_eval_stops_with_one_line(
+    artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
+) -> None:
     """A tampered artifact: the command exits non-zero with the plugin's one line last, no traceback, and
     writes nothing (LeRobot makes its output folder only once the rollouts start)."""
     art = tmp_path / "art"

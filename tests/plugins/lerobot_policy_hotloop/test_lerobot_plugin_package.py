@@ -3,6 +3,7 @@ LeRobot's own factory (in the LeRobot venv)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable
@@ -13,13 +14,16 @@ from lerobot_plugin_helpers import PLUGIN, run_json
 
 def test_wheel_metadata_name_has_underscores(tmp_path: Path, lerobot_python: Path) -> None:
     """LeRobot imports distributions whose metadata Name starts `lerobot_policy_` (a hyphen is never found)."""
+    source = tmp_path / "plugin"  # setuptools builds in the source tree: build a copy, leave the checkout clean
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    wheels = tmp_path / "wheels"
     done = subprocess.run(
-        [str(lerobot_python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-         str(PLUGIN)],
+        [str(lerobot_python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+         str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    (wheel,) = tmp_path.glob("*.whl")
+    (wheel,) = wheels.glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
         metadata = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         names = [line for line in z.read(metadata).decode().splitlines() if line.startswith("Name:")]
@@ -54,7 +58,10 @@ def test_lerobot_discovers_and_loads_the_artifact(
     assert out["config_class"] == "HotloopConfig"
     assert out["keys_not_fields"] == []
     assert out["source_type"] == "act"
-    assert (out["policy_class"], out["policy_module"]) == ("HotloopPolicy", "lerobot_policy_hotloop.modeling_hotloop")
+    assert (out["policy_class"], out["policy_module"]) == (
+        "HotloopPolicy",
+        "lerobot_policy_hotloop.modeling_hotloop",
+    )
     assert out["runs_plan"] and Path(out["engine_path"]) == art
     assert "DeviceProcessorStep" in out["pre_steps"] and "RenameObservationsProcessorStep" in out["pre_steps"]
     assert "NormalizerProcessorStep" in out["pre_steps"] and "UnnormalizerProcessorStep" in out["post_steps"]

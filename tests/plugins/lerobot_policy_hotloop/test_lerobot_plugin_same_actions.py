@@ -15,7 +15,11 @@ from lerobot_plugin_helpers import run_json
 
 EPISODES, STEPS = 2, 22
 # (LeRobot's class, actions per chunk predict_action_chunk returns, action dim) of each checkpoint.
-FAMILIES = {"act": ("ACTPolicy", 10, 2), "diffusion": ("DiffusionPolicy", 4, 2), "smolvla": ("SmolVLAPolicy", 10, 6)}
+FAMILIES = {
+    "act": ("ACTPolicy", 10, 2),
+    "diffusion": ("DiffusionPolicy", 4, 2),
+    "smolvla": ("SmolVLAPolicy", 10, 6),
+}
 
 
 def same_actions(family: str, ckpt: Path, art: Path, home: Path, *settings: str) -> dict:
@@ -55,6 +59,11 @@ def test_act_temporal_ensemble_equals_lerobots(
 ) -> None:
     """ACT's other queue semantics, set on both sides as `--policy.temporal_ensemble_coeff` would be."""
     report = same_actions(
-        "act", checkpoints["act"], artifacts("act"), lerobot_home, "temporal_ensemble_coeff=0.01", "n_action_steps=1"
+        "act",
+        checkpoints["act"],
+        artifacts("act"),
+        lerobot_home,
+        "temporal_ensemble_coeff=0.01",
+        "n_action_steps=1",
     )
     check(report, "act")

@@ -39,7 +39,9 @@ class CompiledPlan:
             drawn = bridge.noise(engine, rows, noise)
             out = self._run(obs, drawn, rows)
         except HotloopError as exc:
-            raise ArtifactRefused(f"{self.where}: the observation does not fit the compiled plan: {exc}") from None
+            raise ArtifactRefused(
+                f"{self.where}: the observation does not fit the compiled plan: {exc}"
+            ) from None
         return bridge.actions(engine, out).to(device)
 
     def _run(self, obs: Any, noise: Tensor, rows: int) -> Tensor:

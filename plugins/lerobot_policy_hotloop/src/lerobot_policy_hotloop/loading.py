@@ -38,7 +38,9 @@ def check_lerobot_files(folder: Path) -> None:
     try:
         listed = json.loads((folder / "manifest.json").read_text()).get("files", {})
     except (OSError, ValueError, AttributeError) as exc:
-        raise ArtifactRefused(f"{folder / 'manifest.json'} is unreadable ({exc}); recompile the artifact") from None
+        raise ArtifactRefused(
+            f"{folder / 'manifest.json'} is unreadable ({exc}); recompile the artifact"
+        ) from None
     from hotloop.errors import HotloopError
 
     try:
@@ -53,7 +55,9 @@ def check_lerobot_files(folder: Path) -> None:
             if key not in listed:
                 raise ArtifactRefused(f"{f} is not listed in the manifest (added after compiling); recompile")
             if sha256_file(f) != listed[key]:
-                raise ArtifactRefused(f"{f}: sha256 does not match the manifest (changed or truncated); recompile")
+                raise ArtifactRefused(
+                    f"{f}: sha256 does not match the manifest (changed or truncated); recompile"
+                )
 
 
 def load_engine(folder: Path) -> Any:

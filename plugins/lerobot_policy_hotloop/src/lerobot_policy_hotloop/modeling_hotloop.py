@@ -37,7 +37,9 @@ class HotloopPolicy(PreTrainedPolicy):
     config_class = HotloopConfig
     name = "hotloop"
 
-    def __init__(self, config: HotloopConfig, plan: Any = None, source: nn.Module | None = None, **kwargs: Any):
+    def __init__(
+        self, config: HotloopConfig, plan: Any = None, source: nn.Module | None = None, **kwargs: Any
+    ):
         super().__init__(config)
         if plan is None and source is None:
             raise ArtifactRefused(
@@ -96,7 +98,9 @@ class HotloopPolicy(PreTrainedPolicy):
         return self._actions.next(lambda: self._chunk(batch, noise))
 
     @torch.no_grad()
-    def predict_action_chunk(self, batch: dict[str, Tensor], noise: Tensor | None = None, **kwargs: Any) -> Tensor:
+    def predict_action_chunk(
+        self, batch: dict[str, Tensor], noise: Tensor | None = None, **kwargs: Any
+    ) -> Tensor:
         if self.source is not None:
             return self.source.predict_action_chunk(batch, **_noise_kwarg(noise))  # type: ignore[no-any-return]
         batch = {k: v for k, v in batch.items() if k != ACTION}
@@ -128,10 +132,14 @@ class HotloopPolicy(PreTrainedPolicy):
 
     # ---- training is the source checkpoint's --------------------------------------------------------
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, dict | None]:  # type: ignore[type-arg]
-        raise ArtifactRefused("a hotloop artifact is a compiled plan for inference; train the source checkpoint")
+        raise ArtifactRefused(
+            "a hotloop artifact is a compiled plan for inference; train the source checkpoint"
+        )
 
     def get_optim_params(self) -> dict:  # type: ignore[type-arg]
-        raise ArtifactRefused("a hotloop artifact is a compiled plan for inference; train the source checkpoint")
+        raise ArtifactRefused(
+            "a hotloop artifact is a compiled plan for inference; train the source checkpoint"
+        )
 
 
 def _noise_kwarg(noise: Tensor | None) -> dict[str, Tensor]:

@@ -62,7 +62,10 @@ def write_local_vlm(folder: Path) -> Path:
     config.save_pretrained(folder)
     image_processor = SmolVLMImageProcessor(max_image_size={"longest_edge": VISION["image_size"]})
     processor = SmolVLMProcessor(
-        image_processor=image_processor, tokenizer=tokenizer(), video_processor=SmolVLMVideoProcessor(), image_seq_len=9
+        image_processor=image_processor,
+        tokenizer=tokenizer(),
+        video_processor=SmolVLMVideoProcessor(),
+        image_seq_len=9,
     )
     processor.save_pretrained(folder)
     return folder

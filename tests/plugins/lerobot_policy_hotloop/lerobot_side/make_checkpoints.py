@@ -60,8 +60,8 @@ def diffusion_config() -> object:
 
 
 def smolvla_config(folder: Path) -> object:
-    from local_vlm import write_local_vlm
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+    from local_vlm import write_local_vlm
 
     vlm = write_local_vlm(folder / "vlm")
     inputs = {

@@ -44,9 +44,13 @@ def needs_missing_feature(manifest: dict[str, Any]) -> None:
 
 CHANGES: dict[str, Callable[[Path], None]] = {
     "intact": lambda art: None,
-    "tampered_stats": lambda art: flip_byte(next(art.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))),
+    "tampered_stats": lambda art: flip_byte(
+        next(art.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    ),
     "edited_config": lambda art: edit_json(art / "config.json", lambda c: c.update(n_action_steps=3)),
-    "other_version": lambda art: edit_json(art / "manifest.json", lambda m: m.update(hotloop_version="0.0.1")),
+    "other_version": lambda art: edit_json(
+        art / "manifest.json", lambda m: m.update(hotloop_version="0.0.1")
+    ),
     "cpu_lacks_feature": lambda art: edit_json(art / "manifest.json", needs_missing_feature),
 }
 SCENARIOS = [  # (name, change, env, --policy overrides)

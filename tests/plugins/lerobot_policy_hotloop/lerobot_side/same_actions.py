@@ -57,7 +57,9 @@ def episode(cfg: Any, batch: int, steps: int, seed: int) -> list[dict[str, Any]]
     return frames
 
 
-def run(policy: Any, pre: Any, post: Any, frames: list[dict[str, Any]], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def run(
+    policy: Any, pre: Any, post: Any, frames: list[dict[str, Any]], seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(normalised actions (T, B, A), robot-unit actions (T, B, A)) of one episode."""
     policy.reset()
     torch.manual_seed(seed)
