@@ -67,11 +67,9 @@ def artifacts(
     """The artifact of one family's checkpoint, compiled on first use."""
 
     def artifact(family: str) -> Path:
-        folder = _shared(
-            tmp_path_factory,
-            f"art-{family}",
-            lambda f: compile_artifact(checkpoints[family], f / "art", TOLERANCES[family]) and None,
-        )
-        return folder / "art"
+        def make(folder: Path) -> None:
+            compile_artifact(checkpoints[family], folder / "art", TOLERANCES[family])
+
+        return _shared(tmp_path_factory, f"art-{family}", make) / "art"
 
     return artifact

@@ -14,7 +14,9 @@ from lerobot_plugin_helpers import PLUGIN, run_json
 
 def test_wheel_metadata_name_has_underscores(tmp_path: Path, lerobot_python: Path) -> None:
     """LeRobot imports distributions whose metadata Name starts `lerobot_policy_` (a hyphen is never found)."""
-    source = tmp_path / "plugin"  # setuptools builds in the source tree: build a copy, leave the checkout clean
+    source = (
+        tmp_path / "plugin"
+    )  # setuptools builds in the source tree: build a copy, leave the checkout clean
     shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     wheels = tmp_path / "wheels"
     done = subprocess.run(

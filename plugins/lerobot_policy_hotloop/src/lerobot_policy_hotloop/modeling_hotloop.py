@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from lerobot.policies.pretrained import PreTrainedPolicy
-from torch import Tensor, nn
+from torch import Tensor
 
 from lerobot_policy_hotloop.configuration_hotloop import HotloopConfig
 from lerobot_policy_hotloop.errors import ArtifactRefused
@@ -37,9 +37,7 @@ class HotloopPolicy(PreTrainedPolicy):
     config_class = HotloopConfig
     name = "hotloop"
 
-    def __init__(
-        self, config: HotloopConfig, plan: Any = None, source: nn.Module | None = None, **kwargs: Any
-    ):
+    def __init__(self, config: HotloopConfig, plan: Any = None, source: Any = None, **kwargs: Any):
         super().__init__(config)
         if plan is None and source is None:
             raise ArtifactRefused(
@@ -48,7 +46,7 @@ class HotloopPolicy(PreTrainedPolicy):
             )
         self.config: HotloopConfig = config
         self.plan = plan
-        self.source = source  # LeRobot's own policy of the source checkpoint (fallback: eager)
+        self.source: Any = source  # LeRobot's own policy of the source checkpoint (fallback: eager)
         self.reset()
 
     @classmethod
@@ -88,7 +86,7 @@ class HotloopPolicy(PreTrainedPolicy):
     @torch.no_grad()
     def select_action(self, batch: dict[str, Tensor], noise: Tensor | None = None, **kwargs: Any) -> Tensor:
         if self.source is not None:
-            return self.source.select_action(batch, **_noise_kwarg(noise))  # type: ignore[no-any-return]
+            return self.source.select_action(batch, **_noise_kwarg(noise))
         batch = {k: v for k, v in batch.items() if k != ACTION}  # offline evaluation carries the target
         self._history.push(batch)
         if self._ensembler is not None:
@@ -102,7 +100,7 @@ class HotloopPolicy(PreTrainedPolicy):
         self, batch: dict[str, Tensor], noise: Tensor | None = None, **kwargs: Any
     ) -> Tensor:
         if self.source is not None:
-            return self.source.predict_action_chunk(batch, **_noise_kwarg(noise))  # type: ignore[no-any-return]
+            return self.source.predict_action_chunk(batch, **_noise_kwarg(noise))
         batch = {k: v for k, v in batch.items() if k != ACTION}
         if self._history.empty:  # called without select_action first: this observation is the history
             self._history.push(batch)
@@ -111,7 +109,7 @@ class HotloopPolicy(PreTrainedPolicy):
     def _chunk(self, batch: Mapping[str, Tensor], noise: Tensor | None) -> Tensor:
         self._check_features(batch)
         model_batch = {**batch, **self._history.stacked()}
-        return self.plan.chunk(model_batch, noise)  # type: ignore[no-any-return]
+        return self.plan.chunk(model_batch, noise)
 
     def _check_features(self, batch: Mapping[str, Tensor]) -> None:
         """Every input feature of the source checkpoint is in the batch at its shape: an environment whose

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from lerobot.configs.types import FeatureType, PolicyFeature
@@ -39,7 +40,7 @@ def _stats(features: dict[str, PolicyFeature], gen: torch.Generator) -> dict[str
     return stats
 
 
-def act_config() -> object:
+def act_config() -> Any:
     from lerobot.policies.act.configuration_act import ACTConfig
 
     return ACTConfig(
@@ -49,7 +50,7 @@ def act_config() -> object:
     )  # fmt: skip
 
 
-def diffusion_config() -> object:
+def diffusion_config() -> Any:
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
     return DiffusionConfig(
@@ -59,7 +60,7 @@ def diffusion_config() -> object:
     )  # fmt: skip
 
 
-def smolvla_config(folder: Path) -> object:
+def smolvla_config(folder: Path) -> Any:
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from local_vlm import write_local_vlm
 
