@@ -17,21 +17,23 @@ EPISODES, STEPS = 2, 22
 # (LeRobot's class, actions per chunk predict_action_chunk returns, action dim) of each checkpoint.
 FAMILIES = {
     "act": ("ACTPolicy", 10, 2),
-    "diffusion": ("DiffusionPolicy", 4, 2),
+    "diffusion": ("DiffusionPolicy", 6, 2),
     "smolvla": ("SmolVLAPolicy", 10, 6),
 }
 
 
-def same_actions(family: str, ckpt: Path, art: Path, home: Path, *settings: str) -> dict:
+def same_actions(
+    family: str, ckpt: Path, art: Path, home: Path, *settings: str, batches: tuple[int, ...] = (1, 2)
+) -> dict:
     args = ["same_actions.py", str(ckpt), str(art), "--episodes", str(EPISODES), "--steps", str(STEPS)]
-    args += ["--batch", "1", "--batch", "2", *(f"--set={s}" for s in settings)]
+    args += [f"--batch={b}" for b in batches] + [f"--set={s}" for s in settings]
     return run_json(args, home)  # type: ignore[no-any-return]
 
 
-def check(report: dict, family: str) -> None:
+def check(report: dict, family: str, batches: tuple[int, ...] = (1, 2)) -> None:
     their_class, chunk, action_dim = FAMILIES[family]
     assert report["classes"] == [their_class, "HotloopPolicy"]
-    assert [run["batch"] for run in report["runs"]] == [1, 2]
+    assert [run["batch"] for run in report["runs"]] == list(batches)
     for run in report["runs"]:
         batch = run["batch"]
         assert len(run["episodes"]) == EPISODES

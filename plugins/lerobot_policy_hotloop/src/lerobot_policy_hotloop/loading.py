@@ -33,6 +33,7 @@ def check_folder(folder: Path) -> None:
 def check_lerobot_files(folder: Path) -> None:
     """config.json and the processor files LeRobot reads are the ones the manifest's sha256 lists."""
     from hotloop.compile.artifact import sha256_file
+    from hotloop.errors import HotloopError
     from hotloop.lerobot.plugin_files import CONFIG_FILE, processor_files
 
     try:
@@ -41,8 +42,6 @@ def check_lerobot_files(folder: Path) -> None:
         raise ArtifactRefused(
             f"{folder / 'manifest.json'} is unreadable ({exc}); recompile the artifact"
         ) from None
-    from hotloop.errors import HotloopError
-
     try:
         names = [CONFIG_FILE, *(str(p) for p in processor_files(folder))]
     except HotloopError as exc:
@@ -52,6 +51,11 @@ def check_lerobot_files(folder: Path) -> None:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for f in files:
             key = str(f.relative_to(folder))
+            if not f.is_file():
+                raise ArtifactRefused(
+                    f"{f} is missing: an artifact compiled from a LeRobot checkpoint holds it; recompile "
+                    "(`hotloop compile CKPT -o ART`)"
+                )
             if key not in listed:
                 raise ArtifactRefused(f"{f} is not listed in the manifest (added after compiling); recompile")
             if sha256_file(f) != listed[key]:

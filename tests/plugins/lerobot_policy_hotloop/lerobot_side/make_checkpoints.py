@@ -54,7 +54,7 @@ def diffusion_config() -> Any:
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
     return DiffusionConfig(
-        input_features=PUSHT_INPUTS, output_features=PUSHT_ACTION, n_obs_steps=2, horizon=8, n_action_steps=4,
+        input_features=PUSHT_INPUTS, output_features=PUSHT_ACTION, n_obs_steps=2, horizon=8, n_action_steps=6,
         crop_shape=(84, 84), pretrained_backbone_weights=None, down_dims=(32, 64), kernel_size=3, n_groups=8,
         diffusion_step_embed_dim=32, spatial_softmax_num_keypoints=16, num_train_timesteps=10, device="cpu",
     )  # fmt: skip
