@@ -1,0 +1,141 @@
+"""LeRobot's own policy of CKPT against the plugin's policy of ART (hotloop's plan of CKPT), observation by
+observation, through each one's LeRobot processors (run in .venv-lerobot).
+
+    python same_actions.py CKPT ART [--episodes 2] [--steps 22] [--batch 1 --batch 2] [--set FIELD=VALUE ...]
+
+Both policies are loaded as LeRobot loads them: the config from the folder (`--set` applied to both as
+`--policy.FIELD=VALUE` would be), the class from LeRobot's factory (the plugin found by
+`register_third_party_plugins`), the pre/post-processors by `make_pre_post_processors(pretrained_path=...)`
+with `lerobot-eval`'s overrides on the plugin's side. Each episode is one stream of raw observations (seeded
+images in [0, 1], a state random walk around the checkpoint's statistics, a task text), fed to both after
+`reset()`, each side starting from the same torch seed (Diffusion's and SmolVLA's noise come from it).
+Prints JSON: per batch size and episode, the agreement of the normalised actions (`select_action`) under
+the artifact's tolerance, their largest difference in robot units, and `predict_action_chunk` beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from lerobot.configs.policies import PreTrainedConfig
+from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+from lerobot.utils.import_utils import register_third_party_plugins
+
+OVERRIDES = {"device_processor": {"device": "cpu"}, "rename_observations_processor": {"rename_map": {}}}
+
+
+def load(folder: str, overrides: list[str], eval_overrides: bool) -> tuple[Any, Any, Any]:
+    cfg = PreTrainedConfig.from_pretrained(folder, cli_overrides=[f"--{o}" for o in overrides])
+    cfg.pretrained_path = Path(folder)
+    policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg)
+    pre, post = make_pre_post_processors(
+        cfg, pretrained_path=folder, preprocessor_overrides=OVERRIDES if eval_overrides else {}
+    )
+    return policy, pre, post
+
+
+def episode(cfg: Any, batch: int, steps: int, seed: int) -> list[dict[str, Any]]:
+    """Raw observations as LeRobot's env preprocessing hands them over: float images in [0, 1] (B, C, H, W),
+    the state (B, S) as a random walk, the task text per row."""
+    gen = torch.Generator().manual_seed(seed)
+    state_ft = cfg.input_features["observation.state"]
+    state = torch.randn(batch, *state_ft.shape, generator=gen)
+    frames = []
+    for _ in range(steps):
+        state = state + 0.3 * torch.randn(state.shape, generator=gen)
+        obs: dict[str, Any] = {"observation.state": state.clone()}
+        for key, ft in cfg.input_features.items():
+            if ft.type.value == "VISUAL":
+                obs[key] = torch.rand(batch, *ft.shape, generator=gen)
+        words = torch.randint(6, 512, (batch, 5), generator=gen)
+        obs["task"] = [" ".join(f"w{int(w)}" for w in row) for row in words]
+        frames.append(obs)
+    return frames
+
+
+def run(
+    policy: Any, pre: Any, post: Any, frames: list[dict[str, Any]], seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(normalised actions (T, B, A), robot-unit actions (T, B, A)) of one episode."""
+    policy.reset()
+    torch.manual_seed(seed)
+    model, raw = [], []
+    with torch.inference_mode():
+        for obs in frames:
+            action = policy.select_action(pre(dict(obs)))
+            model.append(action.clone())
+            raw.append(post(action.clone()))
+    return torch.stack(model), torch.stack(raw)
+
+
+def chunk(policy: Any, pre: Any, frame: dict[str, Any], seed: int) -> torch.Tensor:
+    policy.reset()
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        batch = pre(dict(frame))
+        if "diffusion" in (policy.config.type, getattr(policy.config, "source_type", "")):
+            # LeRobot's Diffusion predicts from the history select_action keeps, under the key select_action
+            # stacks its cameras into (its predict_action_chunk expects the caller to have done both).
+            cams = [k for k, ft in policy.config.input_features.items() if ft.type.value == "VISUAL"]
+            batch = {**batch, "observation.images": torch.stack([batch[k] for k in cams], dim=-4)}
+            policy.select_action(dict(batch))
+            torch.manual_seed(seed)
+        return policy.predict_action_chunk(batch)
+
+
+def main() -> None:
+    from hotloop.compile.validate import compare_actions, parse_tolerance
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ckpt")
+    parser.add_argument("art")
+    parser.add_argument("--episodes", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=22)
+    parser.add_argument("--batch", type=int, action="append")
+    parser.add_argument("--set", action="append", default=[])
+    args = parser.parse_args()
+    register_third_party_plugins()
+    theirs, their_pre, their_post = load(args.ckpt, args.set, eval_overrides=False)
+    ours, our_pre, our_post = load(args.art, args.set, eval_overrides=True)
+    manifest = json.loads((Path(args.art) / "manifest.json").read_text())
+    tolerance = parse_tolerance(manifest["tolerance"])
+    report: dict[str, Any] = {
+        "classes": [type(theirs).__name__, type(ours).__name__],
+        "plan": {e["name"]: f"{e['backend']} {e['precision']}" for e in manifest["sub_engines"]},
+        "tolerance": tolerance.spec,
+        "runs": [],
+    }
+    for batch in args.batch or [1]:
+        episodes = []
+        for e in range(args.episodes):
+            frames = episode(theirs.config, batch, args.steps, seed=1000 * batch + e)
+            want, want_raw = run(theirs, their_pre, their_post, frames, seed=e)
+            got, got_raw = run(ours, our_pre, our_post, frames, seed=e)
+            agreement = compare_actions(want, got)
+            episodes.append({
+                "shape": list(got.shape),
+                "agreement": agreement.to_dict(),
+                "violation": tolerance.violation(agreement),
+                "per_step_max_abs": [float(d) for d in (want - got).abs().flatten(1).max(1).values],
+                "max_abs_raw": float((want_raw - got_raw).abs().max()),
+                "action_std": float(want.std()),
+                "first_actions": [want[0].tolist(), got[0].tolist()],
+            })  # fmt: skip
+        frame = episode(theirs.config, batch, 1, seed=7)[0]
+        want_chunk, got_chunk = chunk(theirs, their_pre, frame, 3), chunk(ours, our_pre, frame, 3)
+        chunk_agreement = compare_actions(want_chunk, got_chunk)
+        report["runs"].append({
+            "batch": batch,
+            "episodes": episodes,
+            "chunk": {"shapes": [list(want_chunk.shape), list(got_chunk.shape)],
+                      "agreement": chunk_agreement.to_dict(), "violation": tolerance.violation(chunk_agreement)},
+        })  # fmt: skip
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
