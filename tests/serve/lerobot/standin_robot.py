@@ -1,0 +1,98 @@
+"""A stand-in LeRobot `Robot` for the async-client tests (imported in .venv-lerobot only).
+
+Fixed cameras (a deterministic pattern per camera name), joints that follow the actions (joint i reads
+the last commanded action i; the joints past the action width stay at their start), and a log of every
+observation taken and action sent. LeRobot's stock `RobotClient` builds it from its config by the usual
+rule (`make_device_from_device_class`: `HotloopStandinConfig` -> `HotloopStandin` in this module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from lerobot.robots.config import RobotConfig
+from lerobot.robots.robot import Robot
+
+
+@RobotConfig.register_subclass("hotloop_standin")
+@dataclass
+class HotloopStandinConfig(RobotConfig):
+    state_dim: int = 10
+    action_dim: int = 4
+    views: str = "top:96x128"  # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
+
+
+def camera_image(name: str, height: int, width: int) -> np.ndarray:
+    """The fixed frame of camera `name` (the tests compute it too)."""
+    seed = sum(ord(c) for c in name)
+    y, x = np.mgrid[0:height, 0:width]
+    img = np.stack([(x * 3 + seed) % 256, (y * 5 + 2 * seed) % 256, ((x + y) * 7 + seed) % 256], axis=-1)
+    return img.astype(np.uint8)
+
+
+def parse_cameras(text: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for part in filter(None, text.split(",")):
+        name, size = part.split(":")
+        h, w = size.split("x")
+        out[name] = (int(h), int(w))
+    return out
+
+
+class HotloopStandin(Robot):
+    config_class = HotloopStandinConfig
+    name = "hotloop_standin"
+
+    def __init__(self, config: HotloopStandinConfig) -> None:
+        super().__init__(config)
+        self.config = config
+        self.cameras = parse_cameras(config.views)
+        self.frames = {n: camera_image(n, h, w) for n, (h, w) in self.cameras.items()}
+        self.joints = np.zeros(config.state_dim, dtype=np.float64)
+        self.connected = False
+        self.sent: list[list[float]] = []
+        self.observed = 0
+
+    @cached_property
+    def observation_features(self) -> dict[str, Any]:
+        joints: dict[str, Any] = {f"j{i}.pos": float for i in range(self.config.state_dim)}
+        return {**joints, **{n: (h, w, 3) for n, (h, w) in self.cameras.items()}}
+
+    @cached_property
+    def action_features(self) -> dict[str, Any]:
+        return {f"j{i}.pos": float for i in range(self.config.action_dim)}
+
+    @property
+    def is_connected(self) -> bool:
+        return self.connected
+
+    def connect(self, calibrate: bool = True) -> None:
+        self.connected = True
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True
+
+    def calibrate(self) -> None:
+        pass
+
+    def configure(self) -> None:
+        pass
+
+    def get_observation(self) -> dict[str, Any]:
+        self.observed += 1
+        obs: dict[str, Any] = {f"j{i}.pos": float(v) for i, v in enumerate(self.joints)}
+        obs.update({n: frame.copy() for n, frame in self.frames.items()})
+        return obs
+
+    def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
+        values = [float(action[f"j{i}.pos"]) for i in range(self.config.action_dim)]
+        self.sent.append(values)
+        self.joints[: len(values)] = values
+        return action
+
+    def disconnect(self) -> None:
+        self.connected = False
