@@ -8,7 +8,7 @@ lerobot.async_inference.robot_client` does) and runs what its `async_client` run
 policy instructions), the action receiver thread and the control loop, on the stand-in robot
 (`standin_robot`). The client is LeRobot's, unchanged; three of its methods are wrapped to record, never
 to alter: what it sent (timestep, must_go, whether the RPC succeeded), every chunk it received (as it
-unpickled it) and every action it executed with its timestep. The run stops after N observations sent.
+unpickled it) and every action it executed with its timestep. The run stops once N observations were sent and N actions executed.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
     def recording_send(obs: Any) -> bool:
         ok = send(obs)
         sent.append([obs.get_timestep(), bool(obs.must_go), bool(ok)])
-        if len(sent) >= observations:
+        if len(sent) >= observations and len(executed) >= observations:
             client.shutdown_event.set()
         return ok
 
@@ -59,6 +59,7 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
     def recording_aggregate(incoming: Any, aggregate_fn: Any = None) -> None:
         received.append(
             {
+                "latest_at_arrival": client.latest_action,
                 "timesteps": [a.get_timestep() for a in incoming],
                 "timestamps": [a.get_timestamp() for a in incoming],
                 "actions": [a.get_action().tolist() for a in incoming],
@@ -89,6 +90,9 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
         try:
             client.control_loop(task=cfg.task)
         finally:
+            # Closing the channel fails the receiver's pending GetActions ("Channel closed"): the
+            # client's own shutdown, not an error of the server's.
+            RobotClient.logger.removeHandler(records)
             client.stop()
             receiver.join(timeout=10)
     else:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from lerobot.robots.config import RobotConfig
 from lerobot.robots.robot import Robot
+from standin_frames import camera_image, parse_views
 
 
 @RobotConfig.register_subclass("hotloop_standin")
@@ -25,23 +26,6 @@ class HotloopStandinConfig(RobotConfig):
     views: str = "top:96x128"  # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
 
 
-def camera_image(name: str, height: int, width: int) -> np.ndarray:
-    """The fixed frame of camera `name` (the tests compute it too)."""
-    seed = sum(ord(c) for c in name)
-    y, x = np.mgrid[0:height, 0:width]
-    img = np.stack([(x * 3 + seed) % 256, (y * 5 + 2 * seed) % 256, ((x + y) * 7 + seed) % 256], axis=-1)
-    return img.astype(np.uint8)
-
-
-def parse_cameras(text: str) -> dict[str, tuple[int, int]]:
-    out = {}
-    for part in filter(None, text.split(",")):
-        name, size = part.split(":")
-        h, w = size.split("x")
-        out[name] = (int(h), int(w))
-    return out
-
-
 class HotloopStandin(Robot):
     config_class = HotloopStandinConfig
     name = "hotloop_standin"
@@ -49,7 +33,7 @@ class HotloopStandin(Robot):
     def __init__(self, config: HotloopStandinConfig) -> None:
         super().__init__(config)
         self.config = config
-        self.cameras = parse_cameras(config.views)
+        self.cameras = parse_views(config.views)
         self.frames = {n: camera_image(n, h, w) for n, (h, w) in self.cameras.items()}
         self.joints = np.zeros(config.state_dim, dtype=np.float64)
         self.connected = False

@@ -94,6 +94,7 @@ class Pending:
     state: np.ndarray | None  # the joint state, for the similarity filter
     received: float  # perf_counter when its last byte arrived
     received_wall: float  # time.time() then
+    decode_s: float = 0.0  # unpickling, mapping and checking it
 
 
 class ClientQueue:

@@ -74,11 +74,12 @@ def _lerobot_type(target: str) -> str | None:
             manifest: Any = json.loads((path / "manifest.json").read_text())
         except (OSError, ValueError):
             return None
-        for key in ("source", "target"):
-            value = manifest.get(key) if isinstance(manifest, dict) else None
-            if isinstance(value, str) and value != target:
-                return _lerobot_type(value)
-        return None
+        if not isinstance(manifest, dict):
+            return None
+        source = manifest.get("target")
+        found = _lerobot_type(source) if isinstance(source, str) and source != target else None
+        kind = manifest.get("kind")  # the family it was compiled from, when its source is gone
+        return found or (kind if isinstance(kind, str) else None)
     if target.startswith("demo:conveyor-"):
         from hotloop.demos.checkpoints import asset_dir
         from hotloop.errors import ConfigError

@@ -89,10 +89,11 @@ class LeRobotServer:
 
 
 class LeRobotServerThread:
-    """Run a `LeRobotServer` on its own event loop in a daemon thread (tests, benchmarks)."""
+    """Run `LeRobotServer`s on one event loop in a daemon thread (tests, benchmarks). grpc's asyncio
+    support polls one event loop per process: several servers in one process share this thread's."""
 
-    def __init__(self, server: LeRobotServer, start_timeout_s: float = 30.0) -> None:
-        self.server = server
+    def __init__(self, *servers: LeRobotServer, start_timeout_s: float = 30.0) -> None:
+        self.servers = servers
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -102,13 +103,14 @@ class LeRobotServerThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self.server.start())
+            for server in self.servers:
+                self._loop.run_until_complete(server.start())
         except BaseException as exc:
             self._error = exc
             self._started.set()
             return
         self._started.set()
-        self._loop.run_until_complete(self.server.wait_closed())
+        self._loop.run_forever()  # until __exit__ has stopped the servers
         self._loop.close()
 
     def __enter__(self) -> LeRobotServerThread:
@@ -120,14 +122,21 @@ class LeRobotServerThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(timeout=10.0)
+        async def stop_all() -> None:
+            for server in self.servers:
+                await server.stop()
+                await server.wait_closed()
+
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(timeout=10.0)
+            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10.0)
 
     @property
-    def port(self) -> int:
-        assert self.server.port is not None
-        return self.server.port
+    def server(self) -> LeRobotServer:
+        return self.servers[0]
 
-    @property
-    def address(self) -> str:
-        return f"{self.server.config.host}:{self.port}"
+    def address(self, index: int = 0) -> str:
+        server = self.servers[index]
+        assert server.port is not None
+        return f"{server.config.host}:{server.port}"
