@@ -90,7 +90,10 @@ def _lerobot_server_times(work: Path, records: list[dict[str, Any]]) -> dict[int
         round(float(ts), 6): float(s)
         for ts, s in re.findall(r"Client timestamp: ([\d.]+) \| Deserialization time: ([\d.]+)s", text)
     }
-    total = {int(n): float(ms) / 1e3 for n, ms in re.findall(r"Action chunk #(\d+) generated \| Total time: ([\d.]+)ms", text)}
+    total = {
+        int(n): float(ms) / 1e3
+        for n, ms in re.findall(r"Action chunk #(\d+) generated \| Total time: ([\d.]+)ms", text)
+    }
     out = {}
     for r in records:
         if r["server"] == "lerobot" and r["request"] in total:
@@ -105,12 +108,21 @@ def _hotloop_server_times(log: Path) -> dict[int, float]:
 
 def _stats(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=np.float64) * 1e3
-    return {"n": len(a), "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean())}
+    return {
+        "n": len(a),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "mean_ms": float(a.mean()),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path, help="a LeRobot 0.4.4 ACT checkpoint folder (default: make one)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--checkpoint", type=Path, help="a LeRobot 0.4.4 ACT checkpoint folder (default: make one)"
+    )
     parser.add_argument("--artifact", type=Path, help="its `hotloop compile` artifact (default: compile it)")
     parser.add_argument("--compile-args", default="", help="extra `hotloop compile` flags, e.g. '--force'")
     parser.add_argument("--requests", type=int, default=200)
@@ -122,14 +134,30 @@ def main() -> None:
     checkpoint = args.checkpoint
     if checkpoint is None:
         checkpoint = work / "act"
-        subprocess.run([str(LEROBOT_PYTHON), str(MAKE_CHECKPOINT), str(checkpoint)], env=_lerobot_env(work), check=True)
+        subprocess.run(
+            [str(LEROBOT_PYTHON), str(MAKE_CHECKPOINT), str(checkpoint)], env=_lerobot_env(work), check=True
+        )
     config = json.loads((checkpoint / "config.json").read_text())
     state = int(config["input_features"]["observation.state"]["shape"][0])
-    camera = next(k.rsplit(".", 1)[1] for k in config["input_features"] if k.startswith("observation.images."))
+    camera = next(
+        k.rsplit(".", 1)[1] for k in config["input_features"] if k.startswith("observation.images.")
+    )
     artifact = args.artifact
     if artifact is None:
         artifact = work / "art"
-        subprocess.run([sys.executable, "-m", "hotloop", "compile", str(checkpoint), "-o", str(artifact), *args.compile_args.split()], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hotloop",
+                "compile",
+                str(checkpoint),
+                "-o",
+                str(artifact),
+                *args.compile_args.split(),
+            ],
+            check=True,
+        )
     h, w = (int(v) for v in args.camera.split("x"))
     lerobot_port, hotloop_port = _free_port(), _free_port()
     hotloop_log = work / "hotloop.log"
@@ -157,7 +185,12 @@ def main() -> None:
         records = json.loads(out.read_text())
     timed = [r for r in records if not r["warmup"]]
     server = {"lerobot": _lerobot_server_times(work, timed), "hotloop": _hotloop_server_times(hotloop_log)}
-    report: dict[str, Any] = {"load_average": os.getloadavg(), "camera": args.camera, "checkpoint": str(checkpoint), "artifact": str(artifact)}
+    report: dict[str, Any] = {
+        "load_average": os.getloadavg(),
+        "camera": args.camera,
+        "checkpoint": str(checkpoint),
+        "artifact": str(artifact),
+    }
     for name in ("lerobot", "hotloop"):
         mine = [r for r in timed if r["server"] == name]
         report[name] = {
@@ -166,7 +199,8 @@ def main() -> None:
         }
     for what in ("round_trip", "server"):
         report[f"{what}_ratio"] = {
-            q: report["hotloop"][what][q] / report["lerobot"][what][q] for q in ("p50_ms", "p99_ms", "mean_ms")
+            q: report["hotloop"][what][q] / report["lerobot"][what][q]
+            for q in ("p50_ms", "p99_ms", "mean_ms")
         }
     first = {r["server"]: np.asarray(r["first"]) for r in records if r["first"] is not None}
     report["first_chunk_max_abs_diff"] = float(np.max(np.abs(first["hotloop"] - first["lerobot"])))

@@ -33,7 +33,9 @@ def main() -> None:
         channel = grpc.insecure_channel(server["address"], grpc_channel_options())
         stub = services_pb2_grpc.AsyncInferenceStub(channel)
         stub.Ready(services_pb2.Empty())
-        config = RemotePolicyConfig(server["policy_type"], server["path"], features, spec["actions_per_chunk"], "cpu")
+        config = RemotePolicyConfig(
+            server["policy_type"], server["path"], features, spec["actions_per_chunk"], "cpu"
+        )
         stub.SendPolicyInstructions(services_pb2.PolicySetup(data=pickle.dumps(config)))
         stubs[name] = stub
     names = list(stubs)
@@ -42,9 +44,16 @@ def main() -> None:
         joints = {f"j{k}.pos": float(v) for k, v in enumerate(rng.normal(size=d))}
         for name in names if i % 2 == 0 else names[::-1]:
             timestamp = time.time()
-            obs = TimedObservation(timestamp=timestamp, observation={**joints, camera: image, "task": ""}, timestep=i, must_go=True)
+            obs = TimedObservation(
+                timestamp=timestamp,
+                observation={**joints, camera: image, "task": ""},
+                timestep=i,
+                must_go=True,
+            )
             start = time.perf_counter()
-            stubs[name].SendObservations(send_bytes_in_chunks(pickle.dumps(obs), services_pb2.Observation, silent=True))
+            stubs[name].SendObservations(
+                send_bytes_in_chunks(pickle.dumps(obs), services_pb2.Observation, silent=True)
+            )
             reply = stubs[name].GetActions(services_pb2.Empty())
             actions = pickle.loads(reply.data)  # nosec: the benchmark's own servers
             elapsed = time.perf_counter() - start

@@ -64,11 +64,16 @@ def serve(
         str, typer.Option(help="openpi (websocket + msgpack) or lerobot (LeRobot's async gRPC robot client)")
     ] = "openpi",
     strategy: Annotated[
-        str, typer.Option(help="lerobot: chunk (LeRobot's server) or rtc-soft (chunks continue the client's queue)")
+        str,
+        typer.Option(
+            help="lerobot: chunk (LeRobot's server) or rtc-soft (chunks continue the client's queue)"
+        ),
     ] = "chunk",
     skip_similar: Annotated[
         float | None,
-        typer.Option(help="lerobot: skip observations whose joint state is within ATOL of the last (LeRobot: 1.0)"),
+        typer.Option(
+            help="lerobot: skip observations whose joint state is within ATOL of the last (LeRobot: 1.0)"
+        ),
     ] = None,
     fps: Annotated[float, typer.Option(help="lerobot: the robot client's control rate (its --fps)")] = 30.0,
     metrics_port: Annotated[

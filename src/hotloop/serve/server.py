@@ -442,7 +442,9 @@ class PolicyServer:
         try:
             if self.watchdog is None:
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, self._run_policy, obs, sessions.policy), "policy"
+                return await loop.run_in_executor(
+                    self._executor, self._run_policy, obs, sessions.policy
+                ), "policy"
             if self._infer_lock is None:
                 self._infer_lock = asyncio.Lock()
             return await self._guarded_infer(obs, sessions)

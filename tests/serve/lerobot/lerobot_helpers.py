@@ -80,7 +80,9 @@ def run_clients(runs: list[dict[str, Any]], workdir: Path, timeout_s: float = 30
     return json.loads(out.read_text())["runs"]  # type: ignore[no-any-return]
 
 
-def make_act_checkpoint(folder: Path, *, chunk: int = 20, state: int = 6, camera: str = "front:96x128") -> Path:
+def make_act_checkpoint(
+    folder: Path, *, chunk: int = 20, state: int = 6, camera: str = "front:96x128"
+) -> Path:
     """A stock LeRobot 0.4.4 ACT checkpoint written by LeRobot's own code (`make_lerobot_checkpoint.py`)."""
     done = subprocess.run(
         [str(LEROBOT_PYTHON), str(HERE / "make_lerobot_checkpoint.py"), str(folder), "--chunk", str(chunk),
@@ -152,7 +154,6 @@ def executed_came_from_chunks(run: dict[str, Any]) -> list[str]:
             problems.append(f"timestep {t}: executed {action}, the chunks held {kept.get(t)}")
             break
     return problems
-
 
 
 class RawClient:

@@ -2,13 +2,14 @@
 
     python lerobot_robot_run.py '<json>'   ->  the results as JSON in the spec's "out" file
 
-The json holds `runs`, each `{"args": [robot_client CLI flags], "observations": N, "timeout_s": T}`. Each
+The json holds `runs`, each `{"args": [robot_client CLI flags], "observations": N, "actions": M,
+"timeout_s": T}`. Each
 run parses its flags with LeRobot's own config (`RobotClientConfig`, draccus, as `python -m
 lerobot.async_inference.robot_client` does) and runs what its `async_client` runs: `start()` (Ready +
 policy instructions), the action receiver thread and the control loop, on the stand-in robot
 (`standin_robot`). The client is LeRobot's, unchanged; three of its methods are wrapped to record, never
 to alter: what it sent (timestep, must_go, whether the RPC succeeded), every chunk it received (as it
-unpickled it) and every action it executed with its timestep. The run stops once N observations were sent and N actions executed.
+unpickled it) and every action it executed with its timestep. The run stops once N observations were sent and M actions executed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class _Records(logging.Handler):
             self.lines.append(record.getMessage()[:2000])
 
 
-def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, Any]:
+def run_one(args: list[str], observations: int, actions: int, timeout_s: float) -> dict[str, Any]:
     cfg = draccus.parse(RobotClientConfig, args=args)
     records = _Records()
     RobotClient.logger.addHandler(records)
@@ -50,7 +51,7 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
     def recording_send(obs: Any) -> bool:
         ok = send(obs)
         sent.append([obs.get_timestep(), bool(obs.must_go), bool(ok)])
-        if len(sent) >= observations and len(executed) >= observations:
+        if len(sent) >= observations and len(executed) >= actions:
             client.shutdown_event.set()
         return ok
 
@@ -64,7 +65,12 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
                 "timestamps": [a.get_timestamp() for a in incoming],
                 "actions": [a.get_action().tolist() for a in incoming],
                 "types": sorted({f"{type(a).__module__}.{type(a).__qualname__}" for a in incoming}),
-                "tensor": sorted({f"{a.get_action().dtype}/{a.get_action().device}/{a.get_action().ndim}" for a in incoming}),
+                "tensor": sorted(
+                    {
+                        f"{a.get_action().dtype}/{a.get_action().device}/{a.get_action().ndim}"
+                        for a in incoming
+                    }
+                ),
             }
         )
         aggregate(incoming, aggregate_fn)
@@ -107,13 +113,16 @@ def run_one(args: list[str], observations: int, timeout_s: float) -> dict[str, A
         "executed": executed,
         "robot_sent": client.robot.sent,
         "errors": records.lines,
-        "timed_out": len(sent) < observations and started,
+        "timed_out": started and (len(sent) < observations or len(executed) < actions),
     }
 
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    results = [run_one(r["args"], r["observations"], r.get("timeout_s", 60.0)) for r in spec["runs"]]
+    results = [
+        run_one(r["args"], r["observations"], r.get("actions", r["observations"]), r.get("timeout_s", 120.0))
+        for r in spec["runs"]
+    ]
     with open(spec["out"], "w") as f:  # stdout carries LeRobot's own log lines
         json.dump({"runs": results}, f)
 

@@ -14,7 +14,7 @@ def camera_image(name: str, height: int, width: int) -> np.ndarray:
 
 
 def parse_views(text: str) -> dict[str, tuple[int, int]]:
-    """"top:96x128,wrist:64x64" -> {"top": (96, 128), "wrist": (64, 64)}."""
+    """ "top:96x128,wrist:64x64" -> {"top": (96, 128), "wrist": (64, 64)}."""
     out = {}
     for part in filter(None, text.split(",")):
         name, size = part.split(":")
@@ -34,8 +34,16 @@ def first_observation(state_dim: int, views: str, task: str) -> dict[str, object
 def lerobot_features(state_dim: int, views: str) -> dict[str, dict[str, object]]:
     """`hw_to_dataset_features(robot.observation_features, "observation", use_video=False)` of the stand-in."""
     out: dict[str, dict[str, object]] = {
-        "observation.state": {"dtype": "float32", "shape": (state_dim,), "names": [f"j{i}.pos" for i in range(state_dim)]}
+        "observation.state": {
+            "dtype": "float32",
+            "shape": (state_dim,),
+            "names": [f"j{i}.pos" for i in range(state_dim)],
+        }
     }
     for name, (h, w) in parse_views(views).items():
-        out[f"observation.images.{name}"] = {"dtype": "image", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+        out[f"observation.images.{name}"] = {
+            "dtype": "image",
+            "shape": (h, w, 3),
+            "names": ["height", "width", "channels"],
+        }
     return out

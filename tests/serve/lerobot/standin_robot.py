@@ -23,7 +23,9 @@ from standin_frames import camera_image, parse_views
 class HotloopStandinConfig(RobotConfig):
     state_dim: int = 10
     action_dim: int = 4
-    views: str = "top:96x128"  # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
+    views: str = (
+        "top:96x128"  # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
+    )
 
 
 class HotloopStandin(Robot):

@@ -1,6 +1,6 @@
 """LeRobot's stock async `RobotClient` (LeRobot 0.4.4, in .venv-lerobot) against `hotloop serve TARGET
 --protocol lerobot`, on the stand-in robot: ACT, Diffusion and SmolVLA checkpoints and a compiled
-artifact. Every run sends at least 100 observations; every action the robot executed is the row the
+artifact. Every run sends at least 100 observations and executes at least three chunks; every action the robot executed is the row the
 client kept from a hotloop chunk for that timestep, the timesteps run on one by one (none lost or
 repeated), the first chunk is what the served policy answers locally for the robot's first observation,
 and the server accounts for every observation the client sent."""
@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from lerobot_helpers import LEROBOT_PYTHON, client_args, executed_came_from_chunks, hotloop_server, run_clients
+from lerobot_helpers import (
+    LEROBOT_PYTHON,
+    client_args,
+    executed_came_from_chunks,
+    hotloop_server,
+    run_clients,
+)
 from standin_frames import first_observation, lerobot_features
 
 from hotloop.serve.lerobot.execution import OUTCOMES
@@ -33,7 +39,10 @@ TASK = "pick up the box"
 
 def _local_first_chunk(served: Any, views: str, actions: int) -> np.ndarray:
     """What the served policy answers, in this process, for the stand-in robot's first observation."""
-    features = {k: RobotFeature(v["dtype"], tuple(v["shape"]), tuple(v["names"])) for k, v in lerobot_features(10, views).items()}  # type: ignore[arg-type]
+    features = {
+        k: RobotFeature(v["dtype"], tuple(v["shape"]), tuple(v["names"]))
+        for k, v in lerobot_features(10, views).items()
+    }  # type: ignore[arg-type]
     mapping = map_features(features, {}, served.observation_spec)
     obs = check_observation(mapping.observation(first_observation(10, views, TASK)), served.observation_spec)
     return np.asarray(session_of(served.policy).infer(obs)["actions"], dtype=np.float32)[:actions]
@@ -65,19 +74,26 @@ def runs(tmp_path_factory):
         "smolvla": ("demo:conveyor-smolvla", "smolvla", VIEWS["smolvla"]),
         "artifact": (str(art), "hotloop", VIEWS["act"]),
     }
-    served = {name: load_served_policy(target, TargetOptions()) for name, (target, _, _) in cases.items()}
+    # Diffusion at 10 denoising steps (`hotloop serve --steps 10`) instead of the checkpoint's 100 DDPM.
+    options = {"diffusion": TargetOptions(num_steps=10)}
+    served = {name: load_served_policy(cases[name][0], options.get(name, TargetOptions())) for name in cases}
     horizons = {name: s.action_spec["actions"].shape[0] for name, s in served.items()}
     expected = {name: _local_first_chunk(served[name], cases[name][2], horizons[name]) for name in cases}
+    for s in served.values():
+        s.policy.reset()  # a policy shared by every client (SmolVLA) restarts its noise as served
     servers = {name: hotloop_server(cases[name][0], served[name]) for name in cases}
     thread = LeRobotServerThread(*servers.values()).__enter__()
     try:
         specs = [
             {"args": client_args(_address(servers[name]), target, policy_type=kind, actions_per_chunk=horizons[name],
-                                 views=views, threshold=0.6, task=TASK), "observations": OBSERVATIONS}
+                                 views=views, threshold=0.6, task=TASK),
+             "observations": OBSERVATIONS, "actions": 3 * horizons[name]}
             for name, (target, kind, views) in cases.items()
         ]  # fmt: skip
         # A client naming another checkpoint: refused by name at start, the server unharmed.
-        refused = client_args(_address(servers["act"]), "/models/other", policy_type="act", actions_per_chunk=10)
+        refused = client_args(
+            _address(servers["act"]), "/models/other", policy_type="act", actions_per_chunk=10
+        )
         specs.append({"args": refused, "observations": 5})
         results = run_clients(specs, work)
     finally:
@@ -87,7 +103,11 @@ def runs(tmp_path_factory):
         | {"instructions": servers[name].metrics.value("hotloop_rejected_total", {"reason": "instructions"})}
         for name in cases
     }  # fmt: skip
-    return {"results": dict(zip([*cases, "refused"], results, strict=True)), "expected": expected, "metrics": metrics}
+    return {
+        "results": dict(zip([*cases, "refused"], results, strict=True)),
+        "expected": expected,
+        "metrics": metrics,
+    }
 
 
 @pytest.mark.parametrize("case", ["act", "diffusion", "smolvla", "artifact"])
@@ -95,11 +115,16 @@ def test_the_stock_client_drives_the_robot_from_hotloop(runs, case):
     run = runs["results"][case]
     assert run["started"] and not run["timed_out"] and not run["errors"], run["errors"]
     assert len(run["sent"]) >= OBSERVATIONS and all(ok for _, _, ok in run["sent"])
-    assert len(run["executed"]) >= OBSERVATIONS and run["robot_sent"] == [a for _, a in run["executed"]]
+    assert len(run["executed"]) >= 3 * len(run["received"][0]["timesteps"])
+    assert run["robot_sent"] == [a for _, a in run["executed"]]
     assert executed_came_from_chunks(run) == []
     first = run["received"][0]
-    assert first["types"] == ["lerobot.async_inference.helpers.TimedAction"] and first["tensor"] == ["torch.float32/cpu/1"]
-    assert first["timesteps"][0] == run["sent"][0][0] == 0  # action i of a chunk: the observation's timestep + i
+    assert first["types"] == ["lerobot.async_inference.helpers.TimedAction"] and first["tensor"] == [
+        "torch.float32/cpu/1"
+    ]
+    assert (
+        first["timesteps"][0] == run["sent"][0][0] == 0
+    )  # action i of a chunk: the observation's timestep + i
     np.testing.assert_allclose(first["actions"], runs["expected"][case], rtol=0, atol=1e-6)
 
 
@@ -113,5 +138,8 @@ def test_every_observation_sent_is_accounted_for(runs, case):
 def test_a_client_naming_another_checkpoint_is_refused_by_name(runs):
     run = runs["results"]["refused"]
     assert not run["started"] and run["sent"] == []
-    assert any("'/models/other' is not what this server serves" in e and "never loads what a client names" in e for e in run["errors"]), run["errors"]
+    assert any(
+        "'/models/other' is not what this server serves" in e and "never loads what a client names" in e
+        for e in run["errors"]
+    ), run["errors"]
     assert runs["metrics"]["act"]["instructions"] == 1

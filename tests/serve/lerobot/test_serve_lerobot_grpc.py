@@ -79,11 +79,18 @@ def _instructions(monkeypatch, **changes: Any) -> bytes:
     return wire.encode_bytes_message(pickle.dumps(lr.RemotePolicyConfig(**fields)))
 
 
-def _observation(monkeypatch, timestep: int, first: float = 0.0, must_go: bool = False, **extra: Any) -> bytes:
+def _observation(
+    monkeypatch, timestep: int, first: float = 0.0, must_go: bool = False, **extra: Any
+) -> bytes:
     lr = fake_lerobot.install(monkeypatch)
-    obs = {f"j{i}.pos": (first if i == 0 else 0.0) for i in range(10)} | {"top": np.zeros((64, 64, 3), np.uint8), "task": ""}
+    obs = {f"j{i}.pos": (first if i == 0 else 0.0) for i in range(10)} | {
+        "top": np.zeros((64, 64, 3), np.uint8),
+        "task": "",
+    }
     obs.update(extra)
-    return pickle.dumps(lr.TimedObservation(timestamp=1.0, timestep=timestep, observation=obs, must_go=must_go))
+    return pickle.dumps(
+        lr.TimedObservation(timestamp=1.0, timestep=timestep, observation=obs, must_go=must_go)
+    )
 
 
 def _connect(thread: Any, monkeypatch: Any, metadata: tuple[tuple[str, str], ...] = ()) -> RawClient:
@@ -111,21 +118,29 @@ class _RunsCommand:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_pickle_that_would_run_a_command_is_refused_and_the_server_keeps_serving(server, monkeypatch, tmp_path):
+def test_a_pickle_that_would_run_a_command_is_refused_and_the_server_keeps_serving(
+    server, monkeypatch, tmp_path
+):
     thread, policy = server
     marker = tmp_path / "created-by-the-pickle"
     client = RawClient(thread.address())
     assert client.call("Ready", b"")[0] == "OK"
-    code, details, _ = client.call("SendPolicyInstructions", wire.encode_bytes_message(pickle.dumps(_RunsCommand(marker))))
+    code, details, _ = client.call(
+        "SendPolicyInstructions", wire.encode_bytes_message(pickle.dumps(_RunsCommand(marker)))
+    )
     assert code == "INVALID_ARGUMENT" and "does not load" in details and "system" in details
     client = _connect(thread, monkeypatch)
-    code, details, _ = client.observation(_observation(monkeypatch, 0, must_go=True, evil=_RunsCommand(marker)))
+    code, details, _ = client.observation(
+        _observation(monkeypatch, 0, must_go=True, evil=_RunsCommand(marker))
+    )
     assert code == "INVALID_ARGUMENT" and "system" in details
     assert not marker.exists() and _rejected(thread, "pickle") == 2
     # Still serving, this client included.
     assert client.observation(_observation(monkeypatch, 0, first=2.0, must_go=True))[0] == "OK"
     chunk = _chunk(client)
-    assert [a.get_timestep() for a in chunk] == list(range(HORIZON)) and float(chunk[3].get_action()[0]) == 5.0
+    assert [a.get_timestep() for a in chunk] == list(range(HORIZON)) and float(
+        chunk[3].get_action()[0]
+    ) == 5.0
     assert not marker.exists()
 
 
@@ -144,7 +159,9 @@ def test_object_arrays_missing_keys_and_calls_out_of_order_are_refused_by_name(s
     ]:
         code, details, _ = client.observation(_observation(monkeypatch, 0, must_go=True, **extra))
         assert code == "INVALID_ARGUMENT" and message in details, details
-    code, details, _ = client.call("SendObservations", [wire.encode_chunk(wire.Chunk(wire.TRANSFER_BEGIN, b"x"))])
+    code, details, _ = client.call(
+        "SendObservations", [wire.encode_chunk(wire.Chunk(wire.TRANSFER_BEGIN, b"x"))]
+    )
     assert code == "INVALID_ARGUMENT" and "before TRANSFER_END" in details
     code, details, _ = client.call("SendObservations", [b"\xff\xff"])
     assert code == "INVALID_ARGUMENT" and "truncated varint" in details
@@ -171,7 +188,10 @@ def test_with_an_api_key_every_call_needs_it_in_the_metadata(server, monkeypatch
     wrong = RawClient(thread.address(), (("authorization", "Api-Key nope"),)).call("Ready", b"")
     assert wrong[0] == "UNAUTHENTICATED" and _rejected(thread, "unauthenticated") == 2
     client = _connect(thread, monkeypatch, (("authorization", "Api-Key s3cret"),))
-    assert client.observation(_observation(monkeypatch, 0, must_go=True))[0] == "OK" and len(_chunk(client)) == HORIZON
+    assert (
+        client.observation(_observation(monkeypatch, 0, must_go=True))[0] == "OK"
+        and len(_chunk(client)) == HORIZON
+    )
 
 
 def test_a_failing_policy_is_that_requests_error_and_the_timestep_may_run_again(server, monkeypatch):

@@ -48,7 +48,11 @@ def test_messages_are_protobufs_wire_format():
 def test_chunks_reassemble_as_lerobots_receiver():
     payload = os.urandom(5 * 2**20 + 17)
     chunks = wire.split_payload(payload)
-    assert [c.transfer_state for c in chunks] == [wire.TRANSFER_BEGIN, wire.TRANSFER_MIDDLE, wire.TRANSFER_END]
+    assert [c.transfer_state for c in chunks] == [
+        wire.TRANSFER_BEGIN,
+        wire.TRANSFER_MIDDLE,
+        wire.TRANSFER_END,
+    ]
     assembler = wire.ChunkAssembler(8 * 2**20)
     assert [assembler.add(c) for c in chunks[:-1]] == [None, None]
     assert assembler.add(chunks[-1]) == payload
@@ -74,7 +78,9 @@ def _observation(monkeypatch, protocol: int = 4, **extra) -> bytes:
     lr = fake_lerobot.install(monkeypatch)
     obs = {"j0.pos": 0.5, "j1.pos": np.float32(1.5), "j2.pos": np.int64(3), "top": np.arange(36, dtype=np.uint8).reshape(3, 4, 3),
            "depth": np.ones((2, 2), dtype=">f8"), "task": "pick", **extra}  # fmt: skip
-    return pickle.dumps(lr.TimedObservation(timestamp=12.5, timestep=7, observation=obs, must_go=True), protocol=protocol)
+    return pickle.dumps(
+        lr.TimedObservation(timestamp=12.5, timestep=7, observation=obs, must_go=True), protocol=protocol
+    )
 
 
 @pytest.mark.parametrize("protocol", [3, 4, 5])
@@ -82,7 +88,12 @@ def test_a_stock_clients_observation_loads_as_plain_data(monkeypatch, protocol):
     timed = load_timed_observation(_observation(monkeypatch, protocol))
     assert (timed.timestep, timed.timestamp, timed.must_go) == (7, 12.5, True)
     obs = timed.observation
-    assert obs["j0.pos"] == 0.5 and obs["j1.pos"] == np.float32(1.5) and obs["j2.pos"] == 3 and obs["task"] == "pick"
+    assert (
+        obs["j0.pos"] == 0.5
+        and obs["j1.pos"] == np.float32(1.5)
+        and obs["j2.pos"] == 3
+        and obs["task"] == "pick"
+    )
     np.testing.assert_array_equal(obs["top"], np.arange(36, dtype=np.uint8).reshape(3, 4, 3))
     assert obs["depth"].dtype == np.dtype(">f8") and np.all(obs["depth"] == 1.0)
 
@@ -151,9 +162,16 @@ def test_the_wrong_class_or_broken_bytes_are_refused(monkeypatch):
 
 def test_policy_instructions_load_with_their_features(monkeypatch):
     lr = fake_lerobot.install(monkeypatch)
-    raw = pickle.dumps(lr.RemotePolicyConfig("act", "demo:conveyor-act", lerobot_features(10, "top:96x128"), 10, "cuda"))
+    raw = pickle.dumps(
+        lr.RemotePolicyConfig("act", "demo:conveyor-act", lerobot_features(10, "top:96x128"), 10, "cuda")
+    )
     config = load_policy_config(raw)
-    assert (config.policy_type, config.actions_per_chunk, config.device, config.rename_map) == ("act", 10, "cuda", {})
+    assert (config.policy_type, config.actions_per_chunk, config.device, config.rename_map) == (
+        "act",
+        10,
+        "cuda",
+        {},
+    )
     assert config.lerobot_features["observation.state"].names == tuple(f"j{i}.pos" for i in range(10))
     assert config.lerobot_features["observation.images.top"].shape == (96, 128, 3)
 
@@ -170,7 +188,9 @@ def test_the_reply_loads_as_lerobots_timed_actions(monkeypatch):
     np.testing.assert_allclose([a.get_timestamp() for a in loaded], 1000.25 + 0.02 * np.arange(12))
     for row, timed in zip(chunk, loaded, strict=True):
         action = timed.get_action()
-        assert isinstance(action, torch.Tensor) and action.dtype == torch.float32 and action.device.type == "cpu"
+        assert (
+            isinstance(action, torch.Tensor) and action.dtype == torch.float32 and action.device.type == "cpu"
+        )
         assert action.shape == (6,)
         np.testing.assert_array_equal(action.numpy(), row)
     assert pickle.loads(encode_actions(np.zeros((0, 6)), 0, 0.0, 0.1)) == []
@@ -180,7 +200,10 @@ def test_the_reply_loads_as_lerobots_timed_actions(monkeypatch):
 def _features(views="top:96x128,wrist:64x64", state=10):
     from hotloop.serve.lerobot.standins import RobotFeature
 
-    return {k: RobotFeature(v["dtype"], tuple(v["shape"]), tuple(v["names"])) for k, v in lerobot_features(state, views).items()}
+    return {
+        k: RobotFeature(v["dtype"], tuple(v["shape"]), tuple(v["names"]))
+        for k, v in lerobot_features(state, views).items()
+    }
 
 
 def test_robot_keys_map_to_the_policys_inputs_and_images_are_resized():
@@ -204,7 +227,11 @@ def test_robot_keys_map_to_the_policys_inputs_and_images_are_resized():
 @pytest.mark.parametrize(
     "features, rename, message",
     [
-        (_features("top:96x128,wrist:64x64,side:32x32"), {}, "robot's 'observation.images.side' is not an input"),
+        (
+            _features("top:96x128,wrist:64x64,side:32x32"),
+            {},
+            "robot's 'observation.images.side' is not an input",
+        ),
         (_features("top:96x128"), {}, "reads 'images/wrist', which the robot does not declare"),
         (_features(state=6), {}, "declares 6 motor"),
         (_features("top:96x128,cam:64x64"), {"observation.images.cam": "observation.images.wrist"}, None),
@@ -220,7 +247,10 @@ def test_robots_that_do_not_fit_are_refused_by_name(features, rename, message):
 
 def test_observations_missing_what_was_declared_are_refused_by_name():
     mapping = map_features(_features("top:64x64,wrist:64x64"), {}, SPEC)
-    raw = {f"j{i}.pos": 0.0 for i in range(10)} | {"top": np.zeros((64, 64, 3), np.uint8), "wrist": np.zeros((64, 64, 3), np.uint8)}
+    raw = {f"j{i}.pos": 0.0 for i in range(10)} | {
+        "top": np.zeros((64, 64, 3), np.uint8),
+        "wrist": np.zeros((64, 64, 3), np.uint8),
+    }
     for key, value, message in [
         ("j3.pos", None, "lacks motor"),
         ("top", np.zeros((64, 64, 3), np.float32), "float32 array"),
@@ -246,10 +276,16 @@ def test_instructions_are_checked_against_the_served_target(monkeypatch):
                       lerobot_features=lerobot_features(10, "top:96x128,wrist:64x64"), actions_per_chunk=10) | changes  # fmt: skip
         return check_instructions(load_policy_config(pickle.dumps(lr.RemotePolicyConfig(**fields))), target)
 
-    assert check().actions_per_chunk == 10 and check(policy_type="hotloop", actions_per_chunk=3).actions_per_chunk == 3
+    assert (
+        check().actions_per_chunk == 10
+        and check(policy_type="hotloop", actions_per_chunk=3).actions_per_chunk == 3
+    )
     for changes, message in [
         ({"policy_type": "pi0"}, "policy_type 'pi0'.*--policy_type=act"),
-        ({"pretrained_name_or_path": "/root/other"}, "never loads what a client names.*--pretrained_name_or_path=demo:conveyor-act"),
+        (
+            {"pretrained_name_or_path": "/root/other"},
+            "never loads what a client names.*--pretrained_name_or_path=demo:conveyor-act",
+        ),
         ({"actions_per_chunk": 11}, "between 1 and 10"),
         ({"actions_per_chunk": 0}, "between 1 and 10"),
     ]:
@@ -298,7 +334,9 @@ def test_the_clients_queue_is_replayed_with_its_weighted_average():
     queue.merge(0, np.arange(6.0)[:, None])
     queue.merge(3, np.full((6, 1), 10.0))
     # Timesteps 3-5 held both chunks: 0.3 old + 0.7 new; 6-8 only the new; 0-2 left the queue.
-    np.testing.assert_allclose(queue.from_timestep(3)[:, 0], [0.9 + 7, 1.2 + 7, 1.5 + 7, 10, 10, 10], rtol=1e-6)
+    np.testing.assert_allclose(
+        queue.from_timestep(3)[:, 0], [0.9 + 7, 1.2 + 7, 1.5 + 7, 10, 10, 10], rtol=1e-6
+    )
     assert queue.from_timestep(2) is None
 
 

@@ -26,7 +26,9 @@ def check_lerobot_options(
     grpc_port = DEFAULT_PORT if port is None else port
     chosen = metrics_port if metrics_port is not None else (grpc_port + 1 if grpc_port else 0)
     if not 0 <= chosen <= 65535:
-        raise ConfigError(f"--metrics-port {chosen} is out of range; pick a port in 1-65535 (0: any free one)")
+        raise ConfigError(
+            f"--metrics-port {chosen} is out of range; pick a port in 1-65535 (0: any free one)"
+        )
     if chosen and chosen == grpc_port:
         raise ConfigError(f"--metrics-port {chosen} is the gRPC --port too; pick another")
     try:
@@ -49,7 +51,9 @@ def check_strategy_fits(options: LeRobotOptions, served: Any) -> None:
         )
 
 
-def serve_lerobot(target: str, served: Any, config: Any, options: LeRobotOptions, fallback: Any = None) -> None:
+def serve_lerobot(
+    target: str, served: Any, config: Any, options: LeRobotOptions, fallback: Any = None
+) -> None:
     """Serve until Ctrl-C. `config` is the command's `ServeConfig` (host, port, key, limits, deadline)."""
     import typer
 
@@ -69,7 +73,11 @@ def serve_lerobot(target: str, served: Any, config: Any, options: LeRobotOptions
     )
     metrics = LiveMetrics()
     server = LeRobotServer(
-        served_target(target, served), lerobot_config, deadline_ms=config.deadline_ms, fallback=fallback, metrics=metrics
+        served_target(target, served),
+        lerobot_config,
+        deadline_ms=config.deadline_ms,
+        fallback=fallback,
+        metrics=metrics,
     )
     http = metrics.serve_http(options.metrics_port, host=config.host) if options.metrics_port else None
     if http is not None:

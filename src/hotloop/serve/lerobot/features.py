@@ -75,7 +75,9 @@ class FeatureMap:
         images: dict[str, Any] = {}
         for camera in self.cameras:
             if camera.robot_key not in raw:
-                raise ObservationError(f"the observation lacks camera {camera.robot_key!r}; send every declared key")
+                raise ObservationError(
+                    f"the observation lacks camera {camera.robot_key!r}; send every declared key"
+                )
             images[camera.spec_key.split("/", 1)[1]] = _camera_image(camera, raw[camera.robot_key])
         if images:
             out["images"] = images
@@ -102,7 +104,9 @@ def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """LeRobot's `resize_robot_observation_image`: bilinear, align_corners False, on the uint8 image."""
     import torch
 
-    chw = torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1).unsqueeze(0)  # wire arrays are read-only
+    chw = (
+        torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1).unsqueeze(0)
+    )  # wire arrays are read-only
     out = torch.nn.functional.interpolate(chw, size=size, mode="bilinear", align_corners=False)
     return out.squeeze(0).permute(1, 2, 0).contiguous().numpy()
 

@@ -29,8 +29,12 @@ class LeRobotMetrics:
             "rpc_seconds", "Time in one gRPC method", ["rpc"], namespace=ns, buckets=LATENCY_BUCKETS_S,
             registry=registry,
         )  # fmt: skip
-        self.rpc_total = Counter("rpc", "gRPC calls by method and status", ["rpc", "code"], namespace=ns, registry=registry)
-        self.rejected = Counter("rejected", "Client payloads refused, by reason", ["reason"], namespace=ns, registry=registry)
+        self.rpc_total = Counter(
+            "rpc", "gRPC calls by method and status", ["rpc", "code"], namespace=ns, registry=registry
+        )
+        self.rejected = Counter(
+            "rejected", "Client payloads refused, by reason", ["reason"], namespace=ns, registry=registry
+        )
         self.observations = Counter(
             "lerobot_observations", "Observations received, by what became of them", ["outcome"], namespace=ns,
             registry=registry,

@@ -19,9 +19,7 @@ from typing import Any
 import numpy as np
 
 # numpy's dtype pickle names for the plain numeric types (bool, signed, unsigned, float).
-NUMERIC_CODES = frozenset(
-    ["b1", "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"]
-)
+NUMERIC_CODES = frozenset(["b1", "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"])
 BYTE_ORDERS = frozenset("<>|=")
 MAX_DIMS = 8
 
@@ -44,7 +42,9 @@ class DtypeStandIn:
 
     def __init__(self, code: Any, align: Any = False, copy: Any = True) -> None:
         if not isinstance(code, str) or code not in NUMERIC_CODES:
-            raise Refused(f"numpy dtype {str(code)[:40]!r}: only bool, int, uint and float arrays are accepted")
+            raise Refused(
+                f"numpy dtype {str(code)[:40]!r}: only bool, int, uint and float arrays are accepted"
+            )
         self.dtype = np.dtype(code)
 
     def __setstate__(self, state: Any) -> None:
@@ -58,8 +58,10 @@ class DtypeStandIn:
             raise Refused(f"a numpy dtype with byte order {str(order)[:10]!r}")
         if self.dtype is None:
             raise Refused("a numpy dtype without its type code")
-        if order in "<>":
-            self.dtype = self.dtype.newbyteorder(order)
+        if order == "<":
+            self.dtype = self.dtype.newbyteorder("<")
+        elif order == ">":
+            self.dtype = self.dtype.newbyteorder(">")
 
 
 class ArrayTypeMarker(Sealed):
@@ -117,7 +119,7 @@ def reconstruct(subtype: Any, shape: Any = (0,), code: Any = b"b") -> ArrayStand
 class ScalarStandIn(Sealed):
     """`scalar(dtype, raw bytes)`: a numpy scalar, held until `finished` unwraps it."""
 
-    def __init__(self, value: np.generic) -> None:
+    def __init__(self, value: Any) -> None:
         self.value = value
 
 
@@ -148,7 +150,10 @@ def finished(value: Any) -> Any:
 
 
 def _numpy_globals() -> dict[tuple[str, str], Any]:
-    out: dict[tuple[str, str], Any] = {("numpy", "dtype"): DtypeStandIn, ("numpy", "ndarray"): ArrayTypeMarker}
+    out: dict[tuple[str, str], Any] = {
+        ("numpy", "dtype"): DtypeStandIn,
+        ("numpy", "ndarray"): ArrayTypeMarker,
+    }
     for core in ("numpy.core", "numpy._core"):  # numpy 1 and numpy 2 spellings
         out[(f"{core}.multiarray", "_reconstruct")] = reconstruct
         out[(f"{core}.multiarray", "scalar")] = scalar

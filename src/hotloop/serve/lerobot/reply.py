@@ -89,7 +89,12 @@ def encode_actions(actions: np.ndarray, first_timestep: int, first_timestamp: fl
                 stored = _value(storage) + _put(_STORAGE)
                 hooks = _global("collections", "OrderedDict") + _put(_ORDERED_DICT)
             else:
-                cls, rebuild, stored, hooks = _get(_CLASS), _get(_REBUILD), _get(_STORAGE), _get(_ORDERED_DICT)
+                cls, rebuild, stored, hooks = (
+                    _get(_CLASS),
+                    _get(_REBUILD),
+                    _get(_STORAGE),
+                    _get(_ORDERED_DICT),
+                )
             tensor = [
                 rebuild,
                 pickle.MARK,

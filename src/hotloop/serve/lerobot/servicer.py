@@ -96,7 +96,9 @@ class AsyncInferenceServicer:
         )
 
     # -- one call: auth, status, metrics ------------------------------------------------------------
-    def _rpc(self, name: str, body: Callable[[Any, Any], Awaitable[bytes]]) -> Callable[[Any, Any], Awaitable[bytes]]:
+    def _rpc(
+        self, name: str, body: Callable[[Any, Any], Awaitable[bytes]]
+    ) -> Callable[[Any, Any], Awaitable[bytes]]:
         async def call(request: Any, context: Any) -> bytes:
             import grpc
 
@@ -237,7 +239,9 @@ class AsyncInferenceServicer:
             )
         loop = asyncio.get_running_loop()
         try:
-            item = await loop.run_in_executor(self._decoder, self._prepare, payload, session, received, received_wall)
+            item = await loop.run_in_executor(
+                self._decoder, self._prepare, payload, session, received, received_wall
+            )
         except Refused as exc:
             self.metrics.observation("rejected")
             raise _Status("INVALID_ARGUMENT", f"observation refused: {exc}", "pickle") from None
@@ -252,7 +256,9 @@ class AsyncInferenceServicer:
         self.metrics.live.observe_stage("decode", item.decode_s)
         return wire.encode_empty()
 
-    def _prepare(self, payload: bytes, session: ClientSession, received: float, received_wall: float) -> Pending:
+    def _prepare(
+        self, payload: bytes, session: ClientSession, received: float, received_wall: float
+    ) -> Pending:
         """On the decode thread: the payload unpickled (allow-list), mapped and checked."""
         timed = load_timed_observation(payload)
         obs = session.setup.features.observation(timed.observation)
@@ -319,18 +325,26 @@ class AsyncInferenceServicer:
             output, source = await self.core.infer({**item.obs, **guidance}, session.sessions)
         except ConfigError as exc:
             self.metrics.live.request("rejected")
-            raise _Status("INVALID_ARGUMENT", f"observation #{item.timestep} refused by the policy: {exc}") from None
+            raise _Status(
+                "INVALID_ARGUMENT", f"observation #{item.timestep} refused by the policy: {exc}"
+            ) from None
         except Exception as exc:
             self.metrics.live.request("policy_error")
-            raise _Status("INTERNAL", f"observation #{item.timestep}: the policy failed: {type(exc).__name__}: {exc}") from None
+            raise _Status(
+                "INTERNAL", f"observation #{item.timestep}: the policy failed: {type(exc).__name__}: {exc}"
+            ) from None
         self.metrics.live.observe_stage("infer", time.perf_counter() - start)
         actions = _actions(output)
         if actions is None:
             self.metrics.live.request("policy_error")
-            raise _Status("INTERNAL", f"observation #{item.timestep}: the policy answered no finite (H, D) actions")
+            raise _Status(
+                "INTERNAL", f"observation #{item.timestep}: the policy answered no finite (H, D) actions"
+            )
         if guidance and source == "policy" and output.get(MODE_KEY) != "soft-prefix":
             self.metrics.live.request("policy_error")
-            raise _Status("INTERNAL", "--strategy rtc-soft: the policy did not condition on the executing actions")
+            raise _Status(
+                "INTERNAL", "--strategy rtc-soft: the policy did not condition on the executing actions"
+            )
         return actions, source
 
 

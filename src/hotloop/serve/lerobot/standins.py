@@ -102,17 +102,23 @@ class RemotePolicyConfig:
             {"device", "rename_map"},
         )
         self.policy_type = _text("policy_type", fields["policy_type"])
-        self.pretrained_name_or_path = _text("pretrained_name_or_path", fields["pretrained_name_or_path"], 4096)
+        self.pretrained_name_or_path = _text(
+            "pretrained_name_or_path", fields["pretrained_name_or_path"], 4096
+        )
         features = fields["lerobot_features"]
         if not isinstance(features, dict) or len(features) > MAX_FEATURES:
             raise Refused(f"lerobot_features must be a dict of at most {MAX_FEATURES} features")
-        self.lerobot_features = {_text("a lerobot_features key", k): _feature(k, v) for k, v in features.items()}
+        self.lerobot_features = {
+            _text("a lerobot_features key", k): _feature(k, v) for k, v in features.items()
+        }
         self.actions_per_chunk = _integer("actions_per_chunk", fields["actions_per_chunk"])
         self.device = _text("device", fields.get("device", "cpu"), 40)
         rename = fields.get("rename_map") or {}
         if not isinstance(rename, dict) or len(rename) > MAX_FEATURES:
             raise Refused("rename_map must be a dict of feature names")
-        self.rename_map = {_text("a rename_map key", k): _text("a rename_map value", v) for k, v in rename.items()}
+        self.rename_map = {
+            _text("a rename_map key", k): _text("a rename_map value", v) for k, v in rename.items()
+        }
 
 
 Value = float | int | bool | str | np.ndarray | np.generic
@@ -157,10 +163,12 @@ class TimedObservation:
         }
 
 
-STANDIN_GLOBALS: Mapping[tuple[str, str], type] = MappingProxyType({
-    (LEROBOT_HELPERS, "RemotePolicyConfig"): RemotePolicyConfig,
-    (LEROBOT_HELPERS, "TimedObservation"): TimedObservation,
-})
+STANDIN_GLOBALS: Mapping[tuple[str, str], type] = MappingProxyType(
+    {
+        (LEROBOT_HELPERS, "RemotePolicyConfig"): RemotePolicyConfig,
+        (LEROBOT_HELPERS, "TimedObservation"): TimedObservation,
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ def _load(payload: bytes, expected: type[T]) -> T:
     except RecursionError:
         raise Refused("the pickle nests too deeply") from None
     except Exception as exc:  # malformed bytes, a stand-in refused by type, a truncated stream
-        raise Refused(f"the payload is not a readable pickle ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise Refused(
+            f"the payload is not a readable pickle ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     if not isinstance(value, expected):
         raise Refused(f"expected a pickled {expected.__name__}, got {type(value).__name__}")
     return value
