@@ -124,7 +124,7 @@ def main() -> None:
         "--checkpoint", type=Path, help="a LeRobot 0.4.4 ACT checkpoint folder (default: make one)"
     )
     parser.add_argument("--artifact", type=Path, help="its `hotloop compile` artifact (default: compile it)")
-    parser.add_argument("--compile-args", default="", help="extra `hotloop compile` flags, e.g. '--force'")
+    parser.add_argument("--compile-args", default="", help="extra `hotloop compile` flags, e.g. --compile-args=--force")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--camera", default="480x640", help="the robot's frame, HxW (the servers resize it)")

@@ -32,6 +32,7 @@ from hotloop.serve.server import session_of
 from hotloop.serve.spec import check_observation
 from hotloop.targets import TargetOptions
 
+pytestmark = pytest.mark.slow  # LeRobot's client (and server) in their own venv
 OBSERVATIONS = 100
 VIEWS = {"act": "top:96x128,wrist:64x64", "diffusion": "top:64x64", "smolvla": "top:96x128,wrist:48x64"}
 TASK = "pick up the box"

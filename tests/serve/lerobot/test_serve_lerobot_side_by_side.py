@@ -20,6 +20,7 @@ from lerobot_helpers import (
 
 from hotloop.serve.lerobot.server import LeRobotServerThread
 
+pytestmark = pytest.mark.slow  # LeRobot's client (and server) in their own venv
 CHUNK, STATE, VIEWS = 20, 6, "front:120x160"
 
 

@@ -82,8 +82,7 @@ class LeRobotServer:
         self.servicer.shutdown()
 
     async def stop(self, grace_s: float = 0.5) -> None:
-        for peer in list(self.servicer.sessions):
-            self.servicer._end(peer)
+        self.servicer.end_all()
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
 

@@ -171,6 +171,11 @@ class AsyncInferenceServicer:
         log.info("client %s ready", peer)
         return wire.encode_empty()
 
+    def end_all(self) -> None:
+        """End every session (the server stops): an observation still waiting is counted unanswered."""
+        for peer in list(self.sessions):
+            self._end(peer)
+
     def _end(self, peer: str) -> None:
         old = self.sessions.pop(peer, None)
         if old is not None:
@@ -248,6 +253,11 @@ class AsyncInferenceServicer:
         except ObservationError as exc:
             self.metrics.observation("rejected")
             raise _Status("INVALID_ARGUMENT", f"observation refused: {exc}", "observation") from None
+        except Exception as exc:  # input no check foresaw: still this observation's error, not the server's
+            self.metrics.observation("rejected")
+            raise _Status(
+                "INVALID_ARGUMENT", f"the observation could not be read ({type(exc).__name__})", "observation"
+            ) from None
         item.decode_s = time.perf_counter() - received
         for outcome in session.admit(item):
             self.metrics.observation(outcome)
