@@ -1,6 +1,6 @@
 """LeRobot's stock async `RobotClient` (LeRobot 0.4.4, in .venv-lerobot) against `hotloop serve TARGET
 --protocol lerobot`, on the stand-in robot: ACT, Diffusion and SmolVLA checkpoints and a compiled
-artifact. Every run sends at least 100 observations and executes at least three chunks; every action the robot executed is the row the
+artifact; SmolVLA also with `--strategy rtc-soft`. Every run sends at least 100 observations and executes at least three chunks; every action the robot executed is the row the
 client kept from a hotloop chunk for that timestep, the timesteps run on one by one (none lost or
 repeated), the first chunk is what the served policy answers locally for the robot's first observation,
 and the server accounts for every observation the client sent."""
@@ -74,6 +74,7 @@ def runs(tmp_path_factory):
         "diffusion": ("demo:conveyor-diffusion", "diffusion", VIEWS["diffusion"]),
         "smolvla": ("demo:conveyor-smolvla", "smolvla", VIEWS["smolvla"]),
         "artifact": (str(art), "hotloop", VIEWS["act"]),
+        "smolvla-rtc-soft": ("demo:conveyor-smolvla", "smolvla", VIEWS["smolvla"]),
     }
     # Diffusion at 10 denoising steps (`hotloop serve --steps 10`) instead of the checkpoint's 100 DDPM.
     options = {"diffusion": TargetOptions(num_steps=10)}
@@ -82,7 +83,8 @@ def runs(tmp_path_factory):
     expected = {name: _local_first_chunk(served[name], cases[name][2], horizons[name]) for name in cases}
     for s in served.values():
         s.policy.reset()  # a policy shared by every client (SmolVLA) restarts its noise as served
-    servers = {name: hotloop_server(cases[name][0], served[name]) for name in cases}
+    strategies = {"smolvla-rtc-soft": "rtc-soft"}
+    servers = {n: hotloop_server(cases[n][0], served[n], strategy=strategies.get(n, "chunk")) for n in cases}
     thread = LeRobotServerThread(*servers.values()).__enter__()
     try:
         specs = [
@@ -102,6 +104,7 @@ def runs(tmp_path_factory):
     metrics = {
         name: {o: servers[name].metrics.value("hotloop_lerobot_observations_total", {"outcome": o}) for o in OUTCOMES}
         | {"instructions": servers[name].metrics.value("hotloop_rejected_total", {"reason": "instructions"})}
+        | {"conditioned": servers[name].metrics.value("hotloop_lerobot_conditioned_total")}
         for name in cases
     }  # fmt: skip
     return {
@@ -111,7 +114,10 @@ def runs(tmp_path_factory):
     }
 
 
-@pytest.mark.parametrize("case", ["act", "diffusion", "smolvla", "artifact"])
+CASES = ["act", "diffusion", "smolvla", "artifact", "smolvla-rtc-soft"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_the_stock_client_drives_the_robot_from_hotloop(runs, case):
     run = runs["results"][case]
     assert run["started"] and not run["timed_out"] and not run["errors"], run["errors"]
@@ -129,11 +135,18 @@ def test_the_stock_client_drives_the_robot_from_hotloop(runs, case):
     np.testing.assert_allclose(first["actions"], runs["expected"][case], rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["act", "diffusion", "smolvla", "artifact"])
+@pytest.mark.parametrize("case", CASES)
 def test_every_observation_sent_is_accounted_for(runs, case):
     run, counts = runs["results"][case], runs["metrics"][case]
     assert sum(counts[o] for o in OUTCOMES) == len(run["sent"])
     assert counts["inferred"] == len(run["received"]) and counts["failed"] == counts["rejected"] == 0
+
+
+def test_rtc_soft_conditions_the_stock_clients_chunks_on_its_queue(runs):
+    # Every chunk after the first continues what the client still executes; with chunk, none does.
+    inferred = runs["metrics"]["smolvla-rtc-soft"]["inferred"]
+    assert runs["metrics"]["smolvla-rtc-soft"]["conditioned"] == inferred - 1 > 0
+    assert runs["metrics"]["smolvla"]["conditioned"] == 0
 
 
 def test_a_client_naming_another_checkpoint_is_refused_by_name(runs):

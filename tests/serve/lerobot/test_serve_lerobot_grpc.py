@@ -66,6 +66,7 @@ def server(request):
         port=0,
         api_key=options.get("api_key"),
         max_message_bytes=options.get("max_message_bytes", 16 * 2**20),
+        max_sessions=options.get("max_sessions", 16),
         execution=ExecutionConfig(strategy=options.get("strategy", "chunk"), fps=10.0, obs_wait_s=0.5),
     )
     with LeRobotServerThread(LeRobotServer(served_target("toy", served), config)) as thread:
@@ -217,6 +218,17 @@ def test_clients_are_apart_and_ready_resets_only_its_own(server, monkeypatch):
     assert b.call("Ready", b"")[0] == "OK"  # b starts over; a keeps its instructions
     assert a.observation(_observation(monkeypatch, 1, first=2.0))[0] == "OK" and len(_chunk(a)) == HORIZON
     assert b.observation(_observation(monkeypatch, 1))[0] == "FAILED_PRECONDITION"
+
+
+@pytest.mark.parametrize("server", [{"max_sessions": 1}], indirect=True)
+def test_clients_past_max_connections_are_refused_until_one_leaves(server, monkeypatch):
+    thread, _ = server
+    first = _connect(thread, monkeypatch)
+    code, details, _ = RawClient(thread.address()).call("Ready", b"")
+    assert (
+        code == "RESOURCE_EXHAUSTED" and "--max-connections" in details and _rejected(thread, "sessions") == 1
+    )
+    assert first.call("Ready", b"")[0] == "OK"  # the client with the session may start over
 
 
 @pytest.mark.parametrize("server", [{"strategy": "rtc-soft"}], indirect=True)

@@ -349,3 +349,30 @@ def test_rtc_soft_sends_what_the_client_still_executes_and_the_measured_delay():
     np.testing.assert_array_equal(guidance["rtc_prev_actions"][:, 0], [3, 4, 5, 6, 7])
     assert int(guidance["rtc_delay"]) == 2 and guidance["rtc_mode"] == "soft-prefix"
     assert ClientSession("p", ExecutionConfig(), None).guidance(_pending(3)) == {}  # chunk: none
+
+
+def test_mutated_pickles_are_refused_or_read_never_anything_else(monkeypatch):
+    """Bytes flipped, cut or repeated in a valid observation: `Refused` or a checked observation, never
+    another exception (which would be a server error instead of the client's)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    valid = _observation(monkeypatch, protocol=4)
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(
+        st.lists(st.tuples(st.integers(0, len(valid) - 1), st.integers(0, 255)), max_size=6),
+        st.integers(1, len(valid)),
+    )
+    def check(flips, cut):
+        raw = bytearray(valid[:cut])
+        for at, value in flips:
+            if at < len(raw):
+                raw[at] = value
+        try:
+            timed = load_timed_observation(bytes(raw))
+        except Refused:
+            return
+        assert isinstance(timed.observation, dict) and isinstance(timed.timestep, int)
+
+    check()

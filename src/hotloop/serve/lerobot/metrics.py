@@ -9,6 +9,7 @@ watchdog's, `hotloop_dropped_observations_total` for observations superseded bef
 | `hotloop_rpc_total{rpc,code}` | calls by method and gRPC status code (`OK`, `INVALID_ARGUMENT`, ...) |
 | `hotloop_rejected_total{reason}` | payloads refused: `pickle` (a global outside the allow-list, malformed), `too_large`, `wire`, `instructions`, `observation`, `unauthenticated`, `sessions` |
 | `hotloop_lerobot_observations_total{outcome}` | every observation a client sent, by what became of it (`execution.OUTCOMES`) |
+| `hotloop_lerobot_conditioned_total` | chunks conditioned on the client's queue (`--strategy rtc-soft`) |
 | `hotloop_lerobot_sessions` | clients with a session (between `Ready` and eviction) |
 """
 
@@ -37,6 +38,10 @@ class LeRobotMetrics:
         )
         self.observations = Counter(
             "lerobot_observations", "Observations received, by what became of them", ["outcome"], namespace=ns,
+            registry=registry,
+        )  # fmt: skip
+        self.conditioned = Counter(
+            "lerobot_conditioned", "Chunks conditioned on the client's queue (rtc-soft)", namespace=ns,
             registry=registry,
         )  # fmt: skip
         self.sessions = Gauge("lerobot_sessions", "Clients with a session", namespace=ns, registry=registry)

@@ -350,11 +350,13 @@ class AsyncInferenceServicer:
             raise _Status(
                 "INTERNAL", f"observation #{item.timestep}: the policy answered no finite (H, D) actions"
             )
-        if guidance and source == "policy" and output.get(MODE_KEY) != "soft-prefix":
-            self.metrics.live.request("policy_error")
-            raise _Status(
-                "INTERNAL", "--strategy rtc-soft: the policy did not condition on the executing actions"
-            )
+        if guidance and source == "policy":
+            if output.get(MODE_KEY) != "soft-prefix":
+                self.metrics.live.request("policy_error")
+                raise _Status(
+                    "INTERNAL", "--strategy rtc-soft: the policy did not condition on the executing actions"
+                )
+            self.metrics.conditioned.inc()
         return actions, source
 
 
