@@ -13,7 +13,7 @@ Server time per chunk, as each server logs it:
 - hotloop: its `chunk #N: ... ms of server work` debug line (unpickle, map, resize, check, inference,
   reply encoding); the wait for the model is excluded on both.
 
-    PYTHONPATH=src python benchmarks/lerobot_async_ab.py --requests 200 --json ab.json
+    PYTHONPATH=src python benchmarks/lerobot_async_ab.py --compile-args=--force --requests 200 --json ab.json
     PYTHONPATH=src python benchmarks/lerobot_async_ab.py --checkpoint CKPT --artifact ART --requests 500
 
 Report `uptime`'s load with the figures: they mean nothing on a busy machine.
@@ -124,7 +124,9 @@ def main() -> None:
         "--checkpoint", type=Path, help="a LeRobot 0.4.4 ACT checkpoint folder (default: make one)"
     )
     parser.add_argument("--artifact", type=Path, help="its `hotloop compile` artifact (default: compile it)")
-    parser.add_argument("--compile-args", default="", help="extra `hotloop compile` flags, e.g. --compile-args=--force")
+    parser.add_argument(
+        "--compile-args", default="", help="extra `hotloop compile` flags, e.g. --compile-args=--force"
+    )
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--camera", default="480x640", help="the robot's frame, HxW (the servers resize it)")
