@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,33 @@ def test_rtc_soft_conditions_the_next_chunk_on_what_the_client_still_executes(se
     _chunk(client)
     merged = 0.3 * expected[3:] + 0.7 * np.stack([a.get_action().numpy() for a in second])[3:7]
     np.testing.assert_allclose(policy.seen[-1]["rtc_prev_actions"][:4], merged, rtol=1e-6)
+
+
+class SlowPolicy(RecordingPolicy):
+    """RecordingPolicy that stalls on a state of -2 (a missed deadline) once served."""
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if obs["state"][0] == -2:
+            time.sleep(0.5)
+        return super().infer(obs)
+
+
+class FallbackPolicy(RecordingPolicy):
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {"actions": np.full((HORIZON // 2, WIDTH), 99.0, np.float32)}
+
+
+def test_a_missed_deadline_is_answered_by_the_fallback_engine(monkeypatch):
+    served, small = serve_policy("toy", SlowPolicy()), serve_policy("small", FallbackPolicy())
+    config = LeRobotServeConfig(port=0, execution=ExecutionConfig(obs_wait_s=0.5))
+    server = LeRobotServer(served_target("toy", served), config, deadline_ms=100, fallback=small)
+    with LeRobotServerThread(server) as thread:
+        client = _connect(thread, monkeypatch)
+        assert client.observation(_observation(monkeypatch, 0, first=-2.0, must_go=True))[0] == "OK"
+        chunk = _chunk(client)  # the main policy stalls past 100 ms: the small engine's chunk goes out
+        assert len(chunk) == HORIZON // 2 and float(chunk[0].get_action()[0]) == 99.0
+        assert server.live.value("hotloop_requests_total", {"outcome": "fallback"}) == 1
+        assert server.live.value("hotloop_deadline_misses_total") == 1
+        time.sleep(0.6)  # the stale inference ends; the next in time returns to the main policy
+        assert client.observation(_observation(monkeypatch, 1, first=3.0))[0] == "OK"
+        assert float(_chunk(client)[0].get_action()[0]) == 3.0
