@@ -24,6 +24,7 @@ from hotloop.serve.server import ServedPolicy
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[2]
 LEROBOT_PYTHON = REPO_ROOT / ".venv-lerobot" / "bin" / "python"
+FPS = 50  # the stand-in robot's control rate: the client's --fps and the server's
 
 
 def lerobot_env(home: Path) -> dict[str, str]:
@@ -42,7 +43,7 @@ def client_args(
     state_dim: int = 10,
     action_dim: int = 4,
     views: str = "top:96x128,wrist:64x64",
-    fps: int = 50,
+    fps: int = FPS,
     threshold: float = 0.5,
     aggregate: str = "latest_only",
     task: str = "pick up the box",
@@ -103,7 +104,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def lerobot_policy_server(workdir: Path, fps: int = 50) -> Iterator[str]:
+def lerobot_policy_server(workdir: Path, fps: int = FPS) -> Iterator[str]:
     """LeRobot's own `policy_server` in its venv on a free loopback port; yields its address."""
     port = free_port()
     proc = subprocess.Popen(
@@ -133,7 +134,7 @@ def hotloop_server(target: str, served: ServedPolicy | None = None, **execution:
     from hotloop.targets import TargetOptions
 
     served = served or load_served_policy(target, TargetOptions())
-    config = LeRobotServeConfig(port=0, execution=ExecutionConfig(**execution))
+    config = LeRobotServeConfig(port=0, execution=ExecutionConfig(**{"fps": FPS, **execution}))
     return LeRobotServer(served_target(target, served), config)
 
 

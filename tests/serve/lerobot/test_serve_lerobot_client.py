@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from lerobot_helpers import (
+    FPS,
     LEROBOT_PYTHON,
     client_args,
     executed_came_from_chunks,
@@ -126,12 +127,11 @@ def test_the_stock_client_drives_the_robot_from_hotloop(runs, case):
     assert run["robot_sent"] == [a for _, a in run["executed"]]
     assert executed_came_from_chunks(run) == []
     first = run["received"][0]
-    assert first["types"] == ["lerobot.async_inference.helpers.TimedAction"] and first["tensor"] == [
-        "torch.float32/cpu/1"
-    ]
-    assert (
-        first["timesteps"][0] == run["sent"][0][0] == 0
-    )  # action i of a chunk: the observation's timestep + i
+    assert first["types"] == ["lerobot.async_inference.helpers.TimedAction"]
+    assert first["tensor"] == ["torch.float32/cpu/1"]
+    # Action i of a chunk: the observation's timestep + i, its timestamp + i / fps.
+    assert first["timesteps"][0] == run["sent"][0][0] == 0
+    np.testing.assert_allclose(np.diff(first["timestamps"]), 1 / FPS, rtol=1e-9)
     np.testing.assert_allclose(first["actions"], runs["expected"][case], rtol=0, atol=1e-6)
 
 
