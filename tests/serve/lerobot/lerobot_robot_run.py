@@ -56,11 +56,19 @@ def run_one(args: list[str], observations: int, actions: int, timeout_s: float) 
         return ok
 
     aggregate = client._aggregate_action_queues
+    acting = threading.Event()  # set while the control loop is inside control_loop_action
+    entered = [0]  # control_loop_action calls begun
 
     def recording_aggregate(incoming: Any, aggregate_fn: Any = None) -> None:
+        # The stock client's own race: the control loop pops action t, sends it, then sets latest_action;
+        # a merge in between reads the old latest_action and queues t again. Recorded, not prevented.
+        raced, before = acting.is_set(), entered[0]
+        latest = client.latest_action
+        aggregate(incoming, aggregate_fn)
         received.append(
             {
-                "latest_at_arrival": client.latest_action,
+                "raced": raced or acting.is_set() or entered[0] != before,
+                "latest_at_arrival": latest,
                 "timesteps": [a.get_timestep() for a in incoming],
                 "timestamps": [a.get_timestamp() for a in incoming],
                 "actions": [a.get_action().tolist() for a in incoming],
@@ -73,12 +81,16 @@ def run_one(args: list[str], observations: int, actions: int, timeout_s: float) 
                 ),
             }
         )
-        aggregate(incoming, aggregate_fn)
 
     act = client.control_loop_action
 
     def recording_act(verbose: bool = False) -> Any:
-        out = act(verbose)
+        acting.set()
+        entered[0] += 1
+        try:
+            out = act(verbose)
+        finally:
+            acting.clear()
         executed.append([client.latest_action, [out[k] for k in client.robot.action_features]])
         return out
 

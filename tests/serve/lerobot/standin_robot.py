@@ -8,6 +8,7 @@ rule (`make_device_from_device_class`: `HotloopStandinConfig` -> `HotloopStandin
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -23,9 +24,9 @@ from standin_frames import camera_image, parse_views
 class HotloopStandinConfig(RobotConfig):
     state_dim: int = 10
     action_dim: int = 4
-    views: str = (
-        "top:96x128"  # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
-    )
+    # name:HxW, comma separated (not `cameras`: RobotConfig reads that as camera configs)
+    views: str = "top:96x128"
+    send_s: float = 0.0  # how long a command takes to write (a real arm's serial bus: milliseconds)
 
 
 class HotloopStandin(Robot):
@@ -76,6 +77,8 @@ class HotloopStandin(Robot):
 
     def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
         values = [float(action[f"j{i}.pos"]) for i in range(self.config.action_dim)]
+        if self.config.send_s:
+            time.sleep(self.config.send_s)
         self.sent.append(values)
         self.joints[: len(values)] = values
         return action
