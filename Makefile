@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install -q -c $(LOCK) pip
 	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q -c $(LOCK) torch
-	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,serve,compress,dev,sims,cluster]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,serve,lerobot,compress,dev,sims,cluster]'
 	touch $(STAMP)
 
 # The robot side of the serve tests: the real openpi-client in its own venv, as a robot computer runs it

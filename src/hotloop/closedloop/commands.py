@@ -41,8 +41,8 @@ def eval_cmd(
     strategy: Annotated[
         list[str],
         typer.Option(
-            help="sync, chunk, async, rtc, rtc-prefix, rtc-soft or ensemble (ACT's temporal ensembling); "
-            "repeat or comma-separate for several"
+            help="sync, chunk, async, rtc, rtc-prefix, rtc-soft, ensemble (ACT's temporal ensembling), "
+            "lerobot-async or lerobot-rtc-soft (LeRobot's stock async client); repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[

@@ -470,6 +470,22 @@ class PolicyServer:
         self.metrics.observe_stage("encode", time.perf_counter() - done)
         return payload, source
 
+    def new_sessions(self) -> _Sessions:
+        """What one client talks to: its own session of the policy (and of the fallback engine)."""
+        fallback = session_of(self.fallback.policy) if self.fallback is not None else None
+        return _Sessions(session_of(self.served.policy), fallback)
+
+    async def infer(self, obs: dict[str, Any], sessions: _Sessions) -> tuple[Any, str]:
+        """One checked observation through the policy, under the watchdog and the non-finite guard (as a
+        websocket client's), for a front end other than the websocket (`hotloop.serve.lerobot`): (output,
+        "policy" or "fallback"). The policy refusing the input raises its `ConfigError`."""
+        try:
+            if self._infer_lock is None:
+                self._infer_lock = asyncio.Lock()
+            return await self._guarded_infer(obs, sessions)
+        except _Refused as refused:
+            raise refused.__cause__ or ConfigError("the policy refused the observation") from None
+
     def _run_policy(self, obs: dict[str, Any], policy: Any) -> Any:
         """On the worker thread: the main policy (the connection's session of it), with the start time
         /healthz and the gauge read. A `ConfigError` is the policy refusing this input (the families
