@@ -16,15 +16,8 @@ from torch import nn
 from typer.testing import CliRunner
 
 from hotloop.cli import app
-from hotloop.train.act_demo import (
-    TrainActDemoConfig,
-    aggregate,
-    episode_stats,
-    model_config,
-    new_model,
-    sample_indices,
-    train_act_demo,
-)
+from hotloop.train.act_demo import TrainActDemoConfig, model_config, new_model, train_act_demo
+from hotloop.train.lerobot_frames import aggregate, episode_stats, sample_indices
 from hotloop.train.act_loss import act_forward, act_loss, vae_latent
 
 runner = CliRunner()

@@ -40,8 +40,7 @@ encoder per camera), halving the steps that fit in the time budget.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +48,15 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
+from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.options import CameraDemoOptions, summary_config
 
 RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
 
 
 @dataclass(frozen=True)
-class TrainDiffusionDemoConfig:
-    task: str = "conveyor-pick"
-    difficulty: str = "medium"
+class TrainDiffusionDemoConfig(CameraDemoOptions):
     episodes: int = 400
-    action_noise: float = 0.01  # DART, as demo:conveyor
-    recovery_starts: float = 0.3
-    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     views: tuple[str, ...] = ("top",)
     n_obs_steps: int = 2
     horizon: int = 16
@@ -81,26 +77,17 @@ class TrainDiffusionDemoConfig:
     # LeRobot's optimizer_lr (1e-4) is for 200k steps; 1,400 steps of batch 16 at 1e-4 left a policy that
     # never grasped (epsilon MSE 0.127, 0/20 on conveyor-pick).
     lr: float = 5e-4
-    min_lr: float = 1e-5
-    warmup: int = 100
     weight_decay: float = 1e-6
-    grad_clip: float = 10.0
-    seed: int = 0
-    threads: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "steps", "batch", "threads", "n_obs_steps", "n_action_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        super().__post_init__()
+        self.check_positive("n_obs_steps", "n_action_steps")
         if self.drop_n_last_frames < 0:
             raise ConfigError(f"drop_n_last_frames must be >= 0 (got {self.drop_n_last_frames})")
         if self.horizon % 2 ** len(self.down_dims):
             raise ConfigError(f"horizon {self.horizon} must be a multiple of 2**len(down_dims)")
         if self.n_action_steps > self.horizon - self.n_obs_steps + 1:
             raise ConfigError("n_action_steps must be <= horizon - n_obs_steps + 1 (LeRobot's rule)")
-        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
-
-        check_view_names(self.views)
 
 
 def lerobot_config(
@@ -359,18 +346,11 @@ def diffusion_loss(model: Any, images: Any, state: Any, env_state: Any, target: 
 
 def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
     """Per frame of every successful episode: (episode, index) and the episodes' arrays."""
+    from hotloop.train.data import successful_episodes
+
     episodes: list[dict[str, np.ndarray]] = []
     index: list[tuple[int, int]] = []
-    for i in range(len(dataset)):
-        if not dataset.episodes[i].get("success", True):
-            continue
-        ep = dataset.episode(i)
-        missing = [v for v in cfg.views if v not in ep.images]
-        if missing:
-            raise ConfigError(
-                f"the dataset has no {', '.join(missing)} view (it has {', '.join(ep.images) or 'none'}); "
-                f"record one with views {', '.join(cfg.views)} (drop --dataset to record it)"
-            )
+    for ep in successful_episodes(dataset, cfg.views):
         images = np.stack([ep.images[v] for v in cfg.views], axis=1)  # (T, C, H, W, 3)
         e = len(episodes)
         episodes.append(
@@ -378,8 +358,6 @@ def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
         )
         last = max(1, len(ep.action) - cfg.drop_n_last_frames)
         index.extend((e, t) for t in range(last))
-    if not episodes:
-        raise ConfigError("the dataset has no successful episodes to learn from")
     return {"episodes": episodes, "index": index}
 
 
@@ -395,27 +373,11 @@ def train_diffusion_demo(
 
     from hotloop.io import save_tensors
     from hotloop.lerobot.features import NormMode, transform
-    from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
+    from hotloop.train.data import check_finite, dataset_task
+    from hotloop.train.run import TrainingRun, final
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    t_start = time.perf_counter()
-    dataset, recorded = prepare_dataset(
-        dataset_dir,
-        out,
-        {
-            "task": cfg.task,
-            "episodes": cfg.episodes,
-            "difficulty": cfg.difficulty,
-            "seed": cfg.record_seed,
-            "action_noise": cfg.action_noise,
-            "recovery_starts": cfg.recovery_starts,
-            "views": cfg.views,
-        },
-    )
-    t_recorded = time.perf_counter()
+    run = TrainingRun.start(out_dir, cfg, progress)
+    dataset, recorded = run.dataset(dataset_dir, cfg)
     data = _arrays(dataset, cfg)
     eps = data["episodes"]
     for e in eps:
@@ -426,7 +388,7 @@ def train_diffusion_demo(
     stats = dataset_stats(dataset, cfg.views)
     config_json = lerobot_config(cfg, eps[0]["state"].shape[1], eps[0]["action"].shape[1], (h, w))
     gen = torch.Generator().manual_seed(cfg.seed)
-    model = new_model(config_json, out, gen, cfg.backbone_widths).train()
+    model = new_model(config_json, run.out, gen, cfg.backbone_widths).train()
     tstat = {
         k: {s: torch.as_tensor(np.asarray(v), dtype=torch.float32) for s, v in sub.items()}
         for k, sub in stats.items()
@@ -462,65 +424,43 @@ def train_diffusion_demo(
         state, pix, target = sample(torch.randint(0, len(index), (cfg.batch,), generator=gen))
         return {"loss": diffusion_loss(model, pix, state, None, target, gen)}
 
-    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
-    history = run_training(list(model.parameters()), step_loss, schedule, "train-demo diffusion", progress)
-    losses = history["loss"]
-    t_trained = time.perf_counter()
+    losses = run.train(list(model.parameters()), step_loss, "train-demo diffusion")["loss"]
     model.eval()
     tensors = {"diffusion." + k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_tensors(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    write_processors(out, config_json, stats)
-    plot_loss(losses, out / "loss.png", title="Diffusion Policy on conveyor-pick (epsilon MSE)")
+    save_tensors(tensors, str(run.out / "model.safetensors"), metadata={"format": "pt"})
+    write_processors(run.out, config_json, stats)
     summary = {
         "family": "diffusion",
         "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
         "difficulty": cfg.difficulty,
         "views": list(cfg.views),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "config": {
-            **asdict(cfg),
-            "views": list(cfg.views),
-            "down_dims": list(cfg.down_dims),
-            "backbone_widths": list(cfg.backbone_widths),
-        },
-        "training": {
-            "episodes_used": len(eps),
-            "frames": len(index),
-            "recorded": recorded,
-            "record_s": round(t_recorded - t_start, 1),
-            "train_s": round(t_trained - t_recorded, 1),
-            "final_loss": float(np.mean(losses[-100:])),
-            "torch": torch.__version__,
-            "threads": cfg.threads,
-        },
+        "config": summary_config(cfg),
+        "training": run.training_summary(
+            {"episodes_used": len(eps), "frames": len(index), "recorded": recorded},
+            {"final_loss": final(losses)},
+        ),
     }
-    atomic_write_json(out / "demo.json", summary)
-    atomic_write_json(out / "loss.json", {"loss": [round(x, 5) for x in losses]})
+    atomic_write_json(run.out / "demo.json", summary)
+    run.write_losses({"loss": losses}, losses, "Diffusion Policy on conveyor-pick (epsilon MSE)")
     return summary
 
 
-def run_from_cli(
-    out: Path,
-    *,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    views: tuple[str, ...] | None = None,
-) -> None:
-    """`hotloop train-demo --family diffusion`: steps, episodes, dataset, seed, threads and views."""
-    import dataclasses
-
-    import typer
-
-    from hotloop.train.loop import cli_updates
-
-    updates = cli_updates(seed, views, steps, episodes, threads)
-    summary = train_diffusion_demo(dataclasses.replace(TrainDiffusionDemoConfig(), **updates), out, dataset)
+def _report(summary: dict[str, Any], out: Path) -> str:
     tr = summary["training"]
-    typer.echo(
+    return (
         f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s (recording "
         f"{tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; wrote the LeRobot checkpoint {out} "
         f"(hotloop bench|eval|compile {out}; loss curve {out / 'loss.png'})"
     )
+
+
+def _ship(out: Path) -> Path:
+    from hotloop.demos.checkpoints import ship
+
+    return ship(out, "diffusion")
+
+
+TRAINER = DemoTrainer(
+    TrainDiffusionDemoConfig, train_diffusion_demo, _report, "demo:conveyor-diffusion", _ship
+)
