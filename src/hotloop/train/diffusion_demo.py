@@ -48,6 +48,7 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
+from hotloop.lerobot.checkpoint_files import config_header, write_processors
 from hotloop.train.demo_trainer import DemoTrainer
 from hotloop.train.options import CameraDemoOptions, summary_config
 
@@ -98,21 +99,9 @@ def lerobot_config(
     inputs: dict[str, Any] = {"observation.state": {"type": "STATE", "shape": [state_dim]}}
     for view in cfg.views:
         inputs[f"observation.images.{view}"] = {"type": "VISUAL", "shape": [3, h, w]}
+    outputs = {"action": {"type": "ACTION", "shape": [action_dim]}}
     return {
-        "type": "diffusion",
-        "n_obs_steps": cfg.n_obs_steps,
-        "input_features": inputs,
-        "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
-        "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
-        "repo_id": None,
-        "private": None,
-        "tags": None,
-        "license": None,
-        "pretrained_path": None,
-        "pretrained_revision": None,
+        **config_header("diffusion", cfg.n_obs_steps, inputs, outputs),
         "horizon": cfg.horizon,
         "n_action_steps": cfg.n_action_steps,
         "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
@@ -270,57 +259,6 @@ def dataset_stats(dataset: Any, views: tuple[str, ...]) -> dict[str, dict[str, n
         for view in views:
             per.setdefault(f"observation.images.{view}", []).append(image_stats(ep.images[view]))
     return {key: aggregate(stats) for key, stats in per.items()}
-
-
-def write_processors(
-    folder: Path, config_json: dict[str, Any], stats: dict[str, dict[str, np.ndarray]]
-) -> None:
-    """policy_preprocessor.json / policy_postprocessor.json and their state files, as LeRobot's
-    `make_pre_post_processors(...).save_pretrained` writes them for Diffusion Policy."""
-    import torch
-
-    from hotloop.io import save_tensors
-
-    flat = {
-        f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32)
-        for k, sub in stats.items()
-        for s, v in sub.items()
-    }
-    features = {**config_json["input_features"], **config_json["output_features"]}
-    norm_map = config_json["normalization_mapping"]
-    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
-    pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
-    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            device,
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": 1e-08, "features": features, "norm_map": norm_map},
-                "state_file": pre_state,
-            },
-        ],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {"eps": 1e-08, "features": config_json["output_features"], "norm_map": norm_map},
-                "state_file": post_state,
-            },
-            device,
-        ],
-    }
-    for name, data, state in (
-        ("policy_preprocessor", pre, pre_state),
-        ("policy_postprocessor", post, post_state),
-    ):
-        (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_tensors({k: v.contiguous() for k, v in flat.items()}, str(folder / state))
 
 
 # ---- training ------------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
+from hotloop.lerobot import checkpoint_files
+from hotloop.lerobot.checkpoint_files import config_header
 from hotloop.train.demo_trainer import DemoTrainer
 from hotloop.train.lerobot_frames import IMAGES_PREFIX
 from hotloop.train.options import CameraDemoOptions, summary_config
@@ -146,9 +148,7 @@ def lerobot_config(cfg: TrainSmolVLADemoConfig, state_dim: int, action_dim: int)
     """config.json as LeRobot's `SmolVLAConfig` writes it (every field `save_pretrained` writes)."""
     inputs, outputs = features(cfg, state_dim, action_dim)
     return {
-        "type": "smolvla", "n_obs_steps": 1, "input_features": inputs, "output_features": outputs,
-        "device": "cpu", "use_amp": False, "use_peft": False, "push_to_hub": False, "repo_id": None,
-        "private": None, "tags": None, "license": None, "pretrained_path": None, "pretrained_revision": None,
+        **config_header("smolvla", 1, inputs, outputs),
         "chunk_size": cfg.chunk_size, "n_action_steps": cfg.n_action_steps, "normalization_mapping": NORM_MAP,
         # No padding: the padded dimensions would only teach the expert to predict the noise there.
         "max_state_dim": state_dim, "max_action_dim": action_dim,
@@ -192,62 +192,21 @@ def write_processors(
     folder: Path, config_json: dict[str, Any], stats: dict[str, dict[str, np.ndarray]]
 ) -> None:
     """policy_preprocessor.json / policy_postprocessor.json and their statistics, as LeRobot's
-    `make_smolvla_pre_post_processors(...).save_pretrained` writes them (the tokenizer step names the
-    tokenizer folder saved beside them)."""
-    import torch
-
-    from hotloop.io import save_tensors
-
-    flat = {
-        f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32).contiguous()
-        for k, sub in stats.items()
-        for s, v in sub.items()
-    }
-    outputs = config_json["output_features"]
-    feats = {**config_json["input_features"], **outputs}
-    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
+    `make_smolvla_pre_post_processors(...).save_pretrained` writes them: the newline and tokenizer steps
+    (naming the tokenizer folder saved beside them) before the device step."""
     tokenizer = {
         "max_length": config_json["tokenizer_max_length"], "task_key": "task", "padding_side": "right",
         "padding": config_json["pad_language_to"], "truncation": True, "tokenizer_name": TOKENIZER_FOLDER,
     }  # fmt: skip
-    pre_state = "policy_preprocessor_step_5_normalizer_processor.safetensors"
-    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "smolvla_new_line_processor", "config": {}},
-            {
-                "registry_name": "tokenizer_processor",
-                "config": tokenizer,
-                "artifacts": {"tokenizer_name": TOKENIZER_FOLDER},
-            },
-            device,
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": 1e-08, "features": feats, "norm_map": NORM_MAP},
-                "state_file": pre_state,
-            },
-        ],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {"eps": 1e-08, "features": outputs, "norm_map": NORM_MAP},
-                "state_file": post_state,
-            },
-            device,
-        ],
-    }
-    for name, data, state in (
-        ("policy_preprocessor", pre, pre_state),
-        ("policy_postprocessor", post, post_state),
-    ):
-        (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_tensors(flat, str(folder / state))
+    own_steps = [
+        {"registry_name": "smolvla_new_line_processor", "config": {}},
+        {
+            "registry_name": "tokenizer_processor",
+            "config": tokenizer,
+            "artifacts": {"tokenizer_name": TOKENIZER_FOLDER},
+        },
+    ]
+    checkpoint_files.write_processors(folder, config_json, stats, own_steps)
 
 
 def save_checkpoint(folder: Path, model: Any) -> None:
