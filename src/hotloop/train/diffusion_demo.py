@@ -50,6 +50,7 @@ from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.lerobot.checkpoint_files import config_header, write_processors
 from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.lerobot_frames import dataset_stats
 from hotloop.train.options import CameraDemoOptions, summary_config
 
 RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
@@ -190,75 +191,6 @@ def new_model(
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
     return model
-
-
-# ---- LeRobot's dataset statistics ----------------------------------------------------------------------
-
-
-def _episode_stats(batch: np.ndarray, count: int) -> dict[str, np.ndarray]:
-    """RunningQuantileStats.get_statistics after one update (min, max, mean, std, count), float32 math."""
-    batch = batch.astype(np.result_type(batch.dtype, np.float32), copy=False)
-    if batch.shape[0] < 2:  # _compute_basic_stats
-        return {
-            "min": np.min(batch, axis=0),
-            "max": np.max(batch, axis=0),
-            "mean": np.mean(batch, axis=0),
-            "std": np.std(batch, axis=0),
-            "count": np.array([count]),
-        }
-    mean = np.mean(batch, axis=0)
-    variance = np.mean(batch**2, axis=0) - mean**2
-    return {
-        "min": np.min(batch, axis=0),
-        "max": np.max(batch, axis=0),
-        "mean": mean,
-        "std": np.sqrt(np.maximum(0, variance)),
-        "count": np.array([count]),
-    }
-
-
-def _sample_indices(n: int) -> list[int]:
-    """LeRobot's sample_indices: estimate_num_samples (100 up to ~500 frames, n**0.75 beyond) evenly."""
-    num = n if n < 100 else max(100, min(int(n**0.75), 10_000))
-    return np.round(np.linspace(0, n - 1, num)).astype(int).tolist()  # type: ignore[no-any-return]
-
-
-def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """One episode's per-channel stats of (T, H, W, 3) uint8 frames, in [0, 1], shaped (3, 1, 1)."""
-    sampled = frames[_sample_indices(len(frames))]  # (N, H, W, C): already LeRobot's (N*H*W, C) order
-    stats = _episode_stats(sampled.reshape(-1, sampled.shape[-1]), len(sampled))
-    return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in stats.items()}
-
-
-def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """aggregate_feature_stats: count-weighted mean, parallel-algorithm variance, min of mins, max of maxes."""
-    means = np.stack([s["mean"] for s in per_episode])
-    variances = np.stack([s["std"] ** 2 for s in per_episode])
-    counts = np.stack([s["count"] for s in per_episode])
-    total = counts.sum(axis=0)
-    while counts.ndim < means.ndim:
-        counts = np.expand_dims(counts, axis=-1)
-    mean = (means * counts).sum(axis=0) / total
-    variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
-    return {
-        "min": np.min(np.stack([s["min"] for s in per_episode]), axis=0),
-        "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
-        "mean": mean,
-        "std": np.sqrt(variance),
-        "count": total,
-    }
-
-
-def dataset_stats(dataset: Any, views: tuple[str, ...]) -> dict[str, dict[str, np.ndarray]]:
-    """The dataset's statistics for every feature the policy reads, as LeRobot computes them."""
-    per: dict[str, list[dict[str, np.ndarray]]] = {}
-    for i in range(len(dataset)):
-        ep = dataset.episode(i)
-        for key, values in (("observation.state", ep.state), ("action", ep.action)):
-            per.setdefault(key, []).append(_episode_stats(np.asarray(values, dtype=np.float32), len(values)))
-        for view in views:
-            per.setdefault(f"observation.images.{view}", []).append(image_stats(ep.images[view]))
-    return {key: aggregate(stats) for key, stats in per.items()}
 
 
 # ---- training ------------------------------------------------------------------------------------------
