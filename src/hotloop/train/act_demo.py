@@ -24,14 +24,14 @@ What is LeRobot's (commit 7427f318) and what is this demo's own choice:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
-from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.demo_trainer import TRY_EVAL, DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import IMAGES_PREFIX
 from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
@@ -96,31 +96,27 @@ def model_config(cfg: TrainActDemoConfig, dataset: Any) -> Any:
     from hotloop.train.data import view_sizes
 
     camera_shapes = [(3, h, w) for h, w in view_sizes(dataset, cfg.views)]
+    sizes = {name: getattr(cfg, name) for name in _MODEL_SIZES}
     return ACTConfig(
         cameras=tuple(IMAGES_PREFIX + view for view in cfg.views),
         camera_shapes=tuple(camera_shapes),
         state_dim=int(dataset.features["observation.state"]["shape"][0]),
         env_state_dim=None,
         action_dim=int(dataset.features["action"]["shape"][0]),
-        chunk_size=cfg.chunk_size,
-        n_action_steps=cfg.n_action_steps,
-        dim_model=cfg.dim_model,
-        n_heads=cfg.n_heads,
-        dim_feedforward=cfg.dim_feedforward,
-        feedforward_activation="relu",
-        n_encoder_layers=cfg.n_encoder_layers,
-        n_decoder_layers=cfg.n_decoder_layers,
-        pre_norm=False,
-        use_vae=True,
-        latent_dim=cfg.latent_dim,
-        n_vae_encoder_layers=cfg.n_vae_encoder_layers,
-        temporal_ensemble_coeff=None,
-        vision_backbone=cfg.vision_backbone,
+        feedforward_activation="relu", pre_norm=False, use_vae=True, temporal_ensemble_coeff=None,
         replace_final_stride_with_dilation=False,
         backbone_shapes=tuple(
             sorted(resnet_shapes(cfg.vision_backbone, cfg.stem_width, cfg.stage_widths).items())
         ),
-    )
+        **sizes,
+    )  # fmt: skip
+
+
+# The ACTConfig fields the demo's options set under the same name.
+_MODEL_SIZES = (
+    "chunk_size", "n_action_steps", "dim_model", "n_heads", "dim_feedforward", "n_encoder_layers",
+    "n_decoder_layers", "latent_dim", "n_vae_encoder_layers", "vision_backbone",
+)  # fmt: skip
 
 
 def new_model(act_cfg: Any, seed: int) -> Any:
@@ -148,7 +144,7 @@ def new_model(act_cfg: Any, seed: int) -> Any:
 
 
 def train_act_demo(
-    cfg: TrainActDemoConfig, out_dir: str | Path, dataset_dir: str | Path | None = None, progress: bool = True
+    cfg: TrainActDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train the demo ACT on `dataset_dir` (or on episodes recorded into `out_dir/dataset`) and write the
     checkpoint folder `out_dir`."""
@@ -206,21 +202,9 @@ def train_act_demo(
     return summary
 
 
-def _report(summary: dict[str, Any], out: Path) -> str:
-    tr = summary["training"]
-    return (
-        f"trained {summary['parameters'] / 1e6:.2f} M parameters in {tr['train_s']:.0f} s (recording "
-        f"{tr['record_s']:.0f} s); final L1 {tr['final_l1']:.4f}, KL {tr['final_kld']:.4f}; wrote the "
-        f"checkpoint {out} (try `hotloop eval {out} --task {summary['task']}`)"
-    )
-
-
-def _ship(out: Path) -> Path:
-    from hotloop.demos.checkpoints import ship
-
-    return ship(out, "act")
-
-
-TRAINER = DemoTrainer(TrainActDemoConfig, train_act_demo, _report, "demo:conveyor-act", _ship)
+TRAINER = DemoTrainer(
+    TrainActDemoConfig, train_act_demo, "demo:conveyor-act", ship_checkpoint("act"),
+    finals=(("L1", "final_l1"), ("KL", "final_kld")), wrote=TRY_EVAL,
+)  # fmt: skip
 
 __all__ = ["TRAINER", "TrainActDemoConfig", "model_config", "new_model", "train_act_demo"]

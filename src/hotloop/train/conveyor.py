@@ -18,6 +18,7 @@ from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.train.demo_trainer import DemoTrainer
 from hotloop.train.options import RecordedDemoOptions, summary_config
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def _draw_prefix_len(cfg: TrainDemoConfig, gen: Any) -> Any:
 
 
 def train_demo(
-    cfg: TrainDemoConfig, out_dir: str | Path, dataset_dir: str | Path | None = None, progress: bool = True
+    cfg: TrainDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train demo:conveyor's pi0.5-nano on `dataset_dir` (or on episodes recorded into `out_dir`)."""
     import torch
@@ -220,14 +221,6 @@ def train_demo(
     return summary
 
 
-def _report(summary: dict[str, Any], out: Path) -> str:
-    tr = summary["training"]
-    return (
-        f"trained in {tr['train_s']:.0f} s (recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; "
-        f"wrote {out} (loss curve {out / 'loss.png'})"
-    )
-
-
 SHIPPED_FILES = ("config.json", "model.safetensors", "norm_stats.json", "demo.json", "loss.png")
 
 
@@ -241,8 +234,7 @@ def ship_assets(run_dir: str | Path, target: str = "demo:conveyor") -> Path:
     return ship(run_dir, asset_dir(target.split(":", 1)[1]), SHIPPED_FILES, command)
 
 
-TRAINER = DemoTrainer(TrainDemoConfig, train_demo, _report, "demo:conveyor", ship_assets)
+TRAINER = DemoTrainer(TrainDemoConfig, train_demo, "demo:conveyor", ship_assets)
 CHAIN_TRAINER = DemoTrainer(
-    TrainDemoConfig, train_demo, _report, "demo:conveyor-chain",
-    lambda out: ship_assets(out, "demo:conveyor-chain"),
-)  # fmt: skip
+    TrainDemoConfig, train_demo, "demo:conveyor-chain", lambda out: ship_assets(out, "demo:conveyor-chain")
+)

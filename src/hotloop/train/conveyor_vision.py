@@ -32,6 +32,7 @@ from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.train.demo_trainer import DemoTrainer
 from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,7 @@ def _store_weights(folder: Path, dtype_name: str) -> None:
 
 
 def train_vision_demo(
-    cfg: TrainVisionDemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainVisionDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train demo:conveyor-vision's pi0.5-mini on `dataset_dir` (or on episodes recorded into `out_dir`)."""
     import torch
@@ -242,15 +240,6 @@ def _layout(dataset: Any, gantry: bool) -> dict[str, Any]:
     }
 
 
-def _report(summary: dict[str, Any], out: Path) -> str:
-    tr = summary["training"]
-    return (
-        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s "
-        f"(recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}, box probe "
-        f"{tr['final_box_probe_mse']:.4f}; wrote {out} (loss curve {out / 'loss.png'})"
-    )
-
-
 def ship_vision_assets(run_dir: str | Path) -> Path:
     """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor-vision` loads)."""
     from hotloop.demos.conveyor_vision import ASSET_DIR
@@ -261,5 +250,6 @@ def ship_vision_assets(run_dir: str | Path) -> Path:
 
 
 TRAINER = DemoTrainer(
-    TrainVisionDemoConfig, train_vision_demo, _report, "demo:conveyor-vision", ship_vision_assets
-)
+    TrainVisionDemoConfig, train_vision_demo, "demo:conveyor-vision", ship_vision_assets,
+    finals=(("loss", "final_loss"), ("box probe", "final_box_probe_mse")),
+)  # fmt: skip

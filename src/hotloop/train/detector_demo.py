@@ -25,6 +25,7 @@ from typing import Any
 from hotloop.errors import ConfigError
 from hotloop.train.demo_trainer import DemoTrainer
 from hotloop.train.options import TrainOptions, summary_config
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,7 @@ def detector_loss(out: Any, centre: Any, bbox: Any, visible: Any) -> dict[str, A
 
 
 def train_detector(
-    cfg: TrainDetectorConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainDetectorConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
@@ -246,4 +244,4 @@ def ship_detector(run_dir: str | Path) -> Path:
     return ship(run_dir, ASSET_DIR, SHIPPED, "hotloop train-demo --variant detector")
 
 
-TRAINER = DemoTrainer(TrainDetectorConfig, train_detector, _report, "demo:detector", ship_detector)
+TRAINER = DemoTrainer(TrainDetectorConfig, train_detector, "demo:detector", ship_detector, report=_report)

@@ -49,9 +49,10 @@ import numpy as np
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.lerobot.checkpoint_files import config_header, write_processors
-from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.demo_trainer import DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import dataset_stats
 from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.run import Folder
 
 RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
 
@@ -232,10 +233,7 @@ def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
 
 
 def train_diffusion_demo(
-    cfg: TrainDiffusionDemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainDiffusionDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train a Diffusion Policy on `dataset_dir` (or on episodes recorded into `out_dir`); the checkpoint
     (config.json, model.safetensors, processors) is written into `out_dir`."""
@@ -316,21 +314,7 @@ def train_diffusion_demo(
     return summary
 
 
-def _report(summary: dict[str, Any], out: Path) -> str:
-    tr = summary["training"]
-    return (
-        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s (recording "
-        f"{tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; wrote the LeRobot checkpoint {out} "
-        f"(hotloop bench|eval|compile {out}; loss curve {out / 'loss.png'})"
-    )
-
-
-def _ship(out: Path) -> Path:
-    from hotloop.demos.checkpoints import ship
-
-    return ship(out, "diffusion")
-
-
 TRAINER = DemoTrainer(
-    TrainDiffusionDemoConfig, train_diffusion_demo, _report, "demo:conveyor-diffusion", _ship
-)
+    TrainDiffusionDemoConfig, train_diffusion_demo, "demo:conveyor-diffusion", ship_checkpoint("diffusion"),
+    wrote="the LeRobot checkpoint {out} (hotloop bench|eval|compile {out}; loss curve {out}/loss.png)",
+)  # fmt: skip

@@ -69,14 +69,8 @@ class RecordedDemoOptions(TrainOptions):
 
     def record_options(self) -> dict[str, Any]:
         """`hotloop.datasets.recorder.record`'s arguments for the episodes this run trains on."""
-        return {
-            "task": self.task,
-            "episodes": self.episodes,
-            "difficulty": self.difficulty,
-            "seed": self.record_seed,
-            "action_noise": self.action_noise,
-            "recovery_starts": self.recovery_starts,
-        }
+        recorded = ("task", "episodes", "difficulty", "action_noise", "recovery_starts")
+        return {**{name: getattr(self, name) for name in recorded}, "seed": self.record_seed}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.train.options import RecordedDemoOptions, TrainOptions
 
+Folder = str | Path  # an output or dataset folder as a trainer takes it
+
 
 @dataclass
 class TrainingRun:
@@ -38,7 +40,7 @@ class TrainingRun:
     trained: float | None = None
 
     @classmethod
-    def start(cls, out_dir: str | Path, options: TrainOptions, progress: bool = True) -> TrainingRun:
+    def start(cls, out_dir: Folder, options: TrainOptions, progress: bool = True) -> TrainingRun:
         import torch
 
         out = Path(out_dir)
@@ -49,7 +51,7 @@ class TrainingRun:
         return cls(out, options, progress, time.perf_counter())
 
     def dataset(
-        self, dataset_dir: str | Path | None, options: RecordedDemoOptions
+        self, dataset_dir: Folder | None, options: RecordedDemoOptions
     ) -> tuple[Any, dict[str, Any] | None]:
         """(the dataset, the recording summary or None): `hotloop.train.data.prepare_dataset` with the
         options' recording settings; the data phase ends here."""
@@ -134,7 +136,7 @@ def plot_loss(losses: list[float], path: Path, title: str = "demo:conveyor train
     plt.close(fig)
 
 
-def ship(run_dir: str | Path, dest: Path, files: Sequence[str], train_command: str) -> Path:
+def ship(run_dir: Folder, dest: Path, files: Sequence[str], train_command: str) -> Path:
     """Copy `files` of a finished run into `dest` (a shipped demo's asset folder); a run that lacks one is
     refused by name with the command that trains it."""
     import shutil

@@ -46,9 +46,10 @@ from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
 from hotloop.lerobot import checkpoint_files
 from hotloop.lerobot.checkpoint_files import config_header
-from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.demo_trainer import TRY_EVAL, DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import IMAGES_PREFIX
 from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.run import Folder
 
 TOKENIZER_FOLDER = "tokenizer"
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<fake_token_around_image>", "<global-img>", "<image>")
@@ -273,10 +274,7 @@ def frame_prompts(dataset: Any) -> list[str]:
 
 
 def train_smolvla_demo(
-    cfg: TrainSmolVLADemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainSmolVLADemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train the demo SmolVLA on `dataset_dir` (or on episodes recorded into `out_dir/dataset`) and write the
     checkpoint folder `out_dir`."""
@@ -387,22 +385,10 @@ def sizes_config(folder: Path) -> Any:
     )
 
 
-def _report(summary: dict[str, Any], out: Path) -> str:
-    tr = summary["training"]
-    return (
-        f"trained {summary['parameters'] / 1e6:.2f} M parameters in {tr['train_s']:.0f} s (recording "
-        f"{tr['record_s']:.0f} s); final flow-matching loss {tr['final_loss']:.4f}; wrote the checkpoint "
-        f"{out} (try `hotloop eval {out} --task {summary['task']}`)"
-    )
-
-
-def _ship(out: Path) -> Path:
-    from hotloop.demos.checkpoints import ship
-
-    return ship(out, "smolvla")
-
-
-TRAINER = DemoTrainer(TrainSmolVLADemoConfig, train_smolvla_demo, _report, "demo:conveyor-smolvla", _ship)
+TRAINER = DemoTrainer(
+    TrainSmolVLADemoConfig, train_smolvla_demo, "demo:conveyor-smolvla", ship_checkpoint("smolvla"),
+    finals=(("flow-matching loss", "final_loss"),), wrote=TRY_EVAL,
+)  # fmt: skip
 
 __all__ = [
     "TrainSmolVLADemoConfig",
