@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
 from hotloop.train.demo_trainer import TRY_EVAL, DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import IMAGES_PREFIX
-from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.options import CameraDemoOptions
 from hotloop.train.run import Folder
 
 
@@ -153,7 +152,7 @@ def train_act_demo(
     from hotloop.families.act.checkpoint_io import save_act_checkpoint, write_processors
     from hotloop.lerobot.processors import read_policy_processors
     from hotloop.train.act_loss import act_loss
-    from hotloop.train.data import check_finite, dataset_task
+    from hotloop.train.data import check_finite
     from hotloop.train.lerobot_frames import training_frames
     from hotloop.train.run import TrainingRun, final
 
@@ -185,19 +184,9 @@ def train_act_demo(
     save_act_checkpoint(run.out, model, act_cfg, stats, dropout=cfg.dropout, kl_weight=cfg.kl_weight,
                         optimizer_lr=cfg.lr, optimizer_weight_decay=cfg.weight_decay,
                         optimizer_lr_backbone=cfg.lr)  # fmt: skip
-    summary = {
-        "family": "act",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "views": list(cfg.views),
-        "config": summary_config(cfg),
-        "training": run.training_summary(
-            {"episodes_used": used, "frames": int(n), "recorded": recorded},
-            {"final_l1": final(history["l1"]), "final_kld": final(history["kld"])},
-        ),
-    }
-    atomic_write_json(run.out / "train.json", summary)
+    data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
+    finals = {"final_l1": final(history["l1"]), "final_kld": final(history["kld"])}
+    summary = run.write_summary("train.json", {"family": "act"}, cfg, dataset, model, data, finals)
     run.write_losses(history, history["l1"], "ACT demo training (L1 on normalised actions)")
     return summary
 

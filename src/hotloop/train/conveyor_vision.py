@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
 from hotloop.train.demo_trainer import DemoTrainer
-from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.options import CameraDemoOptions
 from hotloop.train.run import Folder
 
 
@@ -132,7 +131,7 @@ def train_vision_demo(
     from hotloop.families.pi.sampling import sample_time
     from hotloop.families.pi.training import new_model, repeat_cache
     from hotloop.models.configs import get_pi_config
-    from hotloop.train.data import check_finite, dataset_task, has_gantry_layout
+    from hotloop.train.data import check_finite, has_gantry_layout
     from hotloop.train.pi_arrays import action_mask
     from hotloop.train.run import TrainingRun, final
 
@@ -191,26 +190,19 @@ def train_vision_demo(
     model.eval()
     save_lerobot_checkpoint(model, model_cfg, run.out, norm_stats=norm)
     _store_weights(run.out, cfg.store_dtype)
-    summary = {
+    own = {
         "variant": "vision",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
         "model": cfg.model,
-        "parameters": sum(p.numel() for p in model.parameters()),
         "horizon": horizon,
         "action_dim": arrays.action_dim,
         **_layout(dataset, gantry),
         "prompt_tokens": [1, 2, 3],
         "zero_noise": True,
-        "views": list(cfg.views),
         "stored_dtype": cfg.store_dtype,
-        "config": summary_config(cfg),
-        "training": run.training_summary(
-            {"episodes_used": used, "frames": int(n), "recorded": recorded},
-            {"final_loss": final(losses), "final_box_probe_mse": final(aux_losses)},
-        ),
     }
-    atomic_write_json(run.out / "demo.json", summary)
+    data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
+    finals = {"final_loss": final(losses), "final_box_probe_mse": final(aux_losses)}
+    summary = run.write_summary("demo.json", own, cfg, dataset, model, data, finals)
     run.write_losses(
         {"flow": losses, "box_probe": aux_losses},
         losses,

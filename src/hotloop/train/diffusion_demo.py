@@ -47,11 +47,10 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
 from hotloop.lerobot.checkpoint_files import config_header, write_processors
 from hotloop.train.demo_trainer import DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import dataset_stats
-from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.options import CameraDemoOptions
 from hotloop.train.run import Folder
 
 RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
@@ -241,7 +240,7 @@ def train_diffusion_demo(
 
     from hotloop.io import save_tensors
     from hotloop.lerobot.features import NormMode, transform
-    from hotloop.train.data import check_finite, dataset_task
+    from hotloop.train.data import check_finite
     from hotloop.train.run import TrainingRun, final
 
     run = TrainingRun.start(out_dir, cfg, progress)
@@ -297,19 +296,9 @@ def train_diffusion_demo(
     tensors = {"diffusion." + k: v.detach().contiguous() for k, v in model.state_dict().items()}
     save_tensors(tensors, str(run.out / "model.safetensors"), metadata={"format": "pt"})
     write_processors(run.out, config_json, stats)
-    summary = {
-        "family": "diffusion",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
-        "views": list(cfg.views),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "config": summary_config(cfg),
-        "training": run.training_summary(
-            {"episodes_used": len(eps), "frames": len(index), "recorded": recorded},
-            {"final_loss": final(losses)},
-        ),
-    }
-    atomic_write_json(run.out / "demo.json", summary)
+    data = {"episodes_used": len(eps), "frames": len(index), "recorded": recorded}
+    finals = {"final_loss": final(losses)}
+    summary = run.write_summary("demo.json", {"family": "diffusion"}, cfg, dataset, model, data, finals)
     run.write_losses({"loss": losses}, losses, "Diffusion Policy on conveyor-pick (epsilon MSE)")
     return summary
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.io import atomic_write_json
-from hotloop.train.options import RecordedDemoOptions, TrainOptions
+from hotloop.train.options import CameraDemoOptions, RecordedDemoOptions, TrainOptions, summary_config
 
 Folder = str | Path  # an output or dataset folder as a trainer takes it
 
@@ -92,6 +92,33 @@ class TrainingRun:
             "torch": torch.__version__,
             "threads": self.options.threads,
         }
+
+    def write_summary(
+        self,
+        name: str,
+        own: Mapping[str, Any],
+        options: CameraDemoOptions,
+        dataset: Any,
+        model: Any,
+        data: Mapping[str, Any],
+        finals: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The summary file `name` (train.json, demo.json): what the family says of itself (`own`), the task
+        the episodes were recorded on, the difficulty, the model's size, the views, the options and the
+        "training" block (`training_summary(data, finals)`); returned as written."""
+        from hotloop.train.data import dataset_task
+
+        summary = {
+            **own,
+            "task": dataset_task(dataset, options.task),
+            "difficulty": options.difficulty,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "views": list(options.views),
+            "config": summary_config(options),
+            "training": self.training_summary(data, finals),
+        }
+        atomic_write_json(self.out / name, summary)
+        return summary
 
     def write_losses(
         self, curves: Mapping[str, Sequence[float]] | Sequence[float], plotted: Sequence[float], title: str

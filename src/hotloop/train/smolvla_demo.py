@@ -43,12 +43,11 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
 from hotloop.lerobot import checkpoint_files
 from hotloop.lerobot.checkpoint_files import config_header
 from hotloop.train.demo_trainer import TRY_EVAL, DemoTrainer, ship_checkpoint
 from hotloop.train.lerobot_frames import IMAGES_PREFIX
-from hotloop.train.options import CameraDemoOptions, summary_config
+from hotloop.train.options import CameraDemoOptions
 from hotloop.train.run import Folder
 
 TOKENIZER_FOLDER = "tokenizer"
@@ -281,7 +280,7 @@ def train_smolvla_demo(
     import torch
 
     from hotloop.lerobot.processors import read_policy_processors
-    from hotloop.train.data import check_finite, dataset_task, view_sizes
+    from hotloop.train.data import check_finite, view_sizes
     from hotloop.train.lerobot_frames import training_frames
     from hotloop.train.run import TrainingRun, final
 
@@ -329,19 +328,9 @@ def train_smolvla_demo(
     losses = run.train(list(model.parameters()), step_loss, "train-demo smolvla")["loss"]
     model.eval()
     save_checkpoint(out, model)
-    summary = {
-        "family": "smolvla",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "views": list(cfg.views),
-        "prompts": sorted(set(prompts)),
-        "config": summary_config(cfg),
-        "training": run.training_summary(
-            {"episodes_used": used, "frames": int(n), "recorded": recorded}, {"final_loss": final(losses)}
-        ),
-    }
-    atomic_write_json(out / "train.json", summary)
+    own = {"family": "smolvla", "prompts": sorted(set(prompts))}
+    data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
+    summary = run.write_summary("train.json", own, cfg, dataset, model, data, {"final_loss": final(losses)})
     run.write_losses({"loss": losses}, losses, "SmolVLA demo training (flow-matching MSE)")
     return summary
 
