@@ -186,7 +186,9 @@ def train_act_demo(
                         optimizer_lr_backbone=cfg.lr)  # fmt: skip
     data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
     finals = {"final_l1": final(history["l1"]), "final_kld": final(history["kld"])}
-    summary = run.write_summary("train.json", {"family": "act"}, cfg, dataset, model, data, finals)
+    summary = run.write_summary(
+        "train.json", cfg, dataset, model, run.training_summary(data, finals), family="act"
+    )
     run.write_losses(history, history["l1"], "ACT demo training (L1 on normalised actions)")
     return summary
 

@@ -202,7 +202,7 @@ def train_vision_demo(
     }
     data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
     finals = {"final_loss": final(losses), "final_box_probe_mse": final(aux_losses)}
-    summary = run.write_summary("demo.json", own, cfg, dataset, model, data, finals)
+    summary = run.write_summary("demo.json", cfg, dataset, model, run.training_summary(data, finals), **own)
     run.write_losses(
         {"flow": losses, "box_probe": aux_losses},
         losses,

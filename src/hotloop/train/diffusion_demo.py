@@ -298,7 +298,9 @@ def train_diffusion_demo(
     write_processors(run.out, config_json, stats)
     data = {"episodes_used": len(eps), "frames": len(index), "recorded": recorded}
     finals = {"final_loss": final(losses)}
-    summary = run.write_summary("demo.json", {"family": "diffusion"}, cfg, dataset, model, data, finals)
+    summary = run.write_summary(
+        "demo.json", cfg, dataset, model, run.training_summary(data, finals), family="diffusion"
+    )
     run.write_losses({"loss": losses}, losses, "Diffusion Policy on conveyor-pick (epsilon MSE)")
     return summary
 

@@ -28,6 +28,7 @@ from hotloop.io import atomic_write_json
 from hotloop.train.options import CameraDemoOptions, RecordedDemoOptions, TrainOptions, summary_config
 
 Folder = str | Path  # an output or dataset folder as a trainer takes it
+Json = Mapping[str, Any]
 
 
 @dataclass
@@ -74,9 +75,7 @@ class TrainingRun:
         self.trained = time.perf_counter()
         return history
 
-    def training_summary(
-        self, data: Mapping[str, Any], finals: Mapping[str, Any], data_phase: str = "record"
-    ) -> dict[str, Any]:
+    def training_summary(self, data: Json, finals: Json, data_phase: str = "record") -> dict[str, Any]:
         """The summary's "training" block: what was trained on (`data`), the phases' seconds, the final
         losses (`finals`), and the torch version and thread count the weights came from."""
         import torch
@@ -94,28 +93,21 @@ class TrainingRun:
         }
 
     def write_summary(
-        self,
-        name: str,
-        own: Mapping[str, Any],
-        options: CameraDemoOptions,
-        dataset: Any,
-        model: Any,
-        data: Mapping[str, Any],
-        finals: Mapping[str, Any],
+        self, name: str, cfg: CameraDemoOptions, dataset: Any, model: Any, training: Json, **own: Any
     ) -> dict[str, Any]:
         """The summary file `name` (train.json, demo.json): what the family says of itself (`own`), the task
         the episodes were recorded on, the difficulty, the model's size, the views, the options and the
-        "training" block (`training_summary(data, finals)`); returned as written."""
+        "training" block (`training_summary`); returned as written."""
         from hotloop.train.data import dataset_task
 
         summary = {
             **own,
-            "task": dataset_task(dataset, options.task),
-            "difficulty": options.difficulty,
+            "task": dataset_task(dataset, cfg.task),
+            "difficulty": cfg.difficulty,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "views": list(options.views),
-            "config": summary_config(options),
-            "training": self.training_summary(data, finals),
+            "views": list(cfg.views),
+            "config": summary_config(cfg),
+            "training": dict(training),
         }
         atomic_write_json(self.out / name, summary)
         return summary

@@ -328,9 +328,10 @@ def train_smolvla_demo(
     losses = run.train(list(model.parameters()), step_loss, "train-demo smolvla")["loss"]
     model.eval()
     save_checkpoint(out, model)
-    own = {"family": "smolvla", "prompts": sorted(set(prompts))}
     data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
-    summary = run.write_summary("train.json", own, cfg, dataset, model, data, {"final_loss": final(losses)})
+    finals = {"final_loss": final(losses)}
+    own = {"family": "smolvla", "prompts": sorted(set(prompts))}
+    summary = run.write_summary("train.json", cfg, dataset, model, run.training_summary(data, finals), **own)
     run.write_losses({"loss": losses}, losses, "SmolVLA demo training (flow-matching MSE)")
     return summary
 
