@@ -93,11 +93,11 @@ class TrainingRun:
         }
 
     def write_summary(
-        self, name: str, cfg: CameraDemoOptions, dataset: Any, model: Any, training: Json, **own: Any
+        self, name: str, cfg: CameraDemoOptions, dataset: Any, model: Any, training: Json, /, **own: Any
     ) -> dict[str, Any]:
         """The summary file `name` (train.json, demo.json): what the family says of itself (`own`), the task
         the episodes were recorded on, the difficulty, the model's size, the views, the options and the
-        "training" block (`training_summary`); returned as written."""
+        "training" block (`training_summary`); returned as written. (`own` may name its own "model".)"""
         from hotloop.train.data import dataset_task
 
         summary = {
