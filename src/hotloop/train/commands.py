@@ -177,16 +177,18 @@ def _refuse_other_kinds_flags(kind: str, given: dict[str, Any]) -> None:
     wrong = [flag for flag, value in given.items() if value is not None and kind not in _FLAG_KINDS[flag]]
     if not wrong:
         return
-    verb = "is" if len(wrong) == 1 else "are"
+    them = "it" if len(wrong) == 1 else "them"
     if kind in _LEROBOT_FAMILIES:
+        verb = "is" if len(wrong) == 1 else "are"
         raise ConfigError(
             f"{', '.join(wrong)} {verb} for --family pi; --family {kind} trains a LeRobot checkpoint folder: "
-            "drop it"
+            f"drop {them}"
         )
-    takes = [k for k in _FLAG_KINDS[wrong[0]] if k not in _LEROBOT_FAMILIES]
-    raise ConfigError(
-        f"{', '.join(wrong)} {verb} for --variant {' or '.join(takes)}, not --variant {kind}; drop it"
+    said = "; ".join(
+        f"{flag} is for --variant {' or '.join(k for k in _FLAG_KINDS[flag] if k not in _LEROBOT_FAMILIES)}"
+        for flag in wrong
     )
+    raise ConfigError(f"{said}, not --variant {kind}: drop {them}")
 
 
 def _given_or(value: float | None, default: float) -> float:
