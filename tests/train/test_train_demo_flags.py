@@ -7,11 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from hotloop.cli import app
+from hotloop.datasets.commands import add_commands as add_record
+from hotloop.train.commands import add_commands as add_train
 
 runner = CliRunner()
+app = typer.Typer()
+for add in (add_record, add_train):  # two commands: a group, called by name as the CLI does
+    add(app)
 KINDS = {
     "act": ["--family", "act"],
     "diffusion": ["--family", "diffusion"],
@@ -61,5 +66,5 @@ def test_the_flags_a_kind_takes_reach_its_options() -> None:
     assert (chain.seed, chain.steps, chain.box_noise_mm, chain.episodes) == (3, 5, 2.0, 500)  # type: ignore[attr-defined]
     act = from_flags(_trainer("act").options, seed=0, views=["wrist"], threads=None)
     assert act.views == ("wrist",) and act.threads == 1  # type: ignore[attr-defined]
-    detector = from_flags(_trainer("detector").options, rollouts=2, rollout_pipeline=None)
-    assert detector.rollouts == 2 and detector.rollout_pipeline == "detector:model=learned"  # type: ignore[attr-defined]
+    detector = from_flags(_trainer("detector").options, steps=7, rollouts=None, rollout_pipeline="detector:a")
+    assert (detector.steps, detector.rollouts, detector.rollout_pipeline) == (7, 0, "detector:a")  # type: ignore[attr-defined]
