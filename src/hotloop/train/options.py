@@ -25,6 +25,8 @@ _POSITIVE = ("episodes", "steps", "batch", "threads")
 
 @dataclass(frozen=True)
 class TrainOptions:
+    """The defaults are the shipped runs' most common; a family redeclares the ones its run differs in."""
+
     steps: int = 2000
     batch: int = 32
     lr: float = 1e-3

@@ -33,6 +33,8 @@ Json = Mapping[str, Any]
 
 @dataclass
 class TrainingRun:
+    """One training run: its output folder, its options, and when its phases ended."""
+
     out: Path
     options: TrainOptions
     progress: bool
@@ -42,6 +44,8 @@ class TrainingRun:
 
     @classmethod
     def start(cls, out_dir: Folder, options: TrainOptions, progress: bool = True) -> TrainingRun:
+        """Make the folder and set torch's process-wide seed, thread count and deterministic kernels (what
+        ACT's dropout draws from, and what makes two runs of one config the same bits)."""
         import torch
 
         out = Path(out_dir)
