@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from hotloop.cli import app
 from hotloop.demo import closed_loop_rung
+from hotloop.demo.headline import format_ms
 
 
 def test_demo_ends_with_the_headline_its_report_opens_with(
@@ -42,7 +43,9 @@ def test_demo_ends_with_the_headline_its_report_opens_with(
     # Its figures are the report's.
     harness, closed = (r["summary"] for r in report["rungs"])
     lat = harness["latency_ms"]
-    assert f"latency of toy:mlp: p50 {lat['p50']:.3g} ms, p99 {lat['p99']:.3g} ms" in "\n".join(headline)
+    assert f"latency of toy:mlp: p50 {format_ms(lat['p50'])} ms, p99 {format_ms(lat['p99'])} ms" in "\n".join(
+        headline
+    )
     start = next(
         i for i, line in enumerate(headline) if line.startswith("success against latency, expert:scripted")
     )

@@ -29,6 +29,11 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def format_ms(ms: float) -> str:
+    """Three significant figures, never an exponent: 0.0523, 8.41, 89.7, 1950."""
+    return f"{ms:.0f}" if abs(ms) >= 1000 else f"{ms:.3g}"
+
+
 def _nothing(summary: dict[str, Any]) -> list[str]:
     return []
 
@@ -36,7 +41,7 @@ def _nothing(summary: dict[str, Any]) -> list[str]:
 def _latency(summary: dict[str, Any]) -> list[str]:
     lat = summary["latency_ms"]
     return [
-        f"latency of {summary['target']}: p50 {lat['p50']:.3g} ms, p99 {lat['p99']:.3g} ms "
+        f"latency of {summary['target']}: p50 {format_ms(lat['p50'])} ms, p99 {format_ms(lat['p99'])} ms "
         f"({summary['iterations']} iterations)"
     ]
 
@@ -45,8 +50,8 @@ def _compile(summary: dict[str, Any]) -> list[str]:
     bench, plan = summary["bench"], summary["compile"]
     lines = [
         f"compiled plan of {summary['target']}: {bench['speedup_p50']:.2f}x faster than fp32 eager at p50, "
-        f"{bench['speedup_p99']:.2f}x at p99 ({bench['plan_latency_ms']['p50']:.3g} ms against "
-        f"{bench['reference_latency_ms']['p50']:.3g} ms at p50); final-action cosine "
+        f"{bench['speedup_p99']:.2f}x at p99 ({format_ms(bench['plan_latency_ms']['p50'])} ms against "
+        f"{format_ms(bench['reference_latency_ms']['p50'])} ms at p50); final-action cosine "
         f"{plan['action_cos_min']:.6f} (tolerance {plan['tolerance']})"
     ]
     success = summary["demo_success"]
