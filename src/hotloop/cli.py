@@ -334,7 +334,7 @@ def demo(
     ] = False,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
-    from hotloop.demo.report import DemoConfig, run_demo
+    from hotloop.demo.report import DemoConfig, read_headline, run_demo
 
     config = DemoConfig(
         out_dir=out,
@@ -346,6 +346,7 @@ def demo(
     )
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    typer.echo("\n".join(["", *read_headline(out)]))  # the figures last, where the eye lands
     failed = [r.title for r in rungs if r.error]
     if failed:
         typer.echo(f"error: {len(failed)} rung(s) failed: {', '.join(failed)} (see the report)", err=True)
