@@ -179,7 +179,35 @@ def step_distill(
 
 
 class SmolVLACompression:
-    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation."""
+    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation and the
+    `onestep[:K]` student."""
+
+    def check_onestep(
+        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
+    ) -> None:
+        from hotloop.compress.onestep import check_onestep
+
+        check_onestep(student_steps, teacher_steps)
+
+    def onestep(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        calib: Any,
+        student_steps: int,
+        teacher_steps: int,
+        config: Any,
+        work: Path,
+        progress: bool,
+    ) -> dict[str, Any]:
+        from hotloop.compress.onestep import train_flow_onestep
+        from hotloop.families.smolvla.onestep import SmolVLAFlowStudent
+
+        return train_flow_onestep(
+            SmolVLAFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
+            work, progress,
+        )  # fmt: skip
 
     def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
         check_step_distill(small_steps, teacher_steps)
