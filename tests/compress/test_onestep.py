@@ -73,7 +73,9 @@ def test_training_lowers_the_one_step_error_and_leaves_the_prefix(tiny: tuple) -
     flow = PiFlowStudent(teacher)
     actions = torch.randn(6, *flow.chunk_shape).clamp(-1, 1)
     config = OnestepConfig(steps=24, batch=6, lr=1e-3, noise="zero", anchor_weight=0.1)
-    details = train_onestep(flow, teacher, student, obs, actions, 1, 10, config, sample_time, None, False, obs)
+    details = train_onestep(
+        flow, teacher, student, obs, actions, 1, 10, config, sample_time, None, False, obs
+    )
     assert [s["steps"] for s in details["stages"]] == [5, 2, 1]
     assert sum(s["optimizer_steps"] for s in details["stages"]) == 24
     assert details["chunk_mse_after"] < 0.5 * details["chunk_mse_before"], details
@@ -137,3 +139,28 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, tmp_path: Pat
         errors = [line for line in res.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], (recipe, res.output)
         assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
+
+
+def test_on_policy_rounds_add_the_students_own_observations(tiny: tuple) -> None:
+    """With `rounds` and an explorer, the last stage runs in rounds and each later round trains on the
+    observations the student met (here: what the explorer returns, labelled by the teacher)."""
+    import copy
+
+    from hotloop.families.pi.compression.onestep import PiFlowStudent
+    from hotloop.families.pi.sampling import sample_time
+    from hotloop.families.pi.targets import random_observation
+
+    teacher, obs = tiny
+    seen: list[int] = []
+
+    def explore(student: torch.nn.Module, round_: int) -> object:
+        seen.append(round_)
+        return random_observation(teacher.cfg, 3, "cpu", 10 + round_)
+
+    config = OnestepConfig(steps=6, batch=4, noise="zero", progressive=False, rounds=3, anchor_weight=0.0)
+    details = train_onestep(
+        PiFlowStudent(teacher), teacher, copy.deepcopy(teacher), obs, None, 1, 10, config, sample_time,
+        explore=explore,
+    )  # fmt: skip
+    assert seen == [1, 2] and details["explored_observations"] == [3, 3]
+    assert [(s["trajectories"], s["optimizer_steps"]) for s in details["stages"]] == [(6, 2), (9, 2), (12, 2)]

@@ -17,6 +17,11 @@ that runs a fixed number of steps:
 - Progressive: the step count falls in stages (for N = 10 and K = 1: 5, then 2, then 1 step), each stage
   starting from the previous one, every stage's targets on the teacher's trajectory (the grid times are
   the teacher's when K divides N); the last stage gets most of the training (`final_fraction`).
+- On the student's own states (optional, `rounds` > 1; the recipe's pi demo targets): the last stage is
+  cut into rounds, and after each the student drives the task for a few episodes; the observations it
+  meets there are labelled with the teacher's trajectories and join the training set (DAgger, Ross et al.
+  2011, arXiv:1011.0686). A student taught only on the teacher's states drifts on its own, where the
+  teacher never went; closed-loop success follows those drifts (docs/step-distillation.md).
 - Flow anchor: SnapFlow mixes plain flow-matching samples on the recorded data into every batch so the
   network keeps its velocity field (also the Flow-Anchored Consistency Model's lesson, Peng et al. 2025,
   arXiv:2507.03738): x_t = t eps + (1 - t) a for a recorded chunk a of `--data`, target eps - a, weight
@@ -52,8 +57,10 @@ NOISE_MODES = ("random", "zero")
 
 def check_onestep(student_steps: int, teacher_steps: int, label: str = "onestep") -> None:
     """K in 1..2, fewer than the teacher's steps, and dividing them (the grid times are the teacher's)."""
-    if isinstance(student_steps, bool) or not isinstance(student_steps, int) or not (
-        1 <= student_steps <= MAX_STUDENT_STEPS
+    if (
+        isinstance(student_steps, bool)
+        or not isinstance(student_steps, int)
+        or not (1 <= student_steps <= MAX_STUDENT_STEPS)
     ):
         raise ConfigError(
             f"--recipe {label}: the student takes 1 or 2 steps (onestep or onestep:2), got {student_steps!r}"
@@ -97,11 +104,14 @@ class OnestepConfig:
     anchor_weight: float = 0.1
     noise: str = "random"
     noise_draws: int = 4
+    rounds: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "checkpoint_every", "noise_draws"):
+        for name in ("steps", "batch", "checkpoint_every", "noise_draws", "rounds"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"onestep {name.replace('_', ' ')} must be >= 1 (got {getattr(self, name)})")
+                raise ConfigError(
+                    f"onestep {name.replace('_', ' ')} must be >= 1 (got {getattr(self, name)})"
+                )
         if not self.lr > 0:
             raise ConfigError(f"onestep lr must be > 0 (got {self.lr})")
         if not 0 < self.final_fraction <= 1:
@@ -125,6 +135,10 @@ class FlowStudent(Protocol):
         ...
 
     def select(self, obs: Any, index: list[int]) -> Any: ...
+
+    def concat(self, a: Any, b: Any) -> Any:
+        """Two observation batches as one."""
+        ...
 
     def batch_size(self, obs: Any) -> int: ...
 
@@ -217,14 +231,33 @@ def anchor_loss(
     return F.mse_loss(flow.velocity(student, cache, obs, x_t, t), eps - a)
 
 
+def split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
 def stage_steps(config: OnestepConfig, stages: tuple[int, ...]) -> list[int]:
     """Optimiser steps per stage: the last gets `final_fraction` of them, the others share the rest."""
     if len(stages) == 1:
         return [config.steps]
     last = max(1, round(config.steps * config.final_fraction))
-    early = config.steps - last
-    share = [early // (len(stages) - 1) + (1 if i < early % (len(stages) - 1) else 0) for i in range(len(stages) - 1)]
-    return [*share, last]
+    return [*split(config.steps - last, len(stages) - 1), last]
+
+
+def merge(
+    flow: FlowStudent, a: TeacherTrajectories, obs_a: Any, b: TeacherTrajectories, obs_b: Any
+) -> tuple[TeacherTrajectories, Any]:
+    """Trajectories (and their observations) of two sets as one."""
+    offset = flow.batch_size(obs_a)
+    joined = TeacherTrajectories(
+        a.obs_index + [i + offset for i in b.obs_index],
+        torch.cat([a.starts, b.starts]),
+        torch.cat([a.states, b.states]),
+    )
+    return joined, flow.concat(obs_a, obs_b)
+
+
+# The student's own observations for a round of on-policy training: (student, round) -> a batch, or None.
+Explore = Callable[[nn.Module, int], Any]
 
 
 def train_onestep(
@@ -240,40 +273,66 @@ def train_onestep(
     work: Path | None = None,
     progress: bool = False,
     anchor_obs: Any = None,
+    explore: Explore | None = None,
 ) -> dict[str, Any]:
     """Train `student` (in place) into a `student_steps`-step plan of `teacher`'s `teacher_steps`.
     `obs`: the observations the trajectories start from; `anchor_obs` / `actions`: recorded frames and
-    their normalised chunks for the flow anchor (None: no anchor). Resumable from `work`."""
+    their normalised chunks for the flow anchor (None: no anchor); `explore`: the student's own
+    observations between the last stage's `config.rounds` rounds. Resumable from `work`."""
     from hotloop.nn.resumable import train_resumable
 
     check_onestep(student_steps, teacher_steps)
     if flow.batch_size(obs) < 1:
         raise ConfigError("--recipe onestep: no observations to distill on")
+    import time
+
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
+    t0 = time.perf_counter()
     trajectories = teacher_trajectories(flow, teacher, obs, teacher_steps, config)
-    rows = len(trajectories.obs_index)
+    t_targets = time.perf_counter() - t0
     anchored = actions is not None and anchor_obs is not None and config.anchor_weight > 0
     stages = stage_schedule(student_steps, teacher_steps, config.progressive)
     budget = stage_steps(config, stages)
+    rounds = config.rounds if explore is not None else 1
+    # (student steps, optimiser steps) per training phase: the last stage in `rounds` parts
+    phases = [(n, b) for n, b in zip(stages[:-1], budget[:-1], strict=True)]
+    phases += [(stages[-1], b) for b in split(budget[-1], rounds)]
     params = flow.denoising_parameters(student)
+    first = (trajectories, obs)
 
     @torch.no_grad()
     def fit(steps: int) -> float:
-        """Final-chunk MSE of `steps` steps on the first (up to) 64 trajectories (a fit figure)."""
-        idx = list(range(min(64, rows)))
-        o = flow.select(obs, [trajectories.obs_index[i] for i in idx])
-        got = integrate(flow, student, flow.prefix(student, o), o, trajectories.starts[idx], steps)[-1]
-        return float(F.mse_loss(got, trajectories.states[idx, -1]))
+        """Final-chunk MSE of `steps` steps on the first (up to) 64 starting trajectories (a fit figure)."""
+        traj, o_all = first
+        idx = list(range(min(64, len(traj.obs_index))))
+        o = flow.select(o_all, [traj.obs_index[i] for i in idx])
+        got = integrate(flow, student, flow.prefix(student, o), o, traj.starts[idx], steps)[-1]
+        return float(F.mse_loss(got, traj.states[idx, -1]))
 
     before = fit(student_steps)
-    history = []
-    for stage, (steps, n_opt) in enumerate(zip(stages, budget, strict=True)):
+    t0 = time.perf_counter()
+    history: list[dict[str, Any]] = []
+    explored: list[int] = []
+    for phase, (steps, n_opt) in enumerate(phases):
+        if phase >= len(stages) and explore is not None:  # a later round: the student's own states first
+            new_obs = explore(student, phase - len(stages) + 1)
+            new = teacher_trajectories(flow, teacher, new_obs, teacher_steps, config)
+            trajectories, obs = merge(flow, trajectories, obs, new, new_obs)
+            explored.append(flow.batch_size(new_obs))
+        rows = len(trajectories.obs_index)
         if n_opt < 1:
             continue
 
-        def loss_fn(gen: torch.Generator, steps: int = steps) -> Tensor:
+        def loss_fn(
+            gen: torch.Generator,
+            steps: int = steps,
+            rows: int = rows,
+            traj: Any = trajectories,
+            obs: Any = obs,
+        ) -> Tensor:
+            trajectories = traj
             idx = torch.randperm(rows, generator=gen)[: min(config.batch, rows)].tolist()
             o = flow.select(obs, [trajectories.obs_index[i] for i in idx])
             loss = trajectory_loss(
@@ -288,13 +347,14 @@ def train_onestep(
                 )
             return loss
 
-        stage_config = _StageConfig(n_opt, config.lr, config.seed + 1000 * stage, config.checkpoint_every)
-        kind = f"onestep:{student_steps}:{steps}:{stage}:{asdict(config)}"
-        checkpoint = None if work is None else work / f"stage-{stage}-{steps}"
+        stage_config = _StageConfig(n_opt, config.lr, config.seed + 1000 * phase, config.checkpoint_every)
+        kind = f"onestep:{student_steps}:{steps}:{phase}:{rows}:{asdict(config)}"
+        checkpoint = None if work is None else work / f"phase-{phase}-{steps}"
         state = train_resumable(student, loss_fn, stage_config, checkpoint, kind, None, progress, params)
         history.append(
             {
                 "steps": steps,
+                "trajectories": rows,
                 "optimizer_steps": state.step,
                 "loss_first": state.losses[0] if state.losses else None,
                 "loss_last": float(sum(state.losses[-10:]) / max(1, len(state.losses[-10:]))),
@@ -305,11 +365,19 @@ def train_onestep(
         "student_steps": student_steps,
         "teacher_steps": teacher_steps,
         "stages": history,
-        "trajectories": rows,
+        "trajectories": len(trajectories.obs_index),
         "observations": flow.batch_size(obs),
-        "anchor": None if not anchored else {"weight": config.anchor_weight, "frames": flow.batch_size(anchor_obs)},
+        "explored_observations": explored,
+        "anchor": None
+        if not anchored
+        else {"weight": config.anchor_weight, "frames": flow.batch_size(anchor_obs)},
         "chunk_mse_before": before,
         "chunk_mse_after": fit(student_steps),
+        # wall time of this process (another run of the machine's slows it alike)
+        "seconds": {
+            "teacher_trajectories": round(t_targets, 2),
+            "training": round(time.perf_counter() - t0, 2),
+        },
         "config": asdict(config),
     }
 
@@ -347,6 +415,7 @@ def train_flow_onestep(
     config: OnestepConfig,
     work: Path | None,
     progress: bool,
+    explore: Explore | None = None,
 ) -> dict[str, Any]:
     """`train_onestep` as the recipe calls it for a flow family: the trajectories start from `obs`, the
     anchor is `calib`'s recorded frames and chunks (a `CalibrationSet`, or None)."""
@@ -354,5 +423,5 @@ def train_flow_onestep(
 
     return train_onestep(
         flow, teacher, student, obs, None if calib is None else calib.actions, student_steps, teacher_steps,
-        config, sample_time, work, progress, None if calib is None else calib.obs,
+        config, sample_time, work, progress, None if calib is None else calib.obs, explore,
     )  # fmt: skip

@@ -200,6 +200,8 @@ class RecipeConfig:
     distill_target: str = "teacher"
     step_distill_intermediate: float = 0.0  # weight of the teacher's states at shared flow times
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
+    # onestep on a pi demo: training rounds, each after the first on the student's own closed-loop states
+    onestep_rounds: int = 3
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
@@ -222,6 +224,7 @@ class RecipeConfig:
             ("distill_batch", "--distill-batch"),
             ("distill_episodes", "--distill-episodes"),
             ("bench_iters", "--bench-iters"),
+            ("onestep_rounds", "--onestep-rounds"),
         ):
             value = getattr(self, name)
             low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
@@ -434,26 +437,51 @@ def one_step_student(
     assert calib is not None, "RecipeConfig refuses onestep without --data"
     steps = int(step.arg or 1)
     obs, source = calib.obs, {"source": "--data frames", "observations": len(calib)}
+    explore = None
     if config.target.startswith("demo:") and config.distill_episodes and family.name == "pi":
         rollouts, source = step_distill_observations(inputs, config, family)
         obs = family.stack([calib.obs, rollouts])
         source = {"data_frames": len(calib), **source}
+        explore = student_rollouts(config, family, steps)
     settings = OnestepConfig(
         steps=config.distill_steps,
         batch=config.distill_batch,
         lr=config.distill_lr,
         seed=config.seed,
         noise="zero" if inputs.zero_noise else "random",
+        rounds=config.onestep_rounds if explore is not None else 1,
     )
     tools = family.compression()
     # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
-    model = tools.student_model(cand.model, steps) if hasattr(tools, "student_model") else copy.deepcopy(cand.model)
+    model = (
+        tools.student_model(cand.model, steps)
+        if hasattr(tools, "student_model")
+        else copy.deepcopy(cand.model)
+    )
     details = tools.onestep(
         cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress,
+        config.progress, *((explore,) if explore is not None else ()),
     )  # fmt: skip
     details["data"] = source
     return model, steps, details
+
+
+def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
+    """For onestep's on-policy rounds on a pi demo: the observations the student meets when it drives the
+    task itself (`--distill-episodes` episodes a round, sync at 0 ms, seeds of their own range)."""
+
+    def explore(student: Any, round_: int) -> Any:
+        from hotloop.compress.rollouts import rollout_observations
+        from hotloop.demos.conveyor import build_demo
+        from hotloop.targets import TargetOptions
+
+        demo = build_demo(config.target, TargetOptions(seed=config.seed))
+        demo.pi.model.load_state_dict(student.state_dict())
+        demo.pi.num_steps = steps
+        seed = config.seed + 1000 * round_  # apart from the teacher's rollouts (seed + 0..episodes-1)
+        return rollout_observations(demo, config.task, config.distill_episodes, seed, family).obs
+
+    return explore
 
 
 def check_step_counts(

@@ -84,10 +84,15 @@ def train_diffusion_onestep(
     shape = (cfg.horizon, cfg.action_dim)
     teacher_sampler = TableSampler(t_model, cfg.make_scheduler(), teacher_steps)
     student_sampler = TableSampler(s_model, s_model.cfg.make_scheduler(), student_steps)
+    import time
+
+    t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(config.seed + 4242)
     draws = config.noise_draws
     with torch.no_grad():
-        cond = torch.cat([_encode(t_model, family.select(obs, list(range(i, min(i + 64, n))))) for i in range(0, n, 64)])
+        cond = torch.cat(
+            [_encode(t_model, family.select(obs, list(range(i, min(i + 64, n))))) for i in range(0, n, 64)]
+        )
         rows = torch.arange(n).repeat(draws)
         starts = torch.randn((len(rows), *shape), generator=gen)
         targets = torch.cat(
@@ -115,10 +120,14 @@ def train_diffusion_onestep(
             t = torch.randint(0, cfg.num_train_timesteps, (len(j),), generator=g)
             abar = alphas[t][:, None, None]
             pred = s_model.unet(abar**0.5 * a + (1 - abar) ** 0.5 * eps, t, anchor_cond[j])
-            loss = loss + config.anchor_weight * F.mse_loss(pred, eps if cfg.prediction_type == "epsilon" else a)
+            loss = loss + config.anchor_weight * F.mse_loss(
+                pred, eps if cfg.prediction_type == "epsilon" else a
+            )
         return loss
 
     before = fit()
+    t_targets = time.perf_counter() - t0
+    t0 = time.perf_counter()
     params = list(s_model.unet.parameters())
     stage = _StageConfig(config.steps, config.lr, config.seed, config.checkpoint_every)
     kind = f"diffusion-onestep:{student_steps}:{teacher_steps}:{asdict(config)}"
@@ -136,6 +145,7 @@ def train_diffusion_onestep(
         "anchor": None if not anchored else {"weight": config.anchor_weight, "frames": len(anchor_actions)},
         "chunk_mse_before": before,
         "chunk_mse_after": fit(),
+        "seconds": {"teacher_samples": round(t_targets, 2), "training": round(time.perf_counter() - t0, 2)},
         "config": asdict(config),
     }
 

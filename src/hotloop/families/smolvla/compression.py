@@ -200,6 +200,7 @@ class SmolVLACompression:
         config: Any,
         work: Path,
         progress: bool,
+        explore: Any = None,
     ) -> dict[str, Any]:
         from hotloop.compress.onestep import train_flow_onestep
         from hotloop.families.smolvla.onestep import SmolVLAFlowStudent
@@ -207,6 +208,7 @@ class SmolVLACompression:
         return train_flow_onestep(
             SmolVLAFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
             work, progress,
+            explore,
         )  # fmt: skip
 
     def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:

@@ -13,8 +13,8 @@ from hotloop.families.smolvla.observation import SmolVLAObservation, select
 
 
 class SmolVLAFlowStudent:
-    def __init__(self, model: nn.Module) -> None:
-        cfg = model.cfg  # type: ignore[attr-defined]
+    def __init__(self, model: Any) -> None:
+        cfg = model.cfg
         self.chunk_shape = (int(cfg.chunk_size), int(cfg.max_action_dim))
 
     def prefix(self, model: Any, obs: SmolVLAObservation) -> Any:
@@ -26,6 +26,11 @@ class SmolVLAFlowStudent:
 
     def select(self, obs: SmolVLAObservation, index: list[int]) -> SmolVLAObservation:
         return select(obs, index)
+
+    def concat(self, a: Any, b: Any) -> Any:
+        from hotloop.families.smolvla.observation import stack
+
+        return stack([a, b])
 
     def batch_size(self, obs: SmolVLAObservation) -> int:
         return int(obs.batch)

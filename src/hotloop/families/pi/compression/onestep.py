@@ -12,8 +12,8 @@ from hotloop.families.pi.sampling import PiObservation
 
 
 class PiFlowStudent:
-    def __init__(self, model: nn.Module) -> None:
-        cfg = model.cfg  # type: ignore[attr-defined]
+    def __init__(self, model: Any) -> None:
+        cfg = model.cfg
         self.chunk_shape = (int(cfg.chunk_size), int(cfg.max_action_dim))
 
     def prefix(self, model: Any, obs: PiObservation) -> Any:
@@ -26,6 +26,11 @@ class PiFlowStudent:
         from hotloop.families.pi.batching import select
 
         return select(obs, index)
+
+    def concat(self, a: Any, b: Any) -> Any:
+        from hotloop.families.pi.batching import stack
+
+        return stack([a, b])
 
     def batch_size(self, obs: PiObservation) -> int:
         return int(obs.batch)

@@ -99,6 +99,7 @@ class PiCompression:
         config: Any,
         work: Path,
         progress: bool,
+        explore: Any = None,
     ) -> dict[str, Any]:
         from hotloop.compress.onestep import train_flow_onestep
         from hotloop.families.pi.compression.onestep import PiFlowStudent
@@ -106,6 +107,7 @@ class PiCompression:
         return train_flow_onestep(
             PiFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config, work,
             progress,
+            explore,
         )  # fmt: skip
 
     def qat(
