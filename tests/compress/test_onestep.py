@@ -72,7 +72,7 @@ def test_training_lowers_the_one_step_error_and_leaves_the_prefix(tiny: tuple) -
     student = __import__("copy").deepcopy(teacher)
     flow = PiFlowStudent(teacher)
     actions = torch.randn(6, *flow.chunk_shape).clamp(-1, 1)
-    config = OnestepConfig(steps=24, batch=6, lr=1e-3, noise="zero", anchor_weight=0.1)
+    config = OnestepConfig(steps=24, batch=6, lr=1e-3, noise="zero", anchor_weight=0.1, progressive=True)
     details = train_onestep(
         flow, teacher, student, obs, actions, 1, 10, config, sample_time, None, False, obs
     )
