@@ -164,3 +164,21 @@ def test_on_policy_rounds_add_the_students_own_observations(tiny: tuple) -> None
     )  # fmt: skip
     assert seen == [1, 2] and details["explored_observations"] == [3, 3]
     assert [(s["trajectories"], s["optimizer_steps"]) for s in details["stages"]] == [(6, 2), (9, 2), (12, 2)]
+
+
+def test_closed_loop_observations_play_the_given_weights() -> None:
+    """The student's rounds record what the policy meets in eval's own episode runner, with the weights
+    it is given: a policy whose action head is zeroed drives elsewhere than the demo's own."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.demos.conveyor import build_demo
+    from hotloop.families import get_family
+    from hotloop.targets import TargetOptions
+
+    pi = get_family("pi")
+    own, wins = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7, 2)
+    weights = build_demo("demo:conveyor", TargetOptions()).pi.model.state_dict()
+    weights = {k: torch.zeros_like(v) if k.startswith("action_out_proj") else v for k, v in weights.items()}
+    still, still_wins = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7, 2, weights)
+    assert own.batch > 1 and still.batch > 1 and wins == 1 and still_wins == 0
+    assert torch.equal(own.state[0], still.state[0])  # the same start, then other states
+    assert not torch.equal(own.state[1], still.state[1])

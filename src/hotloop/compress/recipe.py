@@ -437,10 +437,21 @@ def one_step_student(
     assert calib is not None, "RecipeConfig refuses onestep without --data"
     steps = int(step.arg or 1)
     obs, source = calib.obs, {"source": "--data frames", "observations": len(calib)}
+    tools = family.compression()
     explore = None
-    if config.target.startswith("demo:") and config.distill_episodes and family.name == "pi":
-        rollouts, source = step_distill_observations(inputs, config, family)
-        obs = family.stack([calib.obs, rollouts])
+    if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
+        # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
+        if family.name == "pi":
+            rollouts, source = step_distill_observations(inputs, config, family)
+        else:
+            from hotloop.compress.closed_loop_observations import closed_loop_observations
+
+            rollouts, wins = closed_loop_observations(
+                config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps
+            )
+            source = {"source": "teacher rollouts (sync, fixed:0)", "episodes": config.distill_episodes,
+                      "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
+        obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
         explore = student_rollouts(config, family, steps)
     settings = OnestepConfig(
@@ -451,7 +462,6 @@ def one_step_student(
         noise="zero" if inputs.zero_noise else "random",
         rounds=config.onestep_rounds if explore is not None else 1,
     )
-    tools = family.compression()
     # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
     model = (
         tools.student_model(cand.model, steps)
@@ -467,19 +477,24 @@ def one_step_student(
 
 
 def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
-    """For onestep's on-policy rounds on a pi demo: the observations the student meets when it drives the
-    task itself (`--distill-episodes` episodes a round, sync at 0 ms, seeds of their own range)."""
+    """For onestep's on-policy rounds on a demo target: the observations the student meets when it
+    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r under
+    `CONDITIONS[r - 1]` in turn (sync at 0 ms, async at 200 ms)."""
+    from hotloop.compress.closed_loop_observations import CONDITIONS, closed_loop_observations
 
     def explore(student: Any, round_: int) -> Any:
-        from hotloop.compress.rollouts import rollout_observations
-        from hotloop.demos.conveyor import build_demo
-        from hotloop.targets import TargetOptions
-
-        demo = build_demo(config.target, TargetOptions(seed=config.seed))
-        demo.pi.model.load_state_dict(student.state_dict())
-        demo.pi.num_steps = steps
+        condition = CONDITIONS[(round_ - 1) % len(CONDITIONS)]
         seed = config.seed + 1000 * round_  # apart from the teacher's rollouts (seed + 0..episodes-1)
-        return rollout_observations(demo, config.task, config.distill_episodes, seed, family).obs
+        return closed_loop_observations(
+            config.target,
+            config.task,
+            family,
+            config.distill_episodes,
+            seed,
+            steps,
+            student.state_dict(),
+            condition,
+        )[0]
 
     return explore
 

@@ -189,6 +189,12 @@ class SmolVLACompression:
 
         check_onestep(student_steps, teacher_steps)
 
+    def flow_student(self, model: Any) -> Any:
+        """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
+        from hotloop.families.smolvla.onestep import SmolVLAFlowStudent
+
+        return SmolVLAFlowStudent(model)
+
     def onestep(
         self,
         teacher: nn.Module,

@@ -27,9 +27,27 @@ class SmolVLAFlowStudent:
     def select(self, obs: SmolVLAObservation, index: list[int]) -> SmolVLAObservation:
         return select(obs, index)
 
-    def concat(self, a: Any, b: Any) -> Any:
-        from hotloop.families.smolvla.observation import stack
+    def concat(self, a: SmolVLAObservation, b: SmolVLAObservation) -> SmolVLAObservation:
+        """One batch of both, the prompts padded (masked) to the wider one's slots: recorded frames come
+        with the engines' slots, a policy's own observations with its preprocessor's."""
+        import dataclasses
 
+        from hotloop.families.smolvla.observation import pad_prompt, stack
+
+        slots = max(a.lang_tokens.shape[1], b.lang_tokens.shape[1])
+        a, b = (
+            dataclasses.replace(
+                o,
+                **dict(
+                    zip(
+                        ("lang_tokens", "lang_masks"),
+                        pad_prompt(o.lang_tokens, o.lang_masks, slots),
+                        strict=True,
+                    )
+                ),
+            )
+            for o in (a, b)
+        )
         return stack([a, b])
 
     def batch_size(self, obs: SmolVLAObservation) -> int:

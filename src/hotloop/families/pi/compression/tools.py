@@ -88,6 +88,12 @@ class PiCompression:
 
         check_onestep(student_steps, teacher_steps)
 
+    def flow_student(self, model: Any) -> Any:
+        """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
+        from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+        return PiFlowStudent(model)
+
     def onestep(
         self,
         teacher: nn.Module,
