@@ -33,9 +33,6 @@ class FamilyDemo:
     # with itself under another draw of step noise at cos 0.81, and DDIM's deterministic chunks at 0.45
     # (grip commands of +-1 at different steps), so for it the closed loop is the judge.
     min_cos: float
-    # Views of the conveyor-pick episodes the rung records for a recipe that trains on --data (a student:
-    # `onestep`), () for none; the recording's own seeds (DATA_SEED..), apart from every evaluated seed.
-    data_views: tuple[str, ...] = ()
 
     def recipe_steps(self) -> Any:
         """The recipe parsed with the family's own steps (Diffusion's `ddim:N`)."""
@@ -126,37 +123,11 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True) -> dict[str, Any]
     }
 
 
-DATA_SEED = 700_000
-DATA_EPISODES = 60  # about 1,000 frames (2 s to record); DART noise and recovery starts as the demos' own
-
-
-def _record(demo: FamilyDemo, out: Path) -> Path:
-    """Scripted-expert episodes for a recipe that trains on recorded data."""
-    from hotloop.datasets.recorder import record
-
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    record(
-        TASK,
-        DATA_EPISODES,
-        out,
-        seed=DATA_SEED,
-        views=demo.data_views,
-        action_noise=0.01,
-        recovery_starts=0.3,
-    )
-    return out
-
-
 def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool) -> dict[str, Any]:
     """The compress recipe with a closed-loop judgement of every rung (reference first)."""
     from hotloop.compile.validate import Tolerance
     from hotloop.compress.recipe import RecipeConfig, run_recipe
     from hotloop.demo.compression_rung import recipe_summary
-
-    data = _record(demo, out.parent / f"{out.name}_data") if demo.data_views else None
 
     report = run_recipe(
         RecipeConfig(
@@ -167,11 +138,7 @@ def _compression(demo: FamilyDemo, out: Path, plan: FamiliesPlan, progress: bool
             out=out,
             episodes=plan.recipe_episodes,
             workers=plan.workers,
-            data=data,
-            # a student trains on every recorded frame it is given (docs/onestep.md); calibration needs few
-            calibration_frames=256 if data is not None else 8,
-            distill_steps=400,
-            distill_batch=16,
+            calibration_frames=8,
             eval_observations=8,
             bench_iters=plan.bench_iters,
             backends=("eager", "onnxruntime", "openvino"),
