@@ -190,11 +190,15 @@ def test_compress_onestep_distils_the_ddim_sampler_into_two_steps(tiny_ckpt: Pat
     """`ddim:5,onestep:2`: a DDIM 2-step U-Net trained toward the DDIM 5 samples on recorded frames, written
     as a DDIM 2 plan; a DDPM policy (stochastic, no one trajectory) is refused before any work."""
     data = tmp_path / "data"
-    res = runner.invoke(app, ["record", "--task", "conveyor-pick", "--episodes", "1", "-o", str(data), "--quiet"])
+    res = runner.invoke(
+        app, ["record", "--task", "conveyor-pick", "--episodes", "1", "-o", str(data), "--quiet"]
+    )
     assert res.exit_code == 0, res.output
     common = ["--data", str(data), "--backends", "eager", "--bench-iters", "2", "--eval-observations", "2",
               "--calibration-frames", "4", "--threads", "1", "--quiet"]  # fmt: skip
-    res = runner.invoke(app, ["compress", str(tiny_ckpt), "--recipe", "onestep:2", "-o", str(tmp_path / "x"), *common])
+    res = runner.invoke(
+        app, ["compress", str(tiny_ckpt), "--recipe", "onestep:2", "-o", str(tmp_path / "x"), *common]
+    )
     assert res.exit_code == 2 and "put its DDIM sampler first, e.g. --recipe ddim:10,onestep:2" in res.output
     assert not (tmp_path / "x").exists()
     out, js = tmp_path / "o", tmp_path / "o.json"
