@@ -479,7 +479,7 @@ def one_step_student(
 def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
     """For onestep's on-policy rounds on a demo target: the observations the student meets when it
     drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r under
-    `CONDITIONS[r - 1]` in turn (sync at 0 ms, async at 200 ms)."""
+    `CONDITIONS[r - 1]` in turn (sync at 0 ms)."""
     from hotloop.compress.closed_loop_observations import CONDITIONS, closed_loop_observations
 
     def explore(student: Any, round_: int) -> Any:
