@@ -349,7 +349,7 @@ def train_onestep(
                 )
             return loss
 
-        stage_config = _StageConfig(n_opt, config.lr, config.seed + 1000 * phase, config.checkpoint_every)
+        stage_config = StageSettings(n_opt, config.lr, config.seed + 1000 * phase, config.checkpoint_every)
         kind = f"onestep:{student_steps}:{steps}:{phase}:{rows}:{asdict(config)}"
         checkpoint = None if work is None else work / f"phase-{phase}-{steps}"
         state = train_resumable(student, loss_fn, stage_config, checkpoint, kind, None, progress, params)
@@ -385,7 +385,7 @@ def train_onestep(
 
 
 @dataclass(frozen=True)
-class _StageConfig:
+class StageSettings:
     """One stage's optimiser settings, as `train_resumable` reads them (part of its checkpoint identity)."""
 
     steps: int

@@ -429,8 +429,9 @@ def one_step_student(
 ) -> tuple[Any, int, dict[str, Any]]:
     """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
     itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
-    --data frames (their recorded chunks anchor the flow) and, for a pi demo target, on the teacher's own
-    closed-loop observations as step-distill does (`--distill-episodes`)."""
+    --data frames (their recorded chunks anchor the flow) and, for a flow demo target, on the teacher's
+    own closed-loop observations (`--distill-episodes`, as step-distill does) and, in later rounds, on the
+    student's (`--onestep-rounds`; not after `prune`, whose shapes the demo's own policy cannot load)."""
     from hotloop.compress.onestep import OnestepConfig
 
     calib = inputs.calibration_set
@@ -439,6 +440,7 @@ def one_step_student(
     obs, source = calib.obs, {"source": "--data frames", "observations": len(calib)}
     tools = family.compression()
     explore = None
+    pruned = any(label.startswith("prune") for label in cand.applied)
     if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
         # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
         if family.name == "pi":
@@ -453,7 +455,7 @@ def one_step_student(
                       "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
-        explore = student_rollouts(config, family, steps)
+        explore = None if pruned else student_rollouts(config, family, steps)
     settings = OnestepConfig(
         steps=config.distill_steps,
         batch=config.distill_batch,

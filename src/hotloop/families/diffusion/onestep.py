@@ -66,7 +66,7 @@ def train_diffusion_onestep(
 ) -> dict[str, Any]:
     """Train `student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `teacher`'s
     DDIM `teacher_steps`; `config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `work`."""
-    from hotloop.compress.onestep import _StageConfig
+    from hotloop.compress.onestep import StageSettings
     from hotloop.families.diffusion.family import DiffusionFamily
     from hotloop.models.diffusion import TableSampler
     from hotloop.nn.resumable import train_resumable
@@ -129,7 +129,7 @@ def train_diffusion_onestep(
     t_targets = time.perf_counter() - t0
     t0 = time.perf_counter()
     params = list(s_model.unet.parameters())
-    stage = _StageConfig(config.steps, config.lr, config.seed, config.checkpoint_every)
+    stage = StageSettings(config.steps, config.lr, config.seed, config.checkpoint_every)
     kind = f"diffusion-onestep:{student_steps}:{teacher_steps}:{asdict(config)}"
     state = train_resumable(student, loss_fn, stage, work, kind, None, progress, params)
     return {
