@@ -49,6 +49,13 @@ def check_onestep(student_steps: int, teacher_steps: int, earlier: tuple[str, ..
         )
 
 
+def _rows(obs: Any, index: slice) -> Any:
+    from hotloop.families.diffusion.engines import DiffusionObservation
+
+    pick = lambda x: None if x is None else x[index]  # noqa: E731
+    return DiffusionObservation(obs.state[index], pick(obs.images), pick(obs.env_state))
+
+
 def _encode(model: Any, obs: Any) -> Tensor:
     return model.encode(obs.images, obs.state, obs.env_state)  # type: ignore[no-any-return]
 
@@ -67,7 +74,6 @@ def train_diffusion_onestep(
     """Train `student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `teacher`'s
     DDIM `teacher_steps`; `config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `work`."""
     from hotloop.compress.onestep import StageSettings
-    from hotloop.families.diffusion.family import DiffusionFamily
     from hotloop.models.diffusion import TableSampler
     from hotloop.nn.resumable import train_resumable
 
@@ -76,8 +82,7 @@ def train_diffusion_onestep(
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
-    family = DiffusionFamily()
-    n = family.batch_size(obs)
+    n = int(obs.state.shape[0])
     if n < 1:
         raise ConfigError("--recipe onestep: no observations to distill on")
     cfg = t_model.cfg
@@ -90,9 +95,7 @@ def train_diffusion_onestep(
     gen = torch.Generator().manual_seed(config.seed + 4242)
     draws = config.noise_draws
     with torch.no_grad():
-        cond = torch.cat(
-            [_encode(t_model, family.select(obs, list(range(i, min(i + 64, n))))) for i in range(0, n, 64)]
-        )
+        cond = torch.cat([_encode(t_model, _rows(obs, slice(i, i + 64))) for i in range(0, n, 64)])
         rows = torch.arange(n).repeat(draws)
         starts = torch.randn((len(rows), *shape), generator=gen)
         targets = torch.cat(
