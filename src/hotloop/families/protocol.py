@@ -112,6 +112,7 @@ class Capabilities:
     prompt_buckets: bool = False  # the prefix can be built for shorter prompt lengths (`--buckets`)
     step_reduction: bool = False  # `steps:N`: the same model run with fewer denoising steps
     step_distillation: bool = False  # `step-distill:N`
+    one_step: bool = False  # `onestep[:K]`: a 1- or 2-step student (`compression().onestep`)
     pruning: bool = False  # `prune`, `sparse24`
     distillation: bool = False  # `distill`
     qat: bool = False  # `qat`

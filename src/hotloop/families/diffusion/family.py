@@ -43,7 +43,9 @@ class DiffusionFamily(PolicyFamily):
             LoopSpec(step="denoise_step", loop="denoise_loop", table="step_table", row_input="step_row"),
         ),
     )
-    capabilities: ClassVar[Capabilities] = Capabilities(step_reduction=True, recipe_steps=("ddim",))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        step_reduction=True, one_step=True, recipe_steps=("ddim",)
+    )
 
     # ---- configs, shapes and models ----------------------------------------------------------------
     def config_to_dict(self, cfg: Any) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class PiFamily(PolicyFamily):
         prompt_buckets=True,
         step_reduction=True,
         step_distillation=True,
+        one_step=True,
         pruning=True,
         distillation=True,
         qat=True,

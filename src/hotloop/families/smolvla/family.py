@@ -43,6 +43,7 @@ class SmolVLAFamily(PolicyFamily):
         prompt_buckets=True,
         step_reduction=True,
         step_distillation=True,
+        one_step=True,
         recipes=("plain",),
         bucket_stages=("prefix", "denoise"),
     )
