@@ -31,6 +31,11 @@ def _model_policy(policy: Any) -> Any:
     return inner
 
 
+class _Observed(Exception):
+    """Raised by the recording hook once it has the model observation of a frame that is only observed:
+    the policy's preprocessing ran, its model does not."""
+
+
 def closed_loop_observations(
     target: str,
     task: str,
@@ -40,10 +45,14 @@ def closed_loop_observations(
     num_steps: int,
     weights: dict[str, Any] | None = None,
     condition: tuple[str, str] = CONDITIONS[0],
+    every_period: bool = False,
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
     batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model
-    (None: the target's own); `num_steps`: the policy's denoising steps."""
+    (None: the target's own); `num_steps`: the policy's denoising steps. `every_period`: the observation
+    at every control period instead of those the policy was asked about: under `async` at 200 ms an
+    episode asks for 3 to 5 chunks, yet each period's state is one a chunk may start from (another
+    phase of the trigger, another delay), and each is a state that execution met."""
     from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
 
     if episodes < 1:
@@ -51,6 +60,7 @@ def closed_loop_observations(
     strategy, latency = condition
     runner = EpisodeRunner(EpisodeJob(target, task, None, strategy, latency, num_steps=num_steps))
     store: list[Any] = []
+    observing = False  # True while a frame is only observed (`every_period`)
     try:
         inner = _model_policy(runner.policy.policy)
         if weights is not None:
@@ -58,10 +68,31 @@ def closed_loop_observations(
         observe = inner.observation
 
         def recording(obs: Any) -> Any:
-            store.append(observe(obs))
-            return store[-1]
+            model_obs = observe(obs)
+            if every_period and not observing:
+                return model_obs  # an inference: its frame was recorded as the period's
+            store.append(model_obs)
+            if observing:
+                raise _Observed
+            return model_obs
 
         inner.observation = recording
+        if every_period:
+            policy = runner.policy
+
+            def on_frame(frame: dict[str, Any]) -> None:
+                nonlocal observing
+                observing = True
+                try:
+                    policy.infer(frame)  # the task's observation through the adapter and the policy's own
+                except _Observed:  # preprocessing, up to the model observation (recorded)
+                    pass
+                finally:
+                    observing = False
+
+            # the episode runner's camera-rate hook (a perception pipeline's): a frame every control period
+            policy.frame_ticks = runner.env.config.ticks_per_control
+            policy.on_frame = on_frame
         wins = sum(
             int(runner.run(ROLLOUT_SEED_BASE + first_seed + i).get("success", False)) for i in range(episodes)
         )

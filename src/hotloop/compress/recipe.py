@@ -357,7 +357,9 @@ def apply_step(
         )  # fmt: skip
         new.details["data"] = source
     elif step.name == "onestep":
-        new.model, new.num_steps, new.details = one_step_student(step, cand, inputs, config, work, family)
+        new.model, new.num_steps, new.details = one_step_student(
+            step, cand, inputs, config, work, family, action_dim
+        )
     elif step.name == "sparse24":
         new.model, new.details = family.compression().sparse24(cand.model)
         new.sparsity = new.details
@@ -427,7 +429,13 @@ def step_distill_observations(
 
 
 def one_step_student(
-    step: RecipeStep, cand: Candidate, inputs: Inputs, config: RecipeConfig, work: Path, family: Any
+    step: RecipeStep,
+    cand: Candidate,
+    inputs: Inputs,
+    config: RecipeConfig,
+    work: Path,
+    family: Any,
+    action_dim: int | None = None,
 ) -> tuple[Any, int, dict[str, Any]]:
     """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
     itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
@@ -474,7 +482,7 @@ def one_step_student(
     )
     details = tools.onestep(
         cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress, *((explore,) if explore is not None else ()),
+        config.progress, explore, action_dim=action_dim,
     )  # fmt: skip
     details["data"] = source
     return model, steps, details
