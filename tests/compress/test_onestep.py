@@ -133,6 +133,9 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, tmp_path: Pat
         ("onestep", [], "--recipe onestep trains on recorded episodes: give --data DIR"),
         ("steps:1,onestep", data, "--recipe onestep: the student must take fewer steps than the 1"),
         ("steps:5,onestep:2", data, "--recipe onestep: 2 steps do not divide the teacher's 5"),
+        ("onestep", [*data, "--onestep-rounds-under", "warp@fixed:0"], "strategy 'warp' is not known"),
+        ("onestep", [*data, "--onestep-rounds-under", "async"], "give STRATEGY@LATENCY pairs"),
+        ("onestep", [*data, "--onestep-rounds-under", "sync@slow"], "--onestep-rounds-under: "),
     ):
         res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", recipe, "-o", str(out), *extra, *FAST])
         assert res.exit_code == 2, (recipe, res.output)
@@ -280,3 +283,30 @@ def test_closed_loop_observations_every_control_period_under_async() -> None:
     every, _ = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7, 2, None, condition, True)
     assert every.batch > 2 * asked.batch
     assert torch.equal(every.state[0], asked.state[0]) and torch.equal(every.images[0], asked.images[0])
+
+
+def test_student_rounds_play_each_execution_in_turn() -> None:
+    """Round r of the student's own episodes runs under the r-th of `--onestep-rounds-under` (in turn),
+    with every control period's observation where the strategy is not sync."""
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.compress.recipe import RecipeConfig, parse_recipe, student_rollouts
+    from hotloop.demos.conveyor import build_demo
+    from hotloop.families import get_family
+    from hotloop.targets import TargetOptions
+
+    pi = get_family("pi")
+    config = RecipeConfig(
+        target="demo:conveyor", recipe=parse_recipe("steps:2"), tolerance=parse_tolerance("cos:0.5"),
+        out=Path("unused"), distill_episodes=1, seed=7,
+        onestep_rounds_under=(("async", "fixed:200"), ("sync", "fixed:0")),
+    )  # fmt: skip
+    student = build_demo("demo:conveyor", TargetOptions()).pi.model
+    explore = student_rollouts(config, pi, 2)
+    first, second = explore(student, 1), explore(student, 2)
+    want, _ = closed_loop_observations(
+        "demo:conveyor", "conveyor-pick", pi, 1, 7 + 1000, 2, None, ("async", "fixed:200"), every_period=True
+    )
+    assert torch.equal(first.state, want.state)
+    sync, _ = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7 + 2000, 2)
+    assert torch.equal(second.state, sync.state)

@@ -15,11 +15,6 @@ from typing import Any
 from hotloop.compress.rollouts import ROLLOUT_SEED_BASE
 from hotloop.errors import ConfigError
 
-# The executions a student's rounds are played under, in turn: replanning every control period at 0 ms.
-# Alternating it with async at 200 ms was tried (docs/onestep.md): async asks for few inferences (102
-# observations a round against 636), and that demo:conveyor student lost 11 points at sync 0 ms.
-CONDITIONS: tuple[tuple[str, str], ...] = (("sync", "fixed:0"),)
-
 
 def _model_policy(policy: Any) -> Any:
     inner = getattr(policy, "pi", policy)
@@ -44,7 +39,7 @@ def closed_loop_observations(
     first_seed: int,
     num_steps: int,
     weights: dict[str, Any] | None = None,
-    condition: tuple[str, str] = CONDITIONS[0],
+    condition: tuple[str, str] = ("sync", "fixed:0"),
     every_period: bool = False,
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
@@ -103,4 +98,4 @@ def closed_loop_observations(
     return family.stack(store), wins
 
 
-__all__ = ["CONDITIONS", "closed_loop_observations"]
+__all__ = ["closed_loop_observations"]

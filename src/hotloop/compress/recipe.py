@@ -203,6 +203,10 @@ class RecipeConfig:
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     # onestep on a pi demo: training rounds, each after the first on the student's own closed-loop states
     onestep_rounds: int = 3
+    # ... played under these (strategy, latency) in turn: a student judged at 0 and 200 ms must have met
+    # both's states. Async-only rounds cost 37 points at sync 0 ms, sync-only ones 7 at async 200 ms; in
+    # turn, neither (demo:conveyor, seeds 3000-3099; docs/onestep.md).
+    onestep_rounds_under: tuple[tuple[str, str], ...] = (("async", "fixed:200"), ("sync", "fixed:0"))
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
@@ -238,6 +242,7 @@ class RecipeConfig:
             raise ConfigError(
                 f"--distill-target {self.distill_target!r} is unknown; use {' or '.join(DISTILL_TARGETS)}"
             )
+        check_rounds_under(self.onestep_rounds_under)
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
         trains = next((s for s in self.recipe if s.name in ("qat", "onestep")), None)
@@ -474,6 +479,8 @@ def one_step_student(
         noise="zero" if inputs.zero_noise else "random",
         rounds=config.onestep_rounds if explore is not None else 1,
     )
+    if explore is not None:
+        source["rounds_under"] = [f"{s}@{lat}" for s, lat in config.onestep_rounds_under]
     # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
     model = (
         tools.student_model(cand.model, steps)
@@ -488,14 +495,50 @@ def one_step_student(
     return model, steps, details
 
 
+def parse_rounds_under(text: str) -> tuple[tuple[str, str], ...]:
+    """`--onestep-rounds-under async@fixed:200,sync@fixed:0` -> ((strategy, latency), ...)."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",")):
+        strategy, at, latency = part.partition("@")
+        if not (strategy and at and latency):
+            raise ConfigError(
+                f"--onestep-rounds-under {text!r}: give STRATEGY@LATENCY pairs, e.g. async@fixed:200,sync@fixed:0"
+            )
+        pairs.append((strategy.strip(), latency.strip()))
+    check_rounds_under(tuple(pairs))
+    return tuple(pairs)
+
+
+def check_rounds_under(pairs: tuple[tuple[str, str], ...]) -> None:
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.realtime.strategies import default_strategies
+
+    names = default_strategies().names()
+    if not pairs:
+        raise ConfigError("--onestep-rounds-under needs at least one STRATEGY@LATENCY, e.g. sync@fixed:0")
+    for strategy, latency in pairs:
+        if strategy not in names:
+            raise ConfigError(
+                f"--onestep-rounds-under: strategy {strategy!r} is not known; use one of {', '.join(names)}"
+            )
+        try:
+            parse_latency(latency)
+        except ConfigError as e:
+            raise ConfigError(f"--onestep-rounds-under: {e}") from None
+
+
 def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
     """For onestep's on-policy rounds on a demo target: the observations the student meets when it
-    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r under
-    `CONDITIONS[r - 1]` in turn (sync at 0 ms)."""
-    from hotloop.compress.closed_loop_observations import CONDITIONS, closed_loop_observations
+    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r
+    played under `--onestep-rounds-under`'s (r - 1)-th execution in turn. Under any strategy but sync,
+    which asks at every period anyway, each control period's observation is kept, not only those the
+    policy was asked about (async at 200 ms asks 3 to 5 times an episode)."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+
+    conditions = config.onestep_rounds_under
 
     def explore(student: Any, round_: int) -> Any:
-        condition = CONDITIONS[(round_ - 1) % len(CONDITIONS)]
+        condition = conditions[(round_ - 1) % len(conditions)]
         seed = config.seed + 1000 * round_  # apart from the teacher's rollouts (seed + 0..episodes-1)
         return closed_loop_observations(
             config.target,
@@ -506,6 +549,7 @@ def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[
             steps,
             student.state_dict(),
             condition,
+            every_period=condition[0] != "sync",
         )[0]
 
     return explore
