@@ -401,10 +401,13 @@ def train_onestep(
         stage_config = StageSettings(n_opt, config.lr, config.seed + 1000 * phase, config.checkpoint_every)
         kind = f"onestep:{student_steps}:{steps}:{phase}:{rows}:{asdict(config)}:{action_dim}"
         checkpoint = None if work is None else work / f"phase-{phase}-{steps}"
+
+        def lr_at(i: int, done: int = done) -> float:
+            return schedule(done + i)
+
         state = train_resumable(
-            student, loss_fn, stage_config, checkpoint, kind, None, progress, params,
-            lambda i, done=done: schedule(done + i),
-        )  # fmt: skip
+            student, loss_fn, stage_config, checkpoint, kind, None, progress, params, lr_at
+        )
         done += n_opt
         history.append(
             {
