@@ -19,11 +19,14 @@ that runs a fixed number of steps:
   trajectory; the last stage gets `final_fraction` of the training. Measured on demo:conveyor at the same
   400 steps it lost 33 points of closed-loop success against training the K-step student directly
   (59/100 against 92/100, docs/onestep.md): the earlier stages take training from the one that ships.
-- On the student's own states (optional, `rounds` > 1; the recipe's pi demo targets): the last stage is
+- On the student's own states (optional, `rounds` > 1; the recipe's flow demo targets): the last stage is
   cut into rounds, and after each the student drives the task for a few episodes; the observations it
   meets there are labelled with the teacher's trajectories and join the training set (DAgger, Ross et al.
   2011, arXiv:1011.0686). A student taught only on the teacher's states drifts on its own, where the
-  teacher never went; closed-loop success follows those drifts (docs/step-distillation.md).
+  teacher never went; closed-loop success follows those drifts (docs/step-distillation.md). The recipe
+  plays the rounds under the executions the student is judged at, in turn (`--onestep-rounds-under`):
+  async at 200 ms meets other states than sync at 0 ms (stale chunks executed open loop), and a student
+  that met only one of them lost points at the other.
 - Flow anchor: SnapFlow mixes plain flow-matching samples on the recorded data into every batch so the
   network keeps its velocity field (also the Flow-Anchored Consistency Model's lesson, Peng et al. 2025,
   arXiv:2507.03738): x_t = t eps + (1 - t) a for a recorded chunk a of `--data`, target eps - a, weight
@@ -34,8 +37,10 @@ network serves both the local velocity and the one-step jump; a K-step plan only
 grid times, so that embedding would be a constant per plan (foldable into the time projection's bias) and
 the student needs no new input: its artifacts load and export like any other plan of the family. And
 SnapFlow computes its two-step targets from the network's current velocity; here they come from the
-frozen starting model's N-step trajectory, computed once before training, so a step costs only the
-student's K steps (no teacher pass), which keeps it within the time of `distill` on the same target.
+frozen starting model's N-step trajectory, computed once before training, with the prefix cache of every
+observation (vision and VLM are frozen, so it is the student's too): a step costs only the student's K
+denoising steps, no teacher pass and no prefix, which keeps it within the time of `distill` on the same
+target. The learning rate decays along one cosine over all rounds.
 
 The family supplies the model calls (`FlowStudent`); this module holds the method.
 """

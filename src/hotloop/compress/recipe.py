@@ -445,8 +445,9 @@ def one_step_student(
     """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
     itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
     --data frames (their recorded chunks anchor the flow) and, for a flow demo target, on the teacher's
-    own closed-loop observations (`--distill-episodes`, as step-distill does) and, in later rounds, on the
-    student's (`--onestep-rounds`; not after `prune`, whose shapes the demo's own policy cannot load)."""
+    own closed-loop observations (`--distill-episodes`) and, in later rounds, on the student's
+    (`--onestep-rounds` under `--onestep-rounds-under`; not after `prune`, whose shapes the demo's own
+    policy cannot load: its teacher episodes are then the target's own)."""
     from hotloop.compress.onestep import OnestepConfig
 
     calib = inputs.calibration_set
@@ -458,16 +459,18 @@ def one_step_student(
     pruned = any(label.startswith("prune") for label in cand.applied)
     if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
         # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
-        if family.name == "pi":
-            rollouts, source = step_distill_observations(inputs, config, family)
-        else:
-            from hotloop.compress.closed_loop_observations import closed_loop_observations
+        from hotloop.compress.closed_loop_observations import closed_loop_observations
 
-            rollouts, wins = closed_loop_observations(
-                config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps
-            )
-            source = {"source": "teacher rollouts (sync, fixed:0)", "episodes": config.distill_episodes,
-                      "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
+        # The teacher's episodes under the rounds' first execution, every period kept off sync: at async
+        # 200 ms the teacher is asked 3 to 5 times an episode instead of every period (about 30), so they
+        # cost a fraction of sync's for as many observations.
+        played = config.onestep_rounds_under[0]
+        rollouts, wins = closed_loop_observations(
+            config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps,
+            None if pruned else cand.model.state_dict(), played, every_period=played[0] != "sync",
+        )  # fmt: skip
+        source = {"source": f"teacher rollouts ({played[0]}, {played[1]})", "episodes": config.distill_episodes,
+                  "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
         explore = None if pruned else student_rollouts(config, family, steps)
