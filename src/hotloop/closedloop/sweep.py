@@ -4,17 +4,13 @@ point by point (`run_sweep`), the JSON rewritten after every point so Ctrl-C kee
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from hotloop.sim.tasks import check_difficulty
-
-if TYPE_CHECKING:
-    from hotloop.closedloop.eval_run import EvalRequest
 
 
 def _parse_sweep(text: str) -> list[float]:
@@ -212,14 +208,6 @@ class EvalSweep:
     max_workers: int | None = None
     fit_state: bool = False  # --fit-state
 
-    def point(self, **varied: Any) -> EvalRequest:
-        """One point of the sweep: the `hotloop eval` options an `EvalRequest` shares with the sweep (by
-        name: the target, task, episodes, seed, workers, chunking, fallback...), `varied` set apart."""
-        shared = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(EvalRequest) if hasattr(self, f.name)
-        }
-        return EvalRequest(**{**shared, **varied})
-
     def exec_options(self) -> Any:
         """The executor for this run, checked (a Ray option without --cluster is an error, not ignored)."""
         return exec_options(
@@ -239,7 +227,7 @@ class EvalSweep:
     def requests(self) -> list[Any]:
         """The points to run (strategy x trigger x latency), every option checked first: a bad value
         is a ConfigError naming its flag before any episode runs."""
-        from hotloop.closedloop.eval_run import check_chunk_options
+        from hotloop.closedloop.eval_run import EvalRequest, check_chunk_options
         from hotloop.closedloop.latency import parse_latency
         from hotloop.errors import ConfigError
         from hotloop.realtime.strategies import default_strategies
@@ -304,8 +292,28 @@ class EvalSweep:
         readers = trigger_readers(names)
         perturbs = _perturb_points(self.perturb, self.sweep_perturb)
         requests = [
-            self.point(
-                strategy=name, latency=spec, trigger_remaining=k if name in readers else None, perturb=perturb
+            EvalRequest(
+                target=self.target,
+                task=self.task,
+                task_kwargs=self.task_kwargs,
+                difficulty=self.difficulty,
+                strategy=name,
+                latency=spec,
+                episodes=self.episodes,
+                seed=self.seed,
+                workers=self.workers,
+                execute_steps=self.execute_steps,
+                trigger_remaining=k if name in readers else None,
+                num_steps=self.num_steps,
+                blend=self.blend,
+                fallback=self.fallback,
+                deadline_ms=self.deadline_ms,
+                guidance_weight=self.guidance_weight,
+                pipeline=self.pipeline,
+                memory_cap_mb=self.memory_cap_mb,
+                ensemble_coeff=self.ensemble_coeff,
+                perturb=perturb,
+                fit_state=self.fit_state,
             )
             for name in names
             for k in (triggers if name in readers else [None])
