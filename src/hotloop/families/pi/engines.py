@@ -53,6 +53,7 @@ from torch import Tensor, nn
 from hotloop.errors import ConfigError
 from hotloop.families.buckets import check_views_and_prompt
 from hotloop.families.examples import model_in, run_examples
+from hotloop.families.flow import VLM_FLOW_STAGES, EulerLoop
 from hotloop.families.lookup import lookup_rows
 from hotloop.families.pi.blocks import (
     BlockNorm,
@@ -65,7 +66,6 @@ from hotloop.families.pi.precompute import observation_tables, time_table
 from hotloop.families.pi.sampling import PiObservation
 from hotloop.families.pipeline import StagePipeline
 from hotloop.families.protocol import PositiveShape, Runner, Signature, SubEngine, as_tuple, constants_of
-from hotloop.families.stages import VLM_FLOW_STAGES
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
@@ -253,15 +253,10 @@ class DenoiseStepEngine(nn.Module):
         return self.run(x_t, k, v, suffix_mask.to(d), suffix_cos.to(d), suffix_sin.to(d), time_cond, state)
 
 
-class DenoiseLoopEngine(nn.Module):
+class DenoiseLoopEngine(EulerLoop):
     """All N Euler steps unrolled: noise -> actions, x <- x + dt * v in float32 after every step."""
 
-    def __init__(self, step: DenoiseStepEngine, num_steps: int) -> None:
-        super().__init__()
-        self.step = step
-        self.num_steps = num_steps
-        self.dt: Tensor
-        self.register_buffer("dt", torch.tensor(-1.0 / num_steps, dtype=torch.float32))
+    step: DenoiseStepEngine
 
     def forward(
         self,

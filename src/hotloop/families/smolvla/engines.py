@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
 from hotloop.families.examples import model_in, run_examples
+from hotloop.families.flow import EulerLoop
 from hotloop.families.protocol import PositiveShape, Signature, SubEngine
 from hotloop.families.smolvla.observation import example_observation
 from hotloop.families.smolvla.tables import observation_tables, time_rows
@@ -281,15 +282,13 @@ class DenoiseStepEngine(nn.Module):
         return self.run(x_t, tuple(kv), mask > 0.5, cos, sin, time_cond)
 
 
-class DenoiseLoopEngine(nn.Module):
+class DenoiseLoopEngine(EulerLoop):
     """All N Euler steps unrolled: noise -> actions, x <- x + dt * v in float32 after every step."""
 
+    step: DenoiseStepEngine
+
     def __init__(self, step: DenoiseStepEngine, num_steps: int) -> None:
-        super().__init__()
-        self.step = step
-        self.num_steps = num_steps
-        self.dt: Tensor
-        self.register_buffer("dt", torch.tensor(-1.0 / num_steps, dtype=torch.float32), persistent=False)
+        super().__init__(step, num_steps, persistent=False)
 
     def forward(self, noise: Tensor, *args: Tensor) -> Tensor:
         """noise, the K/V, suffix_mask, suffix_cos, suffix_sin, time_table (N, B, S, width)."""

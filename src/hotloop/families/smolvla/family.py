@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.families.adapter import FamilyAdapter, FamilyParts
+from hotloop.families.flow import VLM_FLOW_CAPABILITIES, VLM_FLOW_STAGES
 from hotloop.families.protocol import Capabilities, StageSpec, SubEngine
-from hotloop.families.stages import VLM_FLOW_CAPABILITIES, VLM_FLOW_STAGES
 
 
 class SmolVLAFamily(FamilyAdapter):

@@ -12,12 +12,12 @@ from torch import Tensor
 
 from hotloop.errors import ConfigError
 from hotloop.families.buckets import check_views_and_prompt
+from hotloop.families.flow import VLM_FLOW_STAGES
 from hotloop.families.pipeline import StagePipeline
 from hotloop.families.protocol import run_subengine
 from hotloop.families.smolvla.engines import SmolVLAEngineShape
 from hotloop.families.smolvla.observation import SmolVLAObservation
 from hotloop.families.smolvla.tables import observation_tables, step_time, time_embedding
-from hotloop.families.stages import VLM_FLOW_STAGES
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.smolvla_config import SmolVLAConfig
 
