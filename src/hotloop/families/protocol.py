@@ -7,7 +7,8 @@ the closed loop and serve can run it without knowing it.
     actions = pipe.sample(obs, noise, timer)
 
 A family is a package under `hotloop/families/<name>/` (its model file lives in `hotloop/models/`) with
-one class implementing `PolicyFamily`, listed in `hotloop.families.FAMILIES`. It provides:
+one class implementing `PolicyFamily`, listed in `hotloop.families.FAMILIES`; each family's class subclasses
+`hotloop.families.adapter.FamilyAdapter`, which answers once what families answer alike. It provides:
 
 - **configs and checkpoints**: its config as a dict and back (artifacts store it), an empty model on
   `meta` for a config (the artifact's weights load into it), the LeRobot `type`s it reads;
