@@ -76,8 +76,9 @@ def test_source_and_artifact_give_the_same_actions_step_by_step(
 def test_refusals_at_make_policy_and_at_the_first_step(
     artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
 ) -> None:
-    """Every scenario of lerobot_side/refusals.py in one LeRobot process (the console script's one-line stop
-    is checked below, on two of them)."""
+    """Every scenario of lerobot_side/refusals.py in one LeRobot process. The console script's own stop (one
+    line, no traceback, nothing written) is checked below: on a tampered artifact in every run, on the
+    observation mismatch in `make test-slow`."""
     out = run_json(["refusals.py", str(artifacts("act")), str(tmp_path)], lerobot_home)
     assert out["intact"] == {"loaded": "HotloopPolicy", "source": None, "fallback_messages": []}
     expect = {

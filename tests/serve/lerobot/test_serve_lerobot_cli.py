@@ -48,7 +48,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
 
 
-@pytest.mark.slow  # a server process that imports torch
+# A server process that imports torch: ~2 CPU-s, kept in `make test` (the command line's only end-to-end check).
 def test_serve_protocol_lerobot_from_the_command_line(monkeypatch, tmp_path):
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
