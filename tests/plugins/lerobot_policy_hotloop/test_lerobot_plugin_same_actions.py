@@ -42,6 +42,7 @@ def reports(checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lero
 
 
 def check(report: dict, family: str) -> None:
+    assert "error" not in report, report.get("error")  # the case crashed (its traceback)
     their_class, chunk, action_dim = FAMILIES[family]
     assert report["classes"] == [their_class, "HotloopPolicy"]
     assert [run["batch"] for run in report["runs"]] == list(BATCHES)

@@ -14,13 +14,14 @@ checkpoint's statistics, a task text), fed to both after `reset()`, each side st
 seed (Diffusion's and SmolVLA's noise come from it).
 Prints JSON {NAME: report}: per batch size and episode, the agreement of the normalised actions
 (`select_action`) under the artifact's tolerance, their largest difference in robot units, and
-`predict_action_chunk` beside.
+`predict_action_chunk` beside; a case that crashed reports {"error": its traceback}, and the others still run.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,14 @@ def compare(ckpt: str, art: str, episodes: int, steps: int, batches: list[int], 
 def main() -> None:
     spec = json.loads(sys.argv[1])
     register_third_party_plugins()
-    reports = {
-        name: compare(
-            case["ckpt"], case["art"], spec["episodes"], spec["steps"], case["batches"], case["set"]
-        )
-        for name, case in spec["cases"].items()
-    }
+    reports: dict[str, Any] = {}
+    for name, case in spec["cases"].items():
+        try:
+            reports[name] = compare(
+                case["ckpt"], case["art"], spec["episodes"], spec["steps"], case["batches"], case["set"]
+            )
+        except Exception:  # noqa: BLE001 - one case's crash is its own test's failure, the others still run
+            reports[name] = {"error": traceback.format_exc(limit=-8)}
     print(json.dumps(reports))
 
 
