@@ -67,7 +67,6 @@ def _expert_episode(env, seed):
     return np.asarray(by_tick), success, env.tick
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", default_strategies().names())
 def test_oracle_reproduces_the_expert_under_every_strategy(name):
     env = make_task(TASK)

@@ -424,22 +424,4 @@ def read_policy_processors(folder: Path) -> tuple[ProcessorPipeline, ProcessorPi
     return pre, post
 
 
-__all__ = [
-    "KNOWN_STEPS",
-    "AbsoluteActions",
-    "AddBatchDim",
-    "Device",
-    "NewLineTask",
-    "Normalize",
-    "Pi05StatePrompt",
-    "ProcessorPipeline",
-    "RelativeActions",
-    "RenameObservations",
-    "Step",
-    "Tokenize",
-    "Transition",
-    "batch_to_transition",
-    "read_pipeline",
-    "read_policy_processors",
-    "transition_to_batch",
-]
+__all__ = ["KNOWN_STEPS", "ProcessorPipeline", "read_pipeline", "read_policy_processors"]

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.cli_options import Device, FlowSteps
 from hotloop.errors import ConfigError
 
 
@@ -37,8 +38,8 @@ def serve(
     max_connections: Annotated[
         int, typer.Option(help="clients connected at once; more are refused (503) until one closes")
     ] = 16,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    steps: FlowSteps = None,
+    device: Device = "cpu",
     seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
     deadline_ms: Annotated[
         float | None,

@@ -43,7 +43,6 @@ import asyncio
 import hmac
 import http
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +56,7 @@ from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
 from hotloop.serve.guard import UnsafeActionsError, action_fault
+from hotloop.serve.loop_thread import LoopThread
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, clip, spec_to_wire
 
 log = logging.getLogger("hotloop.serve")
@@ -618,40 +618,21 @@ def _close_reason(ws: Any) -> str:
     return f"code {code}" if code is not None else "no close frame"
 
 
-class ServerThread:
+class ServerThread(LoopThread):
     """Run a `PolicyServer` on its own event loop in a daemon thread (tests, benchmarks, embedding)."""
 
     def __init__(self, server: PolicyServer, start_timeout_s: float = 30.0) -> None:
         self.server = server
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="hotloop-serve", daemon=True)
-        self._start_timeout_s = start_timeout_s
+        super().__init__("hotloop-serve", start_timeout_s)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self.server.start())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
+    async def start(self) -> None:
+        await self.server.start()
+
+    def serve(self) -> None:
         self._loop.run_until_complete(self.server.wait_closed())
-        self._loop.close()
 
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        if not self._started.wait(self._start_timeout_s):
-            raise RuntimeError(f"the server did not start within {self._start_timeout_s} s")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._loop.call_soon_threadsafe(self.server.close)
-        self._thread.join(timeout=10.0)
 
     @property
     def port(self) -> int:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop.cli_options import Overwrite
 
 # `--variant chain`'s noise on the box state (docs/perception.md, "A policy for the chain's estimate").
 CHAIN_BOX_NOISE_MM = 3.0
@@ -86,7 +86,7 @@ def train_demo_cmd(
         str | None,
         typer.Option(help="detector variant: the chain --rollouts runs (default detector:model=learned)"),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion /
     smolvla a LeRobot ACT / Diffusion Policy / SmolVLA checkpoint) on expert episodes, on CPU."""

@@ -28,6 +28,12 @@ PUSHT = (
 )  # fmt: skip
 
 
+# One intra-op thread in every LeRobot-side process and `hotloop compile`: on a 2-core box beside another
+# xdist worker, torch's two OpenMP threads spin at their barriers (measured under load: 1.56 CPU-s instead of
+# 37 ms for one Diffusion inference of these checkpoints; tests/models/conftest.py saw the same).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
 def lerobot_env(home: Path) -> dict[str, str]:
     paths = [str(REPO_ROOT / "src"), str(PLUGIN / "src"), str(LEROBOT_SIDE)]
     return {
@@ -36,6 +42,7 @@ def lerobot_env(home: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": str(home / "hf-home"),
         "WANDB_MODE": "disabled",
+        **ONE_THREAD,
     }
 
 
@@ -62,16 +69,17 @@ def run_json(args: list[str], home: Path, timeout: float = 600) -> Any:
 
 
 def compile_artifact(checkpoint: Path, out: Path, tolerance: str) -> Path:
-    """`hotloop compile CKPT -o ART` with few, quick candidates (ONNX Runtime fp32 beside eager)."""
+    """`hotloop compile CKPT -o ART` with few, quick candidates (ONNX Runtime fp32 beside eager), one
+    thread (recorded in the manifest: the plugin's engine runs with it too)."""
     cmd = [sys.executable, "-m", "hotloop", "compile", str(checkpoint), "-o", str(out), "--backends", "onnxruntime",
-           "--precisions", "fp32", "--iters", "2", "--warmup", "1", "--no-cache", "--quiet", "--max-load", "inf",
-           "--tolerance", tolerance]  # fmt: skip
+           "--precisions", "fp32", "--threads", "1", "--iters", "2", "--warmup", "1", "--no-cache", "--quiet",
+           "--max-load", "inf", "--tolerance", tolerance]  # fmt: skip
     done = subprocess.run(
         cmd,
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), **ONE_THREAD},
     )
     assert done.returncode == 0, f"hotloop compile {checkpoint} failed:\n{done.stderr[-4000:]}"
     return out

@@ -1,7 +1,8 @@
-"""LeRobot's own loop end to end: `lerobot-eval --policy.path=ART --env.type=pusht` (the real console script,
-gym-pusht's real environment) on hotloop's artifact of an ACT checkpoint with PushT's features; the same
-command on the checkpoint gives the same actions step by step (benchmarks/lerobot_eval_ab.py, which also
-times both); and what an artifact that cannot run here does to that command."""
+"""LeRobot's own loop end to end: `lerobot-eval --policy.path=ART --env.type=pusht` (LeRobot's `lerobot-eval`
+main, gym-pusht's real environment) on hotloop's artifact of an ACT checkpoint with PushT's features and,
+run the same way, on the checkpoint: both write eval_info.json and give the same actions step by step
+(benchmarks/lerobot_eval_ab.py runs the pair once for the module, and times both); and what an artifact that
+cannot run here does to that command (the real console script)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from lerobot_plugin_helpers import LEROBOT_EVAL, PUSHT, REPO_ROOT, run_json, run_lerobot
 
 PREFIX = "lerobot_policy_hotloop: "
@@ -33,50 +35,50 @@ def lerobot_eval(art: Path, out: Path, home: Path, **changes: str) -> subprocess
     return run_lerobot(args, home, program=LEROBOT_EVAL)
 
 
-def test_lerobot_eval_runs_the_artifact(
-    artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "eval"
-    done = lerobot_eval(artifacts("act"), out, lerobot_home)
+@pytest.fixture(scope="module")
+def ab(
+    checkpoints: dict[str, Path],
+    artifacts: Callable[[str], Path],
+    lerobot_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """benchmarks/lerobot_eval_ab.py, once: `lerobot-eval`'s main (the console script's) on the checkpoint
+    and on the artifact, each in its own process with one probe that times `select_action` and records its
+    actions; its folder (source-0/ and artifact-0/: each run's own output, ab.json)."""
+    out = tmp_path_factory.mktemp("lerobot-eval") / "ab"
+    script = REPO_ROOT / "benchmarks" / "lerobot_eval_ab.py"
+    args = [str(script), "--source", str(checkpoints["act"]), "--artifact", str(artifacts("act")),
+            "--out", str(out), "--", *PUSHT]  # fmt: skip
+    done = run_lerobot(args, lerobot_home)
     assert done.returncode == 0, done.stderr[-4000:]
-    info = json.loads((out / "eval_info.json").read_text())
-    assert info["overall"]["n_episodes"] == 2
-    assert len(info["per_task"][0]["metrics"]["sum_rewards"]) == 2
+    return out
+
+
+def test_lerobot_eval_runs_the_artifact(ab: Path) -> None:
+    for side in ("artifact-0", "source-0"):
+        info = json.loads((ab / side / "eval_info.json").read_text())
+        assert info["overall"]["n_episodes"] == 2
+        assert len(info["per_task"][0]["metrics"]["sum_rewards"]) == 2
 
 
 def test_source_and_artifact_give_the_same_actions_step_by_step(
-    checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
+    ab: Path, artifacts: Callable[[str], Path]
 ) -> None:
-    """The benchmark's own check, once: both sides through LeRobot's `lerobot-eval` main, one seed."""
-    art = artifacts("act")
-    out = tmp_path / "ab"
-    script = REPO_ROOT / "benchmarks" / "lerobot_eval_ab.py"
-    args = [
-        str(script),
-        "--source",
-        str(checkpoints["act"]),
-        "--artifact",
-        str(art),
-        "--out",
-        str(out),
-        "--",
-        *PUSHT,
-    ]
-    done = run_lerobot(args, lerobot_home)
-    assert done.returncode == 0, done.stderr[-4000:]
-    ab = json.loads((out / "ab.json").read_text())
-    assert ab["source"]["steps"] == ab["artifact"]["steps"] == 20  # 20 steps of a batch of 2 episodes
-    tolerance = json.loads((art / "manifest.json").read_text())["tolerance"]
+    """The benchmark's own check: both sides through LeRobot's `lerobot-eval` main, one seed."""
+    result = json.loads((ab / "ab.json").read_text())
+    assert result["source"]["steps"] == result["artifact"]["steps"] == 20  # 20 steps of a batch of 2 episodes
+    tolerance = json.loads((artifacts("act") / "manifest.json").read_text())["tolerance"]
     max_abs = float(tolerance.split("maxabs:")[1])  # normalised by the actions' std (~0.2 here): strict
-    assert ab["actions_max_abs_diff"] <= max_abs * 0.2, ab["per_step_max_abs_diff"]
-    for side in ("source-0", "artifact-0"):
-        assert json.loads((out / side / "eval_info.json").read_text())["overall"]["n_episodes"] == 2
-    assert ab["ratio_mean"] > 0 and ab["artifact"]["select_action_ms"]["p99"] > 0
+    assert result["actions_max_abs_diff"] <= max_abs * 0.2, result["per_step_max_abs_diff"]
+    assert result["ratio_mean"] > 0 and result["artifact"]["select_action_ms"]["p99"] > 0
 
 
-def test_refusals_at_make_policy(
+def test_refusals_at_make_policy_and_at_the_first_step(
     artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
 ) -> None:
+    """Every scenario of lerobot_side/refusals.py in one LeRobot process. The console script's own stop (one
+    line, no traceback, nothing written) is checked below: on a tampered artifact in every run, on the
+    observation mismatch in `make test-slow`."""
     out = run_json(["refusals.py", str(artifacts("act")), str(tmp_path)], lerobot_home)
     assert out["intact"] == {"loaded": "HotloopPolicy", "source": None, "fallback_messages": []}
     expect = {
@@ -86,12 +88,14 @@ def test_refusals_at_make_policy(
         "cpu_lacks_feature": "needs CPU feature hotloop_test_absent_feature",
         "env_action_differs": "the environment's action has shape (14,)",
         "fallback_tampered": "normalizer_processor.safetensors: sha256 does not match the manifest",
+        "env_observation_differs": "has no 'observation.image'",
     }
     for name, words in expect.items():
         assert "refused" in out[name], (name, out[name])
         assert words in out[name]["refused"], (name, out[name]["refused"])
         assert out[name]["exit_message"] == PREFIX + out[name]["refused"]
         assert "\n" not in out[name]["refused"]
+    assert "observation.environment_state" in out["env_observation_differs"]["refused"]  # what the env gives
     fallback = out["fallback_cpu"]
     assert (fallback["loaded"], fallback["source"]) == ("HotloopPolicy", "ACTPolicy"), fallback
     assert (
@@ -118,6 +122,9 @@ def test_lerobot_eval_stops_with_one_line(
     assert not out.exists()
 
 
+# The same refusal as refusals.py's env_observation_differs, through the whole console script (~10 CPU-s of
+# LeRobot's imports and argument parsing): CI's `make test-slow`.
+@pytest.mark.slow
 def test_lerobot_eval_names_an_observation_the_plan_was_not_compiled_for(
     artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
 ) -> None:

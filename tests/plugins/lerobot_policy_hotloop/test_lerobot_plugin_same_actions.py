@@ -7,33 +7,45 @@ recorded tolerance; Diffusion's and SmolVLA's noise is drawn by each side from t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from lerobot_plugin_helpers import run_json
 
-EPISODES, STEPS = 2, 22
+EPISODES, STEPS, BATCHES = 2, 22, (1, 2)
 # (LeRobot's class, actions per chunk predict_action_chunk returns, action dim) of each checkpoint.
 FAMILIES = {
     "act": ("ACTPolicy", 10, 2),
     "diffusion": ("DiffusionPolicy", 6, 2),
     "smolvla": ("SmolVLAPolicy", 10, 6),
 }
+# The cases, all run by one LeRobot process (its imports paid once): each family's own queue semantics, and
+# ACT's other one, set on both sides as `--policy.temporal_ensemble_coeff` would be.
+CASES = {
+    "act": ("act", ()),
+    "diffusion": ("diffusion", ()),
+    "smolvla": ("smolvla", ()),
+    "act-temporal-ensemble": ("act", ("temporal_ensemble_coeff=0.01", "n_action_steps=1")),
+}
 
 
-def same_actions(
-    family: str, ckpt: Path, art: Path, home: Path, *settings: str, batches: tuple[int, ...] = (1, 2)
-) -> dict:
-    args = ["same_actions.py", str(ckpt), str(art), "--episodes", str(EPISODES), "--steps", str(STEPS)]
-    args += [f"--batch={b}" for b in batches] + [f"--set={s}" for s in settings]
-    return run_json(args, home)  # type: ignore[no-any-return]
+@pytest.fixture(scope="module")
+def reports(checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path) -> dict:
+    cases = {
+        name: {"ckpt": str(checkpoints[family]), "art": str(artifacts(family)), "batches": list(BATCHES), "set": list(settings)}
+        for name, (family, settings) in CASES.items()
+    }  # fmt: skip
+    spec = {"episodes": EPISODES, "steps": STEPS, "cases": cases}
+    return run_json(["same_actions.py", json.dumps(spec)], lerobot_home)  # type: ignore[no-any-return]
 
 
-def check(report: dict, family: str, batches: tuple[int, ...] = (1, 2)) -> None:
+def check(report: dict, family: str) -> None:
+    assert "error" not in report, report.get("error")  # the case crashed (its traceback)
     their_class, chunk, action_dim = FAMILIES[family]
     assert report["classes"] == [their_class, "HotloopPolicy"]
-    assert [run["batch"] for run in report["runs"]] == list(batches)
+    assert [run["batch"] for run in report["runs"]] == list(BATCHES)
     for run in report["runs"]:
         batch = run["batch"]
         assert len(run["episodes"]) == EPISODES
@@ -50,22 +62,10 @@ def check(report: dict, family: str, batches: tuple[int, ...] = (1, 2)) -> None:
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_plugin_actions_equal_lerobots(
-    family: str, checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path
-) -> None:
-    check(same_actions(family, checkpoints[family], artifacts(family), lerobot_home), family)
+def test_plugin_actions_equal_lerobots(family: str, reports: dict) -> None:
+    check(reports[family], family)
 
 
-def test_act_temporal_ensemble_equals_lerobots(
-    checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path
-) -> None:
-    """ACT's other queue semantics, set on both sides as `--policy.temporal_ensemble_coeff` would be."""
-    report = same_actions(
-        "act",
-        checkpoints["act"],
-        artifacts("act"),
-        lerobot_home,
-        "temporal_ensemble_coeff=0.01",
-        "n_action_steps=1",
-    )
-    check(report, "act")
+def test_act_temporal_ensemble_equals_lerobots(reports: dict) -> None:
+    """ACT's other queue semantics (`--policy.temporal_ensemble_coeff=0.01 --policy.n_action_steps=1`)."""
+    check(reports["act-temporal-ensemble"], "act")

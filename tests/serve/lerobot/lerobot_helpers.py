@@ -28,9 +28,13 @@ FPS = 50  # the stand-in robot's control rate: the client's --fps and the server
 
 
 def lerobot_env(home: Path) -> dict[str, str]:
-    """The LeRobot side's environment: offline, its calibration and log folders under `home`."""
+    """The LeRobot side's environment: offline, its calibration and log folders under `home`, one intra-op
+    thread (LeRobot's policy_server runs a ResNet-18 ACT: two OpenMP threads beside the test's own servers
+    on a 2-core box spin at their barriers)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_LEROBOT_HOME=str(home / "hf"), PYTHONPATH=str(HERE))
+    env.update(
+        HF_HUB_OFFLINE="1", HF_LEROBOT_HOME=str(home / "hf"), PYTHONPATH=str(HERE), OMP_NUM_THREADS="1"
+    )
     return env
 
 

@@ -3,8 +3,10 @@ naming the flag, exit code 2, before any policy is loaded where the flags alone 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import time
@@ -48,7 +50,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
 
 
-@pytest.mark.slow  # a server process that imports torch
+# A server process that imports torch: ~2 CPU-s, kept in `make test` (the command line's only end-to-end check).
 def test_serve_protocol_lerobot_from_the_command_line(monkeypatch, tmp_path):
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
@@ -60,8 +62,15 @@ def test_serve_protocol_lerobot_from_the_command_line(monkeypatch, tmp_path):
         "observation.state": {"dtype": "float32", "shape": (32,), "names": [f"m{i}.pos" for i in range(32)]}
     }
     try:
-        client = RawClient(f"127.0.0.1:{port}")
+        # The port first: a gRPC channel that found nothing listening waits out its reconnect backoff
+        # (~10 s of a 2 s start-up here).
         deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.2)
+        client = RawClient(f"127.0.0.1:{port}")
         while client.call("Ready", b"")[0] != "OK":
             assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
             time.sleep(0.3)

@@ -140,7 +140,11 @@ def test_the_stock_client_drives_the_robot_from_hotloop(runs, case):
 def test_every_observation_sent_is_accounted_for(runs, case):
     run, counts = runs["results"][case], runs["metrics"][case]
     assert sum(counts[o] for o in OUTCOMES) == len(run["sent"])
-    assert counts["inferred"] == len(run["received"]) and counts["failed"] == counts["rejected"] == 0
+    # Every chunk the client took in was one the server counts as inferred (sent). The run ends by closing
+    # the client's channel once it has sent enough: a chunk the server sent just then may never be read
+    # (seen once in five runs: 79 sent, 78 read), so at most that one is not received.
+    assert len(run["received"]) <= counts["inferred"] <= len(run["received"]) + 1
+    assert counts["failed"] == counts["rejected"] == 0
 
 
 def test_rtc_soft_conditions_the_stock_clients_chunks_on_its_queue(runs):

@@ -202,7 +202,8 @@ class SmolVLAFlowStudent:
         with the engines' slots, a policy's own observations with its preprocessor's."""
         import dataclasses
 
-        from hotloop.families.smolvla.observation import pad_prompt, stack
+        from hotloop.families.batching import stack
+        from hotloop.families.smolvla.observation import pad_prompt
 
         slots = max(a.lang_tokens.shape[1], b.lang_tokens.shape[1])
         padded = []

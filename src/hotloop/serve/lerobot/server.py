@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from typing import Any
 
 from hotloop.errors import ConfigError
@@ -19,6 +18,7 @@ from hotloop.serve.lerobot import wire
 from hotloop.serve.lerobot.instructions import ServedTarget
 from hotloop.serve.lerobot.metrics import LeRobotMetrics
 from hotloop.serve.lerobot.servicer import AsyncInferenceServicer, LeRobotServeConfig
+from hotloop.serve.loop_thread import LoopThread
 from hotloop.serve.server import PolicyServer, ServeConfig, ServedPolicy
 
 log = logging.getLogger("hotloop.serve.lerobot")
@@ -87,40 +87,22 @@ class LeRobotServer:
             await self._grpc.stop(grace_s)
 
 
-class LeRobotServerThread:
+class LeRobotServerThread(LoopThread):
     """Run `LeRobotServer`s on one event loop in a daemon thread (tests, benchmarks). grpc's asyncio
     support polls one event loop per process: several servers in one process share this thread's."""
 
     def __init__(self, *servers: LeRobotServer, start_timeout_s: float = 30.0) -> None:
         self.servers = servers
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="hotloop-lerobot", daemon=True)
-        self._start_timeout_s = start_timeout_s
+        super().__init__("hotloop-lerobot", start_timeout_s)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            for server in self.servers:
-                self._loop.run_until_complete(server.start())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        self._loop.run_forever()  # until __exit__ has stopped the servers
-        self._loop.close()
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start()
 
-    def __enter__(self) -> LeRobotServerThread:
-        self._thread.start()
-        if not self._started.wait(self._start_timeout_s):
-            raise RuntimeError(f"the server did not start within {self._start_timeout_s} s")
-        if self._error is not None:
-            raise self._error
-        return self
+    def serve(self) -> None:
+        self._loop.run_forever()  # until `stop` has stopped the servers
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         async def stop_all() -> None:
             for server in self.servers:
                 await server.stop()
@@ -129,7 +111,6 @@ class LeRobotServerThread:
         if self._thread.is_alive():
             asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(timeout=10.0)
             self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10.0)
 
     @property
     def server(self) -> LeRobotServer:

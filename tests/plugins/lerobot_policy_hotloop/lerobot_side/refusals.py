@@ -1,4 +1,5 @@
-"""What `lerobot-eval` meets when an artifact cannot run here, at its `make_policy` call (run in .venv-lerobot).
+"""What `lerobot-eval` meets when an artifact cannot run here, at its `make_policy` call and at the first step
+of its rollout (run in .venv-lerobot, every scenario in this one process).
 
     python refusals.py ART WORK     -> JSON: scenario -> {"refused": reason} | {"loaded": ...} | {"error": ...}
 
@@ -7,7 +8,9 @@ changed (tampered), config.json edited, the manifest of another hotloop version,
 this machine lacks; and an environment whose action differs from the checkpoint's (Aloha's 14 against
 PushT's 2). With `--policy.fallback=eager` (a CLI override of the config field) a plan that cannot run is
 replaced by LeRobot's own policy of the source checkpoint, said once in the log, but a changed file is still
-refused.
+refused. Past `make_policy`: PushT observed through its state only (no camera) against a plan that sees its
+view, run as `lerobot-eval` runs it (`make_env`, `make_policy`, the processors with its overrides, then
+LeRobot's own `rollout`), is refused at the first `select_action`, naming the missing key.
 """
 
 from __future__ import annotations
@@ -95,6 +98,38 @@ def scenario(art: Path, env: str, overrides: list[str]) -> dict[str, Any]:
     return {"loaded": type(policy).__name__, "source": source, "fallback_messages": counter.messages}
 
 
+def rollout_scenario(art: Path) -> dict[str, Any]:
+    """`lerobot-eval --env.obs_type=environment_state_agent_pos` on ART, past argument parsing: its calls in its
+    order (eval_main's), one environment, stopped where the plugin stops it."""
+    from lerobot.envs.factory import make_env, make_env_pre_post_processors
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.scripts.lerobot_eval import rollout
+    from lerobot_policy_hotloop import ArtifactRefused
+
+    env_cfg = PushtEnv(
+        obs_type="environment_state_agent_pos", episode_length=20, observation_height=96, observation_width=96
+    )
+    (env,) = (env for tasks in make_env(env_cfg, n_envs=1).values() for env in tasks.values())
+    try:
+        cfg = PreTrainedConfig.from_pretrained(art)
+        cfg.pretrained_path = art
+        policy = make_policy(cfg, env_cfg=env_cfg)
+        overrides = {
+            "device_processor": {"device": "cpu"},
+            "rename_observations_processor": {"rename_map": {}},
+        }
+        pre, post = make_pre_post_processors(cfg, pretrained_path=str(art), preprocessor_overrides=overrides)
+        env_pre, env_post = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=cfg)
+        rollout(env, policy, env_pre, env_post, pre, post, seeds=[0])
+    except ArtifactRefused as refused:
+        return {"refused": refused.reason, "exit_message": str(refused.code)}
+    except Exception as exc:  # noqa: BLE001 - reported, and the test fails on it
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        env.close()
+    return {"loaded": type(policy).__name__, "ran": "a whole episode"}
+
+
 def main() -> None:
     art, work = Path(sys.argv[1]), Path(sys.argv[2])
     register_third_party_plugins()
@@ -103,7 +138,9 @@ def main() -> None:
         copies[name] = work / name
         shutil.copytree(art, copies[name])
         change(copies[name])
-    print(json.dumps({name: scenario(copies[c], env, o) for name, c, env, o in SCENARIOS}))
+    outcomes = {name: scenario(copies[c], env, o) for name, c, env, o in SCENARIOS}
+    outcomes["env_observation_differs"] = rollout_scenario(copies["intact"])
+    print(json.dumps(outcomes))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
 """LeRobot's own policy of CKPT against the plugin's policy of ART (hotloop's plan of CKPT), observation by
 observation, through each one's LeRobot processors (run in .venv-lerobot).
 
-    python same_actions.py CKPT ART [--episodes 2] [--steps 22] [--batch 1 --batch 2] [--set FIELD=VALUE ...]
+    python same_actions.py SPEC     SPEC: JSON {"episodes": 2, "steps": 22, "cases": {NAME: {"ckpt": CKPT,
+                                    "art": ART, "batches": [1, 2], "set": ["FIELD=VALUE", ...]}, ...}}
 
-Both policies are loaded as LeRobot loads them: the config from the folder (`--set` applied to both as
-`--policy.FIELD=VALUE` would be), the class from LeRobot's factory (the plugin found by
-`register_third_party_plugins`), the pre/post-processors by `make_pre_post_processors(pretrained_path=...)`
-with `lerobot-eval`'s overrides on the plugin's side. Each episode is one stream of raw observations (seeded
-images in [0, 1], a state random walk around the checkpoint's statistics, a task text), fed to both after
-`reset()`, each side starting from the same torch seed (Diffusion's and SmolVLA's noise come from it).
-Prints JSON: per batch size and episode, the agreement of the normalised actions (`select_action`) under
-the artifact's tolerance, their largest difference in robot units, and `predict_action_chunk` beside.
+Every case runs in this one process (LeRobot's imports, ~5 CPU-s, are paid once), one after the other, each
+loading its own pair of policies. Both policies are loaded as LeRobot loads them: the config from the folder
+(`set` applied to both as `--policy.FIELD=VALUE` would be), the class from LeRobot's factory (the plugin
+found by `register_third_party_plugins`), the pre/post-processors by
+`make_pre_post_processors(pretrained_path=...)` with `lerobot-eval`'s overrides on the plugin's side. Each
+episode is one stream of raw observations (seeded images in [0, 1], a state random walk around the
+checkpoint's statistics, a task text), fed to both after `reset()`, each side starting from the same torch
+seed (Diffusion's and SmolVLA's noise come from it).
+Prints JSON {NAME: report}: per batch size and episode, the agreement of the normalised actions
+(`select_action`) under the artifact's tolerance, their largest difference in robot units, and
+`predict_action_chunk` beside; a case that crashed reports {"error": its traceback}, and the others still run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +92,13 @@ def chunk(policy: Any, pre: Any, frame: dict[str, Any], seed: int) -> torch.Tens
         return policy.predict_action_chunk(batch)
 
 
-def main() -> None:
+def compare(ckpt: str, art: str, episodes: int, steps: int, batches: list[int], settings: list[str]) -> dict:
+    """One case: LeRobot's policy of `ckpt` against the plugin's of `art`, at each batch size."""
     from hotloop.compile.validate import compare_actions, parse_tolerance
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("ckpt")
-    parser.add_argument("art")
-    parser.add_argument("--episodes", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=22)
-    parser.add_argument("--batch", type=int, action="append")
-    parser.add_argument("--set", action="append", default=[])
-    args = parser.parse_args()
-    register_third_party_plugins()
-    theirs, their_pre, their_post = load(args.ckpt, args.set, eval_overrides=False)
-    ours, our_pre, our_post = load(args.art, args.set, eval_overrides=True)
-    manifest = json.loads((Path(args.art) / "manifest.json").read_text())
+    theirs, their_pre, their_post = load(ckpt, settings, eval_overrides=False)
+    ours, our_pre, our_post = load(art, settings, eval_overrides=True)
+    manifest = json.loads((Path(art) / "manifest.json").read_text())
     tolerance = parse_tolerance(manifest["tolerance"])
     report: dict[str, Any] = {
         "classes": [type(theirs).__name__, type(ours).__name__],
@@ -109,14 +106,14 @@ def main() -> None:
         "tolerance": tolerance.spec,
         "runs": [],
     }
-    for batch in args.batch or [1]:
-        episodes = []
-        for e in range(args.episodes):
-            frames = episode(theirs.config, batch, args.steps, seed=1000 * batch + e)
+    for batch in batches:
+        runs = []
+        for e in range(episodes):
+            frames = episode(theirs.config, batch, steps, seed=1000 * batch + e)
             want, want_raw = run(theirs, their_pre, their_post, frames, seed=e)
             got, got_raw = run(ours, our_pre, our_post, frames, seed=e)
             agreement = compare_actions(want, got)
-            episodes.append({
+            runs.append({
                 "shape": list(got.shape),
                 "agreement": agreement.to_dict(),
                 "violation": tolerance.violation(agreement),
@@ -130,11 +127,25 @@ def main() -> None:
         chunk_agreement = compare_actions(want_chunk, got_chunk)
         report["runs"].append({
             "batch": batch,
-            "episodes": episodes,
+            "episodes": runs,
             "chunk": {"shapes": [list(want_chunk.shape), list(got_chunk.shape)],
                       "agreement": chunk_agreement.to_dict(), "violation": tolerance.violation(chunk_agreement)},
         })  # fmt: skip
-    print(json.dumps(report))
+    return report
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    register_third_party_plugins()
+    reports: dict[str, Any] = {}
+    for name, case in spec["cases"].items():
+        try:
+            reports[name] = compare(
+                case["ckpt"], case["art"], spec["episodes"], spec["steps"], case["batches"], case["set"]
+            )
+        except Exception:  # noqa: BLE001 - one case's crash is its own test's failure, the others still run
+            reports[name] = {"error": traceback.format_exc(limit=-8)}
+    print(json.dumps(reports))
 
 
 if __name__ == "__main__":
