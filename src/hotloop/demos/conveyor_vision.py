@@ -11,9 +11,6 @@ end effector at observation time plus an absolute grip; `infer` returns absolute
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy
+from hotloop.log_levels import errors_only
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_vision"
 PROPRIO_DIM = 4  # ee xyz, grip opening: the first four numbers of every gantry task's state
@@ -68,19 +66,6 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
         }
 
 
-@contextmanager
-def _quiet_checkpoint_notes() -> Iterator[None]:
-    # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
-    # float32 as a warning, which would repeat in every evaluation worker.
-    log = logging.getLogger("hotloop.families.pi.checkpoint")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
 def load_vision_policy(
     folder: str | Path | None = None,
     *,
@@ -92,7 +77,9 @@ def load_vision_policy(
     from hotloop.demos.conveyor import load_demo_pi
 
     folder = Path(folder) if folder is not None else ASSET_DIR
-    with _quiet_checkpoint_notes():
+    # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
+    # float32 as a warning, which would repeat in every evaluation worker.
+    with errors_only("hotloop.families.pi.checkpoint"):
         pi, meta = load_demo_pi(
             folder,
             num_steps=num_steps,
