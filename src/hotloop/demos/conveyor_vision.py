@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy
+from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy, demo_bench_case
 from hotloop.log_levels import errors_only
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_vision"
@@ -129,33 +129,14 @@ def build_policy(config_name: str, options: Any) -> VisionConveyorPolicy:
 
 def build_bench(config_name: str, options: Any) -> Any:
     """One timed inference of the vision demo policy on a rendered conveyor-pick observation."""
-    from hotloop.targets import BenchCase
-
     policy = build_policy(config_name, options)
     env = make_demo_task(policy.meta)
     obs, _ = env.reset(seed=options.seed)
     env.close()
-    pi = policy.pi
-
-    def run(timer: Any) -> Any:
-        return policy.infer(obs, timer=timer)["actions"]
-
-    return BenchCase(
-        name=f"demo:{config_name}",
-        run=run,
-        info={
-            "parameters": sum(p.numel() for p in pi.model.parameters()),
-            "dtype": "float32",
-            "stored_dtype": policy.meta.get("stored_dtype", "float32"),
-            "views": len(policy.views),
-            "image_size": pi.config.vision.image_size,
-            "horizon": pi.horizon,
-            "num_steps": pi.num_steps or pi.config.num_steps,
-        },
-    )
+    stored = {"stored_dtype": policy.meta.get("stored_dtype", "float32")}
+    return demo_bench_case(f"demo:{config_name}", policy, obs, stored, views=len(policy.views))
 
 
 def wrap_engine_policy(policy: Any, info: dict[str, Any]) -> VisionConveyorPolicy:
-    """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
-    handled by the engine policy, so the adapter takes its plain path)."""
-    return VisionConveyorPolicy(policy, dict(info.get("meta") or {}), zero_noise=False)
+    """The `wrap` of the demo:conveyor-vision target (`DemoConveyorPolicy.around_engine`)."""
+    return VisionConveyorPolicy.around_engine(policy, info)
