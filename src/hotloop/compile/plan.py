@@ -22,6 +22,7 @@ from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
+from hotloop.compile.calibration_memory import drop_unneeded, ensure_capture
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
 from hotloop.compile.peak_memory import PeakMeter, planning_memory
 from hotloop.compile.planner import (
@@ -96,6 +97,10 @@ class EngineSets:
 
         return weight_bytes(self.model) * torch.finfo(dtype).bits // 32
 
+    def built_keys(self) -> list[tuple[torch.dtype, str]]:
+        """The (dtype, variant) engine sets built so far."""
+        return list(self._sets)
+
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
             self._sets[dtype, variant] = self.family.build_subengines(self.model, self.shape, dtype, variant)
@@ -136,6 +141,11 @@ def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> A
         source.shape.num_steps if _is_loop_engine(source.family, cand.sub_engine) else 1,
         sets.copy_bytes(dtype, cand.variant),
     )
+
+
+# Backends whose candidates are compiled and run once in a forked child before the planner prepares them
+# (`hotloop.compile.crash_probe`): OpenVINO's CPU plugin has killed the process on some graphs.
+PROBED_BACKENDS = ("openvino",)
 
 
 def _is_loop_engine(family: PolicyFamily, sub: str) -> bool:
@@ -183,6 +193,8 @@ def check_candidate(
         except BackendError as exc:
             cand.status, cand.reason = "unavailable", str(exc)
             return
+    if cand.backend in PROBED_BACKENDS:
+        extra = {**extra, "probe": True}
     runner = safe_prepare(cand, graph, config.threads, extra)
     if runner is None:
         return
@@ -353,7 +365,7 @@ def _plan(
     checks = source.checks
     # Every reference the plan is judged against, taken now: a full-size model may have to release a
     # finished stage's fp32 weights before the last stages fit (`_make_room`).
-    check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
+    check_refs = [ref_actions, *_check_references(source, ref_pipeline, ref_actions)]
     subs = tuple(s for stage in family.stages for s in stage.sub_engines)
     variants = tuple(v for v in config.variants if v in family.capabilities.recipes) or ("plain",)
     candidates = list(candidate_specs(config, subs, variants, source.stage_of))
@@ -370,6 +382,7 @@ def _plan(
     eta = Eta(len(pending))
     snapshot: WeightsSnapshot | None = None
     skipped_by_cache: list[str] = []
+    calibration_memory: list[dict[str, Any]] = []  # each capture's measured memory
     for i, cand in enumerate(pending):
         why = cannot_win(cand, bounds, best_p99(candidates, cand.stage))
         if why is None and (why := cached_slower(cand, candidates)) is not None:
@@ -384,11 +397,19 @@ def _plan(
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
         t0 = time.perf_counter()
+        captured = ensure_capture(cand, source, sets, config, log)
+        if isinstance(captured, str):
+            cand.status, cand.reason = "unavailable", captured
+            log(f"    {cand.status} {cand.reason}")
+            continue
+        if captured is not None:
+            calibration_memory.append({"before": cand.label, **captured})
         meter = PeakMeter.start(candidate_need(cand, source, sets).bytes)
         check_candidate(
             cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
         )
         cand.memory = meter.finish()
+        drop_unneeded(sets, pending[i + 1 :], config, log)
         eta.add(time.perf_counter() - t0)
         if cache is not None and cand.cache_key is not None:
             cache.record(cand.cache_key, cand)
@@ -481,7 +502,7 @@ def _plan(
         "speedup_p50": ref_lat["p50"] / plan_lat["p50"] if ref_lat else None,
         "speedup_p99": ref_lat["p99"] / plan_lat["p99"] if ref_lat else None,
         "released_for_memory": sorted(sets.released),
-        "memory": planning_memory(candidates),
+        "memory": planning_memory(candidates, calibration_memory),
         "action_cos_min": agreement.cosine,
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
@@ -502,6 +523,19 @@ def _plan(
         tables = constants_of(_loop_set(source, sets, chosen) or ref_engines)
         tables = {k: v for k, v in tables.items() if k not in family.lookup_tables}
     return Plan(candidates, chosen, result, buckets, snapshot, tables, lookups)
+
+
+def _check_references(source: PolicySource, ref_pipeline: Pipeline, first: Tensor) -> list[Tensor]:
+    """The fp32 actions for `source.plan_checks`: the caller's (`check_actions`) where given, one per
+    check and of the pipeline's shape (`first`: its actions for `source.obs`), else sampled here."""
+    given = source.check_actions
+    if (
+        given is not None
+        and len(given) == len(source.plan_checks)
+        and all(a.shape == first.shape for a in given)
+    ):
+        return list(given)
+    return [ref_pipeline.sample(o, n).clone() for o, n in source.plan_checks]
 
 
 def _untimed(pipe: Pipeline, source: PolicySource) -> Callable[[], Any]:

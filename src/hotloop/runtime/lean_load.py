@@ -76,11 +76,18 @@ def check_signature(
 
 
 def load_runners(
-    root: Path, manifest: dict[str, Any], family: PolicyFamily, cfg: Any, threads: int | None
+    root: Path,
+    manifest: dict[str, Any],
+    family: PolicyFamily,
+    cfg: Any,
+    threads: int | None,
+    blob_cache: bool = True,
 ) -> tuple[dict[str, Runner], dict[int, dict[str, Runner]], dict[str, Signature]]:
     """Every sub-engine's runner from its own files: (by entry name, by prompt bucket then base name,
-    the signatures by base name)."""
+    the signatures by base name). `blob_cache`: OpenVINO graphs load through their compiled-blob folders
+    (`runtime.blob_cache`; only for files checked against the manifest's hashes)."""
     from hotloop.compile.bucket_plan import split_name
+    from hotloop.runtime.blob_cache import with_blob_key
     from hotloop.runtime.recorded_io import check_recorded_io
 
     where = root / "manifest.json"
@@ -100,6 +107,8 @@ def load_runners(
         options = dict(entry.options)
         if threads is not None and entry.backend in ("onnxruntime", "openvino"):
             options["threads"] = threads
+        if blob_cache:
+            options = with_blob_key(options, manifest, list(entry.files), entry.backend)
         files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
         try:
             runner = get_backend(entry.backend).load(

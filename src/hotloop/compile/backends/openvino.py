@@ -59,13 +59,58 @@ def _reshape(model: Any, examples: Any, names: Any = None) -> None:
     model.reshape(shapes)
 
 
+# Runtime option (never saved): compile the graph and run it once in a forked child first, so that a
+# plugin crash (a signal, not an exception) refuses this candidate instead of killing the planner.
+PROBE = "probe"
+
+
+def _has_group_norm(model: Any, source: Path | None) -> bool:
+    if model is not None:
+        return any(op.get_type_name() == "GroupNormalization" for op in model.get_ops())
+    return source is not None and 'type="GroupNormalization"' in source.read_text(errors="replace")
+
+
+def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
+    """Compile `model` and run it once on zeros in a forked child (`hotloop.compile.crash_probe`); the
+    child's seconds, or BackendError naming the signal."""
+    from hotloop.compile.backends.base import BackendError
+    from hotloop.compile.crash_probe import ProbeFailure, run_isolated
+
+    def trial() -> None:
+        request = _core().compile_model(model, "CPU", config).create_infer_request()
+        request.infer([x.numpy() for x in inputs])
+
+    try:
+        return run_isolated(trial, what)
+    except ProbeFailure as exc:
+        threads = config.get("INFERENCE_NUM_THREADS")
+        raise BackendError(
+            f"backend openvino: {exc}" + (f" at {threads} threads" if threads else "") + "; not used"
+        ) from None
+
+
 class OpenVinoRunner(Runner):
+    """A compiled OpenVINO graph bound to our buffers. Made from an `ov.Model` (the planner), or from a
+    saved graph's path (`source`) with a compiled-blob folder (`blob_dir`, `hotloop.runtime.blob_cache`):
+    OpenVINO then imports the blob it exported at an earlier load instead of compiling, and reads the
+    graph itself only when it is saved or profiled. `first_call`: run it once now (its one-time costs);
+    an engine's own warm-up does that at load."""
+
     backend = "openvino"
 
-    def __init__(self, graph: Graph, precision: str, model: Any, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        precision: str,
+        model: Any,
+        options: dict[str, Any],
+        source: Path | None = None,
+        blob_dir: Path | None = None,
+        first_call: bool = True,
+    ) -> None:
         import openvino as ov
 
-        self.model = model
+        self._model, self._source = model, source
         self.options = dict(options)
         config: dict[str, Any] = {
             **openvino_config(precision),
@@ -74,15 +119,23 @@ class OpenVinoRunner(Runner):
         }
         if self.options.get("threads"):
             config["INFERENCE_NUM_THREADS"] = int(self.options["threads"])
-        if any(op.get_type_name() == "GroupNormalization" for op in model.get_ops()):
+        if _has_group_norm(model, source):
             # OpenVINO 2026.4's CPU snippets crash the process (SIGSEGV) compiling a GroupNorm ResNet block
             # under the f32 hint (Diffusion Policy's encoder); without snippets the same graph runs.
             config["SNIPPETS_MODE"] = "DISABLE"
         if self.options.get("profile"):
             config["PERF_COUNT"] = True
         inputs = input_buffers(graph.example_inputs)
+        self.probe_s: float | None = None
+        if self.options.pop(PROBE, False):
+            self.probe_s = _probe(model, config, inputs, f"OpenVINO {precision} of graph {graph.name!r}")
         with op_errors(self.backend, graph.name):
-            self.compiled = _core().compile_model(model, "CPU", config)
+            if model is None:
+                assert source is not None, "an OpenVINO runner needs a model or a graph file"
+                cached = {"CACHE_DIR": str(blob_dir)} if blob_dir is not None else {}
+                self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
+            else:
+                self.compiled = _core().compile_model(model, "CPU", config)
             self.request = self.compiled.create_infer_request()
             outputs = []
             for port in self.compiled.outputs:
@@ -93,8 +146,17 @@ class OpenVinoRunner(Runner):
                 self.request.set_input_tensor(i, ov.Tensor(x.numpy(), shared_memory=True))
             for i, y in enumerate(outputs):
                 self.request.set_output_tensor(i, ov.Tensor(y.numpy(), shared_memory=True))
-            self.request.infer()
+            if first_call:
+                self.request.infer()
         super().__init__(graph, precision, inputs, outputs)
+
+    @property
+    def model(self) -> Any:
+        """The graph (`ov.Model`); a runner made from a file reads it on first use."""
+        if self._model is None:
+            assert self._source is not None
+            self._model = _core().read_model(str(self._source), str(self._source.with_suffix(".bin")))
+        return self._model
 
     def _run(self) -> None:
         self.request.infer()
@@ -110,7 +172,7 @@ class OpenVinoRunner(Runner):
 
         folder.mkdir(parents=True, exist_ok=True)
         ov.save_model(self.model, str(folder / XML_FILE), compress_to_fp16=False)
-        opts = {k: v for k, v in self.options.items() if k not in ("threads", "profile")}
+        opts = {k: v for k, v in self.options.items() if k not in ("threads", "profile", PROBE)}
         return PreparedFiles(files=[XML_FILE, BIN_FILE], options=opts)
 
     def profile(self, iterations: int) -> list[tuple[str, float]]:
@@ -196,6 +258,16 @@ class OpenVinoBackend:
         return OpenVinoRunner(graph, precision, model, options)
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
+        """The saved graph compiled for this CPU; with a blob key in the options (`Engine.load` sets it,
+        `hotloop.runtime.blob_cache`), through a compiled-blob folder and without a warm-up call here."""
+        from hotloop.runtime.blob_cache import BLOB_KEY, blob_folder
+
+        options = {k: v for k, v in files.options.items() if k != BLOB_KEY}
+        key = files.options.get(BLOB_KEY)
+        if key is not None:
+            config = {"threads": options.get("threads"), **openvino_config(precision)}
+            blobs = blob_folder(str(key), precision, config)
+            return OpenVinoRunner(graph, precision, None, options, folder / XML_FILE, blobs, first_call=False)
         with op_errors(self.name, graph.name):
             model = _core().read_model(str(folder / XML_FILE), str(folder / BIN_FILE))
-        return OpenVinoRunner(graph, precision, model, files.options)
+        return OpenVinoRunner(graph, precision, model, options)
