@@ -199,11 +199,13 @@ def read_manifest(
         ) from None
     check_manifest(manifest, root, path)
     if verify_files:
+        from hotloop.compile.verified_files import file_sha256  # remembered while the file is unchanged
+
         for rel, digest in manifest["files"].items():
             f = root / rel
             if not f.is_file():
                 raise CheckpointError(f"{f}: file listed in the manifest is missing; recompile the artifact")
-            if sha256_file(f) != digest:
+            if file_sha256(f) != digest:
                 raise CheckpointError(
                     f"{f}: sha256 does not match the manifest (changed or truncated); recompile"
                 )

@@ -40,6 +40,9 @@ def run_isolated(fn: Callable[[], object], what: str, timeout_s: float = DEFAULT
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's code
+        import faulthandler
+
+        faulthandler.disable()  # its crash is reported by the parent, in one line, not as a dump
         status = 0
         try:
             fn()

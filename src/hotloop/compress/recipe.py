@@ -453,8 +453,11 @@ def write_candidate(
     inputs: Inputs,
     checks: tuple[tuple[Any, Tensor], ...] = (),
     check_actions: Tensor | None = None,
+    log: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """Plan (compile's planner, this candidate's backends x precisions) and write its artifact.
+    """Plan (compile's planner, this candidate's backends x precisions) and write its artifact: the plan
+    per stage (`precision_plan`) and every candidate's outcome (`candidates`: a stage's precision that
+    missed the tolerance is `rejected`, and the stage falls back to one that kept it).
     `check_actions`: the teacher's actions for `checks`, when the candidate is the teacher's own weights
     at its step count (the planner then samples none of them again)."""
     from hotloop.compile.plan import plan_policy, write_artifact
@@ -485,7 +488,7 @@ def write_candidate(
         fp32_layers=dict(config.fp32_layers),
         buckets=config.buckets if "compile" in cand.applied else (),
     )
-    plan = plan_policy(src, plan_config)
+    plan = plan_policy(src, plan_config, lambda line: log(f"  {line}"))
     from hotloop.compile.plan import compression_entry
 
     chosen = {
@@ -501,7 +504,16 @@ def write_candidate(
     # goes into `compression` beside the quantization's calibration entry.
     compression = {**extra["compression"], "quantization": compression_entry(plan_config)}
     write_artifact(src, plan, dest, plan_config, extra={"compression": compression})
-    return chosen
+    searched = [
+        {
+            "candidate": c.label,
+            "status": c.status,
+            "action_cos": c.action.cosine if c.action is not None else None,
+            "reason": c.reason,
+        }
+        for c in plan.candidates
+    ]
+    return {"precision_plan": chosen, "candidates": searched}
 
 
 def judge(
@@ -606,7 +618,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         t0 = time.perf_counter()
         if i and step.name == "compile" and cand.on_backends and steps[i - 1].name == "quantize":
             # quantize planned straight on --backends: nothing is left for compile to plan
-            row = {**rows[-1], "step": step.label, "details": {"planned_with": rows[-1]["step"]}}
+            row = {**rows[-1], "step": step.label, "details": {"planned_with": rows[-1]["step"]}, "candidates": []}
             rows.append({**row, "seconds": round(time.perf_counter() - t0, 2)})
             log(_row_line(rows[-1]) + f"  (planned with {rows[-2]['step']})")
             kept = i
@@ -628,6 +640,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "tolerance": config.tolerance.spec,
             "teacher_weights_sha256": teacher_sha,  # what `hotloop verify --artifact` checks it against
         }
+        searched: list[dict[str, Any]] = []
         if i == 0:
             plan = reference_plan(family)
             figures = reference_figures(teacher_ref, action_dim)
@@ -636,10 +649,11 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             unwritten = (cand, dest, compression)
         else:
             own = cand.model is teacher and cand.num_steps == source.shape.num_steps
-            plan = write_candidate(
+            planned = write_candidate(
                 cand, source, config, dest, {"compression": compression}, inputs, checks,
-                reference if own else None,
+                reference if own else None, log,
             )  # fmt: skip
+            plan, searched = planned["precision_plan"], planned["candidates"]
             figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
         row = {
             "step": step.label,
@@ -648,6 +662,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "precision_plan": plan,
             "details": cand.details,
             **figures,
+            "candidates": searched,
             "seconds": round(time.perf_counter() - t0, 2),
         }
         rows.append(row)

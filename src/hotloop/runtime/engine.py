@@ -480,7 +480,13 @@ class Engine:
             "load_s": self.load_s,
             "layout": self.kind if self.kind == "onnx" else self.manifest.get("layout", "weights"),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
+            **({"compiled_blobs": blobs} if (blobs := self._blobs()) else {}),
         }
+
+    def _blobs(self) -> dict[str, str]:
+        """Per OpenVINO sub-engine: its compiled blob imported from hotloop's cache, or compiled at this
+        load (`hotloop.runtime.blob_cache`)."""
+        return {n: r.blob for n, r in self.runners.items() if getattr(r, "blob", None)}
 
 
 def check_cap_fits_plan(root: Path, manifest: dict[str, Any], cap_mb: float | None) -> None:

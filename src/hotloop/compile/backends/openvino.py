@@ -64,6 +64,10 @@ def _reshape(model: Any, examples: Any, names: Any = None) -> None:
 PROBE = "probe"
 
 
+def _holds_files(folder: Path | None) -> bool:
+    return folder is not None and folder.is_dir() and any(folder.iterdir())
+
+
 def _has_group_norm(model: Any, source: Path | None) -> bool:
     if model is not None:
         return any(op.get_type_name() == "GroupNormalization" for op in model.get_ops())
@@ -111,6 +115,7 @@ class OpenVinoRunner(Runner):
         import openvino as ov
 
         self._model, self._source = model, source
+        self.blob: str | None = None  # with a blob folder: imported, or compiled (and cached)
         self.options = dict(options)
         config: dict[str, Any] = {
             **openvino_config(precision),
@@ -133,7 +138,10 @@ class OpenVinoRunner(Runner):
             if model is None:
                 assert source is not None, "an OpenVINO runner needs a model or a graph file"
                 cached = {"CACHE_DIR": str(blob_dir)} if blob_dir is not None else {}
+                held = _holds_files(blob_dir)
                 self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
+                if blob_dir is not None:
+                    self.blob = "imported" if held else "compiled, cached" if _holds_files(blob_dir) else "compiled"
             else:
                 self.compiled = _core().compile_model(model, "CPU", config)
             self.request = self.compiled.create_infer_request()
