@@ -4,8 +4,9 @@ flow states of every step), so a static quantizer sees the ranges it will meet."
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -30,33 +31,46 @@ def capture_inputs(
     `compile.calibration.CalibrationSet` (`len`, `batch(index)`).
 
     Each observation runs the step pipeline (every sub-engine but the loop engines, the step engine once
-    per step) and then the loop pipeline, of which only the loop engines' calls are kept: the others saw
-    the same inputs in the step pipeline, and a loop engine that calls its step engine's module
-    (Diffusion Policy's) would add a second set of step rows. An input tensor a sub-engine is given
-    again unchanged (the prefix's keys and values, at every denoising step) is stored once."""
+    per step) and then the loop pipeline, of which only the loop engines' calls are kept: the stages
+    before the loop see the same observation there, so they are not run again but give back their
+    step-pipeline outputs (at pi05:full the prefix is most of an inference), and a loop engine that calls
+    its step engine's module (Diffusion Policy's) would add a second set of step rows. An input a
+    sub-engine is given again with the same values (the prefix's keys and values, at every denoising
+    step) is stored once."""
     family, cfg, shape = source.family, source.cfg, source.shape
     n = min(observations, len(calib))
     idx = torch.linspace(0, len(calib) - 1, n).round().long().tolist()
     captured: dict[str, list[tuple[Tensor, ...]]] = {name: [] for name in engines}
     loops = [s.loop for s in family.stages if s.loop is not None]
     loop_engines = {spec.loop for spec in loops}
+    before_loop = [n for n in engines if n not in loop_engines and n not in {s.step for s in loops}]
+    step = family.eager_pipeline(cfg, shape, engines, loop=False)
+    loop = family.eager_pipeline(cfg, shape, engines, loop=True) if loops else None
     phase = ["step"]
     kept = _Clones()
+    outputs: dict[str, Any] = {}  # the step pipeline's outputs of the stages before the loop
     handles = []
 
-    def hook_for(name: str) -> Any:
+    def pre_hook(name: str) -> Any:
         def hook(mod: nn.Module, args: tuple[Any, ...]) -> None:
             if (phase[0] == "loop") == (name in loop_engines):
                 captured[name].append(tuple(kept.of(a) for a in args if isinstance(a, Tensor)))
 
         return hook
 
+    def keep_output(name: str) -> Any:
+        def hook(mod: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            if phase[0] == "step":
+                outputs[name] = out
+
+        return hook
+
     for name, engine in engines.items():
-        handles.append(engine.module.register_forward_pre_hook(hook_for(name)))
+        handles.append(engine.module.register_forward_pre_hook(pre_hook(name)))
+        if name in before_loop:
+            handles.append(engine.module.register_forward_hook(keep_output(name)))
     gen = torch.Generator().manual_seed(seed)
     try:
-        step = family.eager_pipeline(cfg, shape, engines, loop=False)
-        loop = family.eager_pipeline(cfg, shape, engines, loop=True) if loops else None
         for i in idx:
             obs = calib.batch([i])
             noise = family.make_noise(cfg, shape, 1, gen)
@@ -64,28 +78,45 @@ def capture_inputs(
             step.sample(obs, noise)
             if loop is not None:
                 phase[0] = "loop"
-                loop.sample(obs, noise)
+                with _replaying(engines, before_loop, outputs):
+                    loop.sample(obs, noise)
     finally:
         for h in handles:
             h.remove()
     return {name: _spread(rows) for name, rows in captured.items()}
 
 
+@contextlib.contextmanager
+def _replaying(engines: Mapping[str, SubEngine], names: list[str], outputs: dict[str, Any]) -> Iterator[None]:
+    """Within the block, the modules of `names` return their recorded `outputs` instead of computing."""
+    for name in names:
+        engines[name].module.forward = (lambda out: lambda *a, **k: out)(outputs[name])
+    try:
+        yield
+    finally:
+        for name in names:
+            del engines[name].module.forward
+
+
 class _Clones:
-    """Clones of captured inputs, one per distinct tensor: a tensor passed again while still alive and
-    unwritten (same storage, view, version) gets the clone it got before."""
+    """Clones of captured inputs, one per distinct value: a tensor passed again unwritten and alive (same
+    storage, view and version), or rewritten with the same values (a runner's input buffer refilled
+    from the same producer), gets the clone it got before."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[Any, ...], tuple[weakref.ref[Tensor], Tensor]] = {}
+        self._seen: dict[tuple[Any, ...], tuple[weakref.ref[Tensor], int, Tensor]] = {}
 
     def of(self, t: Tensor) -> Tensor:
-        key: tuple[Any, ...] = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        key += (t.stride(), t.dtype, t._version)
-        hit = self._seen.get(key)
+        where: tuple[Any, ...] = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        where += (t.stride(), t.dtype)
+        hit = self._seen.get(where)
         if hit is not None and hit[0]() is not None:  # alive: its storage cannot have been reused
-            return hit[1]
+            ref, version, clone = hit
+            if version == t._version or torch.equal(clone, t):
+                self._seen[where] = (ref, t._version, clone)
+                return clone
         clone = t.detach().clone()
-        self._seen[key] = (weakref.ref(t), clone)
+        self._seen[where] = (weakref.ref(t), t._version, clone)
         return clone
 
 

@@ -618,7 +618,12 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         t0 = time.perf_counter()
         if i and step.name == "compile" and cand.on_backends and steps[i - 1].name == "quantize":
             # quantize planned straight on --backends: nothing is left for compile to plan
-            row = {**rows[-1], "step": step.label, "details": {"planned_with": rows[-1]["step"]}, "candidates": []}
+            row = {
+                **rows[-1],
+                "step": step.label,
+                "details": {"planned_with": rows[-1]["step"]},
+                "candidates": [],
+            }
             rows.append({**row, "seconds": round(time.perf_counter() - t0, 2)})
             log(_row_line(rows[-1]) + f"  (planned with {rows[-2]['step']})")
             kept = i

@@ -486,7 +486,8 @@ class Engine:
     def _blobs(self) -> dict[str, str]:
         """Per OpenVINO sub-engine: its compiled blob imported from hotloop's cache, or compiled at this
         load (`hotloop.runtime.blob_cache`)."""
-        return {n: r.blob for n, r in self.runners.items() if getattr(r, "blob", None)}
+        found = {n: getattr(r, "blob", None) for n, r in self.runners.items()}
+        return {n: str(b) for n, b in found.items() if b}
 
 
 def check_cap_fits_plan(root: Path, manifest: dict[str, Any], cap_mb: float | None) -> None:

@@ -141,7 +141,9 @@ class OpenVinoRunner(Runner):
                 held = _holds_files(blob_dir)
                 self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
                 if blob_dir is not None:
-                    self.blob = "imported" if held else "compiled, cached" if _holds_files(blob_dir) else "compiled"
+                    self.blob = (
+                        "imported" if held else "compiled, cached" if _holds_files(blob_dir) else "compiled"
+                    )
             else:
                 self.compiled = _core().compile_model(model, "CPU", config)
             self.request = self.compiled.create_infer_request()
