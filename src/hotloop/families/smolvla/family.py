@@ -45,6 +45,7 @@ class SmolVLAFamily(PolicyFamily):
         step_distillation=True,
         recipes=("plain",),
         bucket_stages=("prefix", "denoise"),
+        lean_artifact=True,
     )
 
     # ---- configs, shapes and models ----------------------------------------------------------------
@@ -101,6 +102,11 @@ class SmolVLAFamily(PolicyFamily):
         from hotloop.families.smolvla.pipeline import SmolVLAPipeline
 
         return SmolVLAPipeline(cfg, shape, runners, constants, signatures)
+
+    def signatures(self, cfg: Any) -> dict[str, Signature]:
+        from hotloop.families.smolvla.engines import signatures
+
+        return signatures(cfg)
 
     def sample_actions(
         self, model: nn.Module, obs: Any, noise: Tensor, num_steps: int | None = None
