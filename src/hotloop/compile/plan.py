@@ -271,6 +271,17 @@ def _release_runners(candidates: list[Candidate], stage: str) -> None:
             c.runner = None
 
 
+def _keep_two_runners(candidates: list[Candidate], stage: str) -> bool:
+    """Drop every runner of `stage` but its fastest and its most accurate (the whole-plan check then
+    falls back to the most accurate only); whether any was dropped."""
+    keep = {id(choose(candidates, stage)), id(most_accurate(candidates, stage))}
+    dropped = False
+    for c in candidates:
+        if c.stage == stage and c.runner is not None and id(c) not in keep:
+            c.runner, dropped = None, True
+    return dropped
+
+
 @dataclass
 class Plan:
     candidates: list[Candidate]
@@ -635,6 +646,12 @@ def _make_room(
 
     from hotloop.compile.memory_fit import GIB, available_bytes, refusal
 
+    for stage in [s.name for s in source.family.stages]:  # first the runners the plan can do without
+        if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
+            return snapshot
+        if stage in finished and _keep_two_runners(candidates, stage):
+            gc.collect()
+            log(f"    kept only the fastest and the most accurate {stage} runners, to fit")
     for stage in [s.name for s in source.family.stages]:
         if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
             break
@@ -644,8 +661,11 @@ def _make_room(
         if best.sub_engine in sets.released:
             continue
         if snapshot is None:
-            log("    saving the fp32 weights to disk before releasing any (the artifact needs them)")
-            snapshot = WeightsSnapshot.take(source.model.state_dict())
+            # A plan on file backends alone is written lean (no source weights): only their hash is kept.
+            lean = source.family.capabilities.lean_artifact and set(config.backends) <= set(FILE_BACKENDS)
+            if not lean:
+                log("    saving the fp32 weights to disk before releasing any (the artifact needs them)")
+            snapshot = WeightsSnapshot.take(source.model.state_dict(), save=not lean)
         before = available_bytes()
         graph = sets.get(torch.float32)[best.sub_engine]
         # Saved first, then every holder of the old runner and of the converted graph dropped, then the
@@ -694,7 +714,9 @@ class WeightsSnapshot:
         return self.folder / "weights.safetensors"
 
     @classmethod
-    def take(cls, state: dict[str, Tensor]) -> WeightsSnapshot:
+    def take(cls, state: dict[str, Tensor], save: bool = True) -> WeightsSnapshot:
+        """The weights' hash, and with `save` the weights themselves (a lean plan needs only the hash:
+        at pi05:full that skips writing 13.4 GB)."""
         import tempfile
 
         from hotloop.compile.artifact import sha256_state_dict
@@ -702,7 +724,8 @@ class WeightsSnapshot:
 
         folder = Path(tempfile.mkdtemp(prefix="hotloop-plan-"))
         snapshot = cls(folder, sha256_state_dict(state))
-        save_tensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
+        if save:
+            save_tensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
         return snapshot
 
     def discard(self) -> None:
@@ -762,6 +785,8 @@ def write_artifact(
             import shutil
 
             from hotloop.compile.artifact import WEIGHTS
+
+            assert plan.weights.weights.is_file(), "a plan on file backends alone is written lean"
 
             shutil.move(str(plan.weights.weights), str(writer.path(WEIGHTS)))
             writer.path(WEIGHTS).chmod(0o644)  # as the other files (the temporary file was private)
