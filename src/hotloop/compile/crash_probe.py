@@ -3,7 +3,7 @@ candidate instead of killing the planner.
 
 OpenVINO's CPU plugin kills the whole process on some graphs: 2026.4 raises SIGFPE compiling any gated
 MLP (`down(gelu(gate(x)) * up(x))`, pi's FFN) in bf16 with INFERENCE_NUM_THREADS=1 on a CPU with AMX
-(an integer division by half the thread count, 0 with one thread: `idiv` on a zero register), and SIGSEGV
+(by all appearances an integer division by half the thread count, 0 with one thread), and SIGSEGV
 compiling GroupNorm under its snippets (see `backends.openvino`). A Python `try` cannot catch either.
 
 `run_isolated(fn)` forks; the child runs `fn` and leaves with `os._exit` (0: it returned, 3: it raised,

@@ -89,7 +89,9 @@ def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
     except ProbeFailure as exc:
         threads = config.get("INFERENCE_NUM_THREADS")
         raise BackendError(
-            f"backend openvino: {exc}" + (f" at {threads} threads" if threads else "") + "; not used"
+            f"backend openvino: {exc}"
+            + (f" with INFERENCE_NUM_THREADS={threads}" if threads else "")
+            + "; not used"
         ) from None
 
 
