@@ -19,8 +19,8 @@ backends. `quantize,compile` quantizes straight to the backends `--backends` nam
 (per stage: each precision checked against the fp32 stage outputs and the final actions, the fastest that
 passes kept, a stage that misses its gate falling back to a higher precision), never on eager torch: the
 compile row then reuses that plan. The first row, `reference`, is the fp32 teacher measured in memory
-(`hotloop.compress.reference_row`). A family may add steps of its own (`Capabilities.recipe_steps`, run by its `compression()`):
-Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
+(`hotloop.compress.reference_row`). A family may add steps of its own (`Capabilities.recipe_steps`, run
+by its `compression()`): Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
 """
 
 from __future__ import annotations
@@ -381,7 +381,8 @@ def apply_step(
 
 
 def direct_extra_precisions(backends: tuple[str, ...]) -> tuple[str, ...]:
-    """The weight-only precisions `quantize,compile` adds where one of `backends` has them (OpenVINO's int4)."""
+    """The weight-only precisions `quantize,compile` adds where one of `backends` has them (OpenVINO's
+    int4 weights)."""
     from hotloop.compile.backends import get_backend
 
     return tuple(p for p in ("int4-weight",) if any(p in get_backend(b).precisions for b in backends))
