@@ -121,3 +121,26 @@ def test_a_stage_with_nothing_that_fits_is_one_error_line_naming_why(
     assert res.exit_code == 2, res.output
     assert "no candidate for stage vision was accepted" in res.output and "unavailable" in res.output
     assert "Traceback" not in res.output and not out.exists()
+
+
+def test_under_pressure_a_finished_stage_keeps_its_fastest_and_most_accurate_runners() -> None:
+    """Before any fp32 weights are released, a finished stage drops the runners the whole-plan check can do
+    without: of its five precisions' runners, the fastest and the most accurate stay."""
+    from hotloop.compile.plan import _keep_two_runners
+    from hotloop.compile.planner import Candidate
+    from hotloop.compile.validate import ActionAgreement
+    from hotloop.measure.stats import LatencyStats
+
+    figures = {"int4-weight": (10.0, 0.990), "int8": (12.0, 0.999), "int8-dynamic": (15.0, 0.998),
+               "bf16": (20.0, 0.9999), "fp32": (40.0, 1.0)}  # fmt: skip
+    cands = []
+    for precision, (ms, cos) in figures.items():
+        c = Candidate("vision", "vision", "openvino", precision, status="accepted")
+        c.latency, c.action = LatencyStats.from_samples([ms]), ActionAgreement(cos, 0.0, 0.0)
+        c.runner = torch.nn.Identity()  # what the planner holds: any object that keeps memory alive
+        cands.append(c)
+    other = Candidate("prefix", "prefix", "openvino", "int8", status="accepted", runner=torch.nn.Identity())
+    assert _keep_two_runners([*cands, other], "vision")
+    assert {c.precision for c in cands if c.runner is not None} == {"int4-weight", "fp32"}
+    assert other.runner is not None  # another stage is not touched
+    assert not _keep_two_runners([*cands, other], "vision")  # nothing more to drop
