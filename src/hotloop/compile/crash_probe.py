@@ -10,7 +10,7 @@ compiling GroupNorm under its snippets (see `backends.openvino`). A Python `try`
 the parent then runs `fn` itself to raise the real error). A child killed by a signal, or still running
 after `timeout_s`, is `ProbeFailure`. The fork shares the parent's memory copy-on-write (a full-size
 model is not copied), needs no pickling, and re-imports nothing: the probe costs what `fn` costs once
-more (OpenVINO: one more compile and one call). OpenVINO runs in a child forked after the parent used it
+more (OpenVINO hands the child's compiled blob to the parent's compile: `backends.openvino._probe`). OpenVINO runs in a child forked after the parent used it
 (checked on 2026.4: the crash above reproduced in the child, the parent kept running).
 """
 
