@@ -69,3 +69,42 @@ def test_openvino_bf16_at_one_thread_is_refused_not_fatal(tmp_path: Path) -> Non
     if "amx_bf16" in cpu_flags() and ov.get_version().startswith("2026.4"):
         assert ("prefix", "openvino") in crashed, by_label[("prefix", "openvino")]
         assert "(SIGFPE) with INFERENCE_NUM_THREADS=1" in by_label[("prefix", "openvino")]["reason"]
+
+
+def test_loading_a_plan_at_threads_that_crash_openvino_is_one_line_exit_2(tmp_path: Path) -> None:
+    """A first load compiles each OpenVINO graph in a probe process (it exports the blob the engine then
+    imports): a bf16 plan made at 2 threads and loaded at 1 on a CPU with AMX (OpenVINO 2026.4) is one
+    line naming the graph, the signal and --threads, exit 2, not a dead process; elsewhere it loads."""
+    import openvino as ov
+
+    from hotloop.cli import app
+    from hotloop.compile.cpu_features import cpu_flags
+
+    out, js = tmp_path / "art", tmp_path / "c.json"
+    bf16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    args = ["compile", "pi05:tiny", "-o", str(out), "--budget-ms", "100000", "--backends", "openvino"]
+    args += [
+        "--precisions",
+        "bf16" if bf16 else "fp32",
+        "--variants",
+        "plain",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+    ]
+    args += ["--threads", "2", "--steps", "2", "--json", str(js), "--force", "--max-load", "1000", "--quiet"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code in (0, 3), res.output
+    plan = json.loads((out / "manifest.json").read_text())["precision_plan"]
+    res = CliRunner().invoke(
+        app, ["bench", str(out), "--threads", "1", "--iters", "1", "--warmup", "0", "--quiet"]
+    )
+    crashes = "amx_bf16" in cpu_flags() and ov.get_version().startswith("2026.4")
+    if crashes and plan["prefix"]["precision"] == "bf16":
+        assert res.exit_code == 2, res.output
+        line = res.output.strip()
+        assert "'prefix'" in line and "crashed a probe process (SIGFPE)" in line and "--threads" in line
+        assert len(line.splitlines()) == 1
+    else:
+        assert res.exit_code == 0, res.output

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from hotloop.compile.artifact import SubEngineEntry, entries
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
-from hotloop.compile.backends.base import BackendError, PreparedFiles, Runner
+from hotloop.compile.backends.base import BackendCrash, BackendError, PreparedFiles, Runner
 from hotloop.errors import CheckpointError
 from hotloop.families.protocol import PolicyFamily, Signature
 
@@ -114,6 +114,11 @@ def load_runners(
             runner = get_backend(entry.backend).load(
                 entry_graph(where, entry), entry.precision, root / name, files
             )
+        except BackendCrash as exc:
+            raise CheckpointError(
+                f"{where}: sub-engine {name!r}: {exc} on this CPU at these threads; load it with another "
+                f"--threads (it was planned at {manifest.get('threads')}) or recompile it here"
+            ) from None
         except BackendError as exc:
             raise CheckpointError(
                 f"{where}: sub-engine {name!r} does not run with the I/O its entry records "

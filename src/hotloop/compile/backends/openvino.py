@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hotloop.compile.backends.base import Graph, PreparedFiles, Runner, input_buffers, op_errors
+from hotloop.compile.backends.base import BackendCrash, Graph, PreparedFiles, Runner, input_buffers, op_errors
 from hotloop.compile.cpu_features import NATIVE_BF16
 
 XML_FILE, BIN_FILE = "model.xml", "model.bin"
@@ -85,7 +85,6 @@ def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
     child's seconds, or BackendError naming the signal. With `CACHE_DIR` in `config` the child exports
     the compiled blob there, and the caller's own compile with the same settings imports it (pi05:small's
     unrolled loop: 0.9 s against 3.0 s to compile), so the probe costs about one compile, not two."""
-    from hotloop.compile.backends.base import BackendError
     from hotloop.compile.crash_probe import ProbeFailure, run_isolated
 
     def trial() -> None:
@@ -96,7 +95,7 @@ def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
         return run_isolated(trial, what)
     except ProbeFailure as exc:
         threads = config.get("INFERENCE_NUM_THREADS")
-        raise BackendError(
+        raise BackendCrash(
             f"backend openvino: {exc}"
             + (f" with INFERENCE_NUM_THREADS={threads}" if threads else "")
             + "; not used"
@@ -142,20 +141,26 @@ class OpenVinoRunner(Runner):
         inputs = input_buffers(graph.example_inputs)
         self.probe_s: float | None = None
         handoff = None  # the probe's compiled blob, imported below instead of compiling again
+        held = _holds_files(blob_dir)  # a blob from an earlier load
+        what = f"OpenVINO {precision} of graph {graph.name!r}"
         if self.options.pop(PROBE, False) and model is not None:
             import tempfile
 
             handoff = Path(tempfile.mkdtemp(prefix="hotloop-probe-"))
             config_probed = {**config, "CACHE_DIR": str(handoff)}
             try:
-                what = f"OpenVINO {precision} of graph {graph.name!r}"
                 self.probe_s = _probe(model, config_probed, inputs, what)
             except BaseException:
                 _discard(handoff)
                 raise
             config = config_probed
+        elif model is None and blob_dir is not None and not held:
+            # A first load (nothing in the blob folder yet): compiled in a child, which exports the blob
+            # this process then imports; a later load imports a blob that compiled and ran here.
+            assert source is not None
+            self.probe_s = _probe(str(source), {**config, "CACHE_DIR": str(blob_dir)}, inputs, what)
         try:
-            self._compile(graph, model, source, blob_dir, config, inputs, first_call)
+            self._compile(graph, model, source, blob_dir, held, config, inputs, first_call)
         finally:
             if handoff is not None:
                 _discard(handoff)
@@ -167,6 +172,7 @@ class OpenVinoRunner(Runner):
         model: Any,
         source: Path | None,
         blob_dir: Path | None,
+        held: bool,
         config: dict[str, Any],
         inputs: tuple[torch.Tensor, ...],
         first_call: bool,
@@ -177,7 +183,6 @@ class OpenVinoRunner(Runner):
             if model is None:
                 assert source is not None, "an OpenVINO runner needs a model or a graph file"
                 cached = {"CACHE_DIR": str(blob_dir)} if blob_dir is not None else {}
-                held = _holds_files(blob_dir)
                 self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
                 if blob_dir is not None:
                     self.blob = (
