@@ -144,3 +144,34 @@ def test_under_pressure_a_finished_stage_keeps_its_fastest_and_most_accurate_run
     assert {c.precision for c in cands if c.runner is not None} == {"int4-weight", "fp32"}
     assert other.runner is not None  # another stage is not touched
     assert not _keep_two_runners([*cands, other], "vision")  # nothing more to drop
+
+
+def test_plan_memory_gb_caps_what_planning_may_hold(tmp_path: Path, compile_tiny) -> None:
+    """`--plan-memory-gb` bounds the headroom by the limit less this process's resident set: under a
+    limit nothing fits beside the process, every candidate is refused naming the flag (exit 2, nothing
+    written); a bad value is one line before any work, for compile and compress alike."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+    from hotloop.compile.memory_fit import GIB, available_bytes, headroom
+    from hotloop.compile.peak_memory import resident_bytes
+
+    limit = resident_bytes() / GIB + 2
+    assert abs(headroom(limit) - 2 * GIB) < 0.25 * GIB or headroom(limit) == available_bytes()
+    assert headroom(None) == pytest.approx(available_bytes(), rel=0.1)
+    out = tmp_path / "art"
+    res = compile_tiny(
+        out, "openvino", "fp32", "--quiet", "--plan-memory-gb", f"{resident_bytes() / GIB + 0.5:.2f}"
+    )
+    assert res.exit_code == 2, res.output
+    assert (
+        "no candidate for stage vision was accepted" in res.output and "under --plan-memory-gb" in res.output
+    )
+    assert not out.exists()
+    for command in (
+        ["compile", "pi05:tiny", "--budget-ms", "10"],
+        ["compress", "pi05:tiny", "--recipe", "quantize"],
+    ):
+        res = CliRunner().invoke(app, [*command, "-o", str(out), "--plan-memory-gb", "0"])
+        assert res.exit_code == 2 and "--plan-memory-gb must be > 0 (got 0.0)" in res.output, res.output
+        assert not out.exists()

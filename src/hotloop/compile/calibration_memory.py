@@ -34,7 +34,7 @@ def ensure_capture(
     """Capture the calibration inputs `cand` needs if not yet held. Returns the capture's measured memory
     (MiB figures), the reason it cannot fit (the candidate is then unavailable), or None (nothing to do)."""
     from hotloop.compile.calibration_inputs import capture_bound, capture_inputs, captured_bytes
-    from hotloop.compile.memory_fit import MemoryNeed, available_bytes, refusal
+    from hotloop.compile.memory_fit import MemoryNeed, headroom, refusal
     from hotloop.compile.peak_memory import PeakMeter
 
     key = set_key(cand, config)
@@ -44,9 +44,8 @@ def ensure_capture(
     if id(engines) in sets.calibration_inputs:
         return None
     bound = capture_bound(engines, source, config.calibration)
-    too_big = refusal(
-        MemoryNeed(bound, f"the calibration capture, at most {bound / MIB:.0f} MiB"), available_bytes()
-    )
+    need = MemoryNeed(bound, f"the calibration capture, at most {bound / MIB:.0f} MiB")
+    too_big = refusal(need, headroom(config.plan_memory_gb), config.plan_memory_gb)
     if too_big is not None:
         return too_big.replace("to prepare", "to capture its calibration inputs", 1)
     meter = PeakMeter.start(bound)

@@ -164,7 +164,7 @@ def check_candidate(
 ) -> None:
     """Numerics (per output, per step for the step engine; then final actions), then latency (cut short
     above `give_up_ms`: the candidate is then rejected as slower than the stage's best)."""
-    from hotloop.compile.memory_fit import available_bytes, refusal
+    from hotloop.compile.memory_fit import headroom, refusal
 
     ref_engines = sets.get(torch.float32)
     dtype = get_backend(cand.backend).graph_dtype(cand.precision)
@@ -175,7 +175,9 @@ def check_candidate(
             f"{', '.join(sorted(sets.released))} weights were released to fit: not tried"
         )
         return
-    too_big = refusal(candidate_need(cand, source, sets), available_bytes())
+    too_big = refusal(
+        candidate_need(cand, source, sets), headroom(config.plan_memory_gb), config.plan_memory_gb
+    )
     if too_big is not None:
         cand.status, cand.reason = "unavailable", too_big
         return
@@ -644,16 +646,19 @@ def _make_room(
     compiled (stricter). The reference cannot be timed afterwards."""
     import gc
 
-    from hotloop.compile.memory_fit import GIB, available_bytes, refusal
+    from hotloop.compile.memory_fit import GIB, available_bytes, headroom, refusal
+
+    def fits() -> bool:
+        return refusal(candidate_need(cand, source, sets), headroom(config.plan_memory_gb)) is None
 
     for stage in [s.name for s in source.family.stages]:  # first the runners the plan can do without
-        if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
+        if fits():
             return snapshot
         if stage in finished and _keep_two_runners(candidates, stage):
             gc.collect()
             log(f"    kept only the fastest and the most accurate {stage} runners, to fit")
     for stage in [s.name for s in source.family.stages]:
-        if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
+        if fits():
             break
         best = choose(candidates, stage)
         if stage not in finished or best is None or best.runner is None or best.backend not in FILE_BACKENDS:

@@ -205,8 +205,13 @@ class RecipeConfig:
     seed: int = 0
     progress: bool = True
     overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
+    plan_memory_gb: float | None = None  # --plan-memory-gb: what each planning pass may hold
 
     def __post_init__(self) -> None:
+        if self.plan_memory_gb is not None and not 0 < self.plan_memory_gb < float("inf"):
+            raise ConfigError(
+                f"--plan-memory-gb must be > 0 (got {self.plan_memory_gb}); e.g. --plan-memory-gb 20"
+            )
         for name, flag in (
             ("episodes", "--episodes"),
             ("calibration_frames", "--calibration-frames"),
@@ -488,6 +493,7 @@ def write_candidate(
         calibration=inputs.calibration_set if "int8" in cand.precisions else None,
         fp32_layers=dict(config.fp32_layers),
         buckets=config.buckets if "compile" in cand.applied else (),
+        plan_memory_gb=config.plan_memory_gb,
     )
     plan = plan_policy(src, plan_config, lambda line: log(f"  {line}"))
     from hotloop.compile.plan import compression_entry
