@@ -249,14 +249,14 @@ def test_edited_graph_weights_are_caught_after_a_load_remembered_their_digests(
     one line, exit 2, and their blob is never imported."""
     import time
 
-    from hotloop.compile import artifact, verified_files
+    from hotloop.compile import verified_files
 
     art = _copy(ov_art, tmp_path / "remembered")
     time.sleep(0.05)  # past the timestamp tick of the copy
     monkeypatch.setattr(verified_files, "RACY_S", 0.0)  # remember files written a moment ago
     hashed: list[Path] = []
-    real = artifact.sha256_file
-    monkeypatch.setattr(artifact, "sha256_file", lambda p, *a: hashed.append(p) or real(p, *a))
+    real = verified_files.sha256_file
+    monkeypatch.setattr(verified_files, "sha256_file", lambda p, *a: hashed.append(p) or real(p, *a))
     assert _bench(str(art)).exit_code == 0
     files = len(hashed)
     assert files >= 4 and _bench(str(art)).exit_code == 0 and len(hashed) == files  # none hashed again

@@ -22,11 +22,18 @@ FOLDER = "verified-files"
 RACY_S = 2.0
 
 
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """`path`'s sha256, read in chunks."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def file_sha256(path: Path) -> str:
     """`path`'s sha256: remembered when the file is unchanged since it was last hashed, else computed
     (and remembered, where hotloop's cache is writable)."""
-    from hotloop.compile.artifact import sha256_file
-
     st = path.stat()
     identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     memo = _memo_path(path)
