@@ -14,7 +14,7 @@ LEROBOT_STAMP := $(LEROBOT_VENV)/.installed
 LEROBOT_LOCK := requirements-lerobot-lock.txt
 PLUGIN := plugins/lerobot_policy_hotloop
 
-.PHONY: demo test lint install lock openpi-venv lerobot-venv clean test-mujoco-min
+.PHONY: demo test test-slow lint install lock openpi-venv lerobot-venv clean test-mujoco-min
 
 # Every third-party package at the version CI tested (`make lock` rewrites both from tested venvs).
 LOCK := requirements-lock.txt
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install -q -c $(LOCK) pip
 	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q -c $(LOCK) torch
-	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,serve,compress,dev,sims,cluster]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[backends,tokenizer,serve,lerobot,compress,dev,sims,cluster]'
 	touch $(STAMP)
 
 # The robot side of the serve tests: the real openpi-client in its own venv, as a robot computer runs it
@@ -78,8 +78,16 @@ openpi-venv: $(OPENPI_STAMP)
 demo: $(STAMP)
 	MUJOCO_GL=egl $(BIN)/hotloop demo
 
+# Two tiers: `make test` is the developer's loop (tests not marked `slow`); `make test-slow` runs the tests
+# marked `slow` (whole LeRobot clients and CLIs, closed-loop runs, training; pyproject's markers). CI runs
+# both (.ci/run). Each prints its 15 slowest tests.
+PYTEST := MUJOCO_GL=egl $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+
 test: $(STAMP) $(OPENPI_STAMP) $(LEROBOT_STAMP)
-	MUJOCO_GL=egl $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -m "not slow"
+
+test-slow: $(STAMP) $(OPENPI_STAMP) $(LEROBOT_STAMP)
+	$(PYTEST) -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

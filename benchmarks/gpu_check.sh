@@ -77,7 +77,7 @@ if [[ -z $TORCH_VERSION ]]; then
 fi
 TENSORRT_REQ='tensorrt-cu13>=10.13,<11'
 # What the Makefile's `make install` installs, with the CUDA torch and TensorRT installed first.
-EXTRAS='.[backends,tokenizer,serve,compress,dev,sims,cluster]'
+EXTRAS='.[backends,tokenizer,serve,lerobot,compress,dev,sims,cluster]'
 # The GPU test tier: every test file with a test marked `gpu` (they skip for want of CUDA elsewhere).
 mapfile -t GPU_TESTS < <(grep -rlE 'pytest\.mark\.gpu' tests | sort)
 if ((${#GPU_TESTS[@]} == 0)); then

@@ -15,6 +15,7 @@ from typing import Annotated, Any  # noqa: E402
 import typer  # noqa: E402
 
 from hotloop.cli_errors import user_errors  # noqa: E402
+from hotloop.cli_options import Device, FlowSteps, ForceJudge, History, Quiet  # noqa: E402
 from hotloop.errors import UnknownNameError  # noqa: E402
 
 app = typer.Typer(
@@ -70,7 +71,7 @@ def bench(
         ),
     ] = 0.0,
     views: Annotated[int | None, typer.Option(help="camera views (VLA targets)")] = None,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    steps: FlowSteps = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
     dtype: Annotated[
@@ -83,14 +84,14 @@ def bench(
         str | None,
         typer.Option(help="run the prefix in prompt-length buckets, e.g. 32,64,128 (VLA targets)"),
     ] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    device: Device = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
     seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
     memory_cap_mb: Annotated[
         float | None,
         typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: Quiet = False,
     cold_load: Annotated[
         bool,
         typer.Option(
@@ -135,12 +136,7 @@ def bench(
             "--fail-on-regression", help="with --baseline: exit 3 when a stage is slower beyond the threshold"
         ),
     ] = False,
-    history: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
-        ),
-    ] = None,
+    history: History = None,
     max_load: Annotated[
         float,
         typer.Option(
@@ -148,9 +144,7 @@ def bench(
             help="with --fail-on-regression: CPUs of other work above which the gate does not judge (exit 2)",
         ),
     ] = 0.5,
-    force: Annotated[
-        bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
-    ] = False,
+    force: ForceJudge = False,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
     from rich.console import Console
@@ -334,7 +328,7 @@ def demo(
     ] = False,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
-    from hotloop.demo.report import DemoConfig, run_demo
+    from hotloop.demo.report import DemoConfig, read_headline, run_demo
 
     config = DemoConfig(
         out_dir=out,
@@ -346,6 +340,7 @@ def demo(
     )
     rungs = run_demo(config, log=lambda s: typer.echo(s, err=True))
     typer.echo(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    typer.echo("\n".join(["", *read_headline(out)]))  # the figures last, where the eye lands
     failed = [r.title for r in rungs if r.error]
     if failed:
         typer.echo(f"error: {len(failed)} rung(s) failed: {', '.join(failed)} (see the report)", err=True)

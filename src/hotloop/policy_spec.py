@@ -88,6 +88,12 @@ class PolicySpec:
         }
 
     @classmethod
+    def named_views(cls, images: tuple[ImageSpec, ...], **rest: Any) -> PolicySpec:
+        """A LeRobot checkpoint's spec: every one of `images` required, passed by name ({key: (H, W, 3)});
+        `rest`: the state, action and chunk fields (actions in robot units unless said otherwise)."""
+        return cls(images=images, min_views=len(images), images_as="dict", **rest)
+
+    @classmethod
     def from_dict(cls, data: Any) -> PolicySpec:
         """Read a stored spec (an artifact's); a malformed one raises ConfigError naming the field."""
         if not isinstance(data, dict):

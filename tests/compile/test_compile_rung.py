@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hotloop.demo.compile_rung import CompileRungPlan, rung_plan
+from hotloop.demo.headline import format_ms
 
 
 def test_default_plan_stays_small_and_full_plan_is_pi05_small() -> None:
@@ -42,3 +43,12 @@ def test_compile_rung_writes_its_section(tmp_path: Path, monkeypatch: pytest.Mon
     assert report["rungs"][0]["title"] == "Compiled plan: pi05:tiny"
     page = (tmp_path / "report.html").read_text()
     assert "Compiled plan: pi05:tiny" in page and "speedup p50" in page and "demo:conveyor success" in page
+    bench, success = summary["bench"], summary["demo_success"]
+    assert report["headline"][1:3] == [
+        f"compiled plan of pi05:tiny: {bench['speedup_p50']:.2f}x faster than fp32 eager at p50, "
+        f"{bench['speedup_p99']:.2f}x at p99 ({format_ms(bench['plan_latency_ms']['p50'])} ms against "
+        f"{format_ms(bench['reference_latency_ms']['p50'])} ms at p50); final-action cosine "
+        f"{summary['compile']['action_cos_min']:.6f} (tolerance cos:0.995)",
+        f"compiled demo:conveyor in closed loop at 0 ms: {success['compiled']['successes']}/1 against the "
+        f"reference's {success['reference']['successes']}/1",
+    ]

@@ -14,7 +14,6 @@ from hotloop.families.pi.recipes import fast_pi_subengines
 TinyFactory = Callable[..., Any]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "engine"), [("pi05:tiny", "prefix"), ("pi05:tiny", "denoise_loop"), ("pi0:tiny", "denoise_step")]
 )

@@ -54,3 +54,14 @@ def test_families_rung_runs_closed_loop_and_compression(
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["rungs"][0]["plots"] == ["demo_conveyor-smolvla_closed_loop.png"]
     assert (tmp_path / "demo_conveyor-smolvla_closed_loop.png").stat().st_size > 0
+    # The headline: the policy's curve and its compressed plan, figures from the report.
+    headline = report["headline"]
+    i = headline.index("  demo:conveyor-smolvla:")
+    assert headline[i + 1].split() == ["0", "ms", "200", "ms"]
+    rates = [f"{100 * points[ms]['success_rate']:.0f}" for ms in ("0", "200")]
+    assert headline[i + 2].split() == ["chunk", rates[0], "%", rates[1], "%"]
+    last = compression[-1]
+    assert headline[i + 3].startswith(
+        f"    compressed, steps:5: {last['speedup_p50']:.2f}x the reference's speed at p50, "
+        f"action cosine {last['action_cos']:.4f}, success {100 * last['success_rate']:.0f} %"
+    )

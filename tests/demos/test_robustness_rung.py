@@ -39,3 +39,9 @@ def test_robustness_rung_runs_each_plan_at_each_point(
     assert set(table) == {"none", "distractors:2"} and all(set(c) == {"expert"} for c in table.values())
     assert (tmp_path / "robustness.png").stat().st_size > 0
     assert "distractors:2" in rungs[0].html
+    headline = json.loads((tmp_path / "report.json").read_text())["headline"]
+    none, worst = table["none"]["expert"], table["distractors:2"]["expert"]
+    assert (
+        f"  expert: {100 * none['success_rate']:.0f} %, {100 * worst['success_rate']:.0f} % under distractors:2"
+        in headline
+    )

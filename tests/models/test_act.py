@@ -474,13 +474,21 @@ def test_refuses_missing_and_unexpected_keys_in_one_error(checkpoint: Path) -> N
     path = checkpoint / "model.safetensors"
     tensors = load_file(str(path))
     del tensors["model.decoder.norm.weight"]
-    tensors["model.encoder.norm.weight"] = torch.ones(16)  # a pre-norm key in a post-norm config
+    tensors["model.decoder.extra.weight"] = torch.ones(16)  # a key no ACT module holds
     save_file(tensors, str(path))
     _refused(
         checkpoint,
         "missing keys (1): model.decoder.norm.weight",
-        "unexpected keys (1): model.encoder.norm.weight",
+        "unexpected keys (1): model.decoder.extra.weight",
     )
+
+
+def test_refuses_a_pre_norm_key_in_a_post_norm_config(checkpoint: Path) -> None:
+    path = checkpoint / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["model.encoder.norm.weight"] = torch.ones(16)
+    save_file(tensors, str(path))
+    _refused(checkpoint, "field 'pre_norm' is false", "model.encoder.norm.weight")
 
 
 def test_refuses_a_camera_without_backbone_weights(tmp_path: Path) -> None:

@@ -67,7 +67,6 @@ def _expert_episode(env, seed):
     return np.asarray(by_tick), success, env.tick
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", default_strategies().names())
 def test_oracle_reproduces_the_expert_under_every_strategy(name):
     env = make_task(TASK)
@@ -83,10 +82,11 @@ def test_oracle_reproduces_the_expert_under_every_strategy(name):
         seed,
         trace=True,
     )
-    if name == "ensemble":
+    if name in ("ensemble", "lerobot-async", "lerobot-rtc-soft"):
         # Every oracle plan predicts the same action for a period, so the ensemble's average is the
         # expert's, up to LeRobot's float32 cumulative weight sums (~1e-7 relative): the episode may end
-        # a few ticks apart, never a control period.
+        # a few ticks apart, never a control period. LeRobot's client merge (0.3 old + 0.7 new) of two
+        # equal plans rounds the same way.
         n = min(len(rec["actions_by_tick"]), len(expert_actions))
         assert rec["success"] and abs(env.tick - expert_ticks) < env.config.ticks_per_control
         np.testing.assert_allclose(rec["actions_by_tick"][:n], expert_actions[:n], rtol=0, atol=1e-5)
@@ -94,4 +94,4 @@ def test_oracle_reproduces_the_expert_under_every_strategy(name):
         assert rec["success"] and env.tick == expert_ticks
         np.testing.assert_array_equal(rec["actions_by_tick"], expert_actions)
     assert oracle.prefix_mismatch == 0.0  # rtc: the tail sent is exactly the plan's continuation
-    assert (oracle.guided_calls > 0) == (name in ("rtc", "rtc-prefix", "rtc-soft"))
+    assert (oracle.guided_calls > 0) == (name in ("rtc", "rtc-prefix", "rtc-soft", "lerobot-rtc-soft"))

@@ -252,7 +252,10 @@ def test_train_demo_prefix_options_are_checked_before_anything_is_written(tmp_pa
             ["--action-prefix-prob", "0.5", "--max-action-prefix", "0"],
             "--max-action-prefix must be in [1, 15]",
         ),
-        (["--variant", "vision", "--action-prefix-prob", "0.5"], "are for --variant state"),
+        (
+            ["--variant", "vision", "--action-prefix-prob", "0.5"],
+            "--action-prefix-prob is for --variant state",
+        ),
     ):
         r = CliRunner().invoke(app, ["train-demo", "-o", str(out), *extra])
         lines = [line for line in r.output.splitlines() if line.strip()]

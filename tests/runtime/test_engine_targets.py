@@ -90,7 +90,6 @@ def test_profile_artifact_per_sub_engine(art: Path, tmp_path: Path) -> None:
         assert 0 < len(sub["ops"]) <= 3 and sub["total_ms"] > 0
 
 
-@pytest.mark.slow
 def test_eval_compiled_demo_policy(tmp_path: Path) -> None:
     out, js = tmp_path / "demo", tmp_path / "e.json"
     res = runner.invoke(

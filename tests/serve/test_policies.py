@@ -8,7 +8,6 @@ from hotloop.serve.spec import check_observation
 from hotloop.sim.tasks import make_task
 
 
-@pytest.mark.slow  # loads the shipped model and renders one frame
 def test_demo_policy_spec_takes_the_env_observation():
     spec = observation_spec_of(load_demo_policy())
     env = make_task("conveyor-pick")

@@ -15,8 +15,6 @@ from hotloop.serve.policies import load_served_policy
 from hotloop.serve.server import PolicyServer, ServeConfig, ServerThread
 from hotloop.targets import TargetOptions
 
-pytestmark = pytest.mark.slow  # loads the shipped models and renders frames
-
 
 def _env_observation(policy: Any, seed: int = 3) -> dict[str, Any]:
     from hotloop.demos.conveyor_vision import make_demo_task

@@ -1,7 +1,6 @@
 """The shipped demo policy: loads offline from package assets, and drives the robot in closed loop."""
 
 import numpy as np
-import pytest
 
 from hotloop.closedloop.evaluator import run_episode, summarize
 from hotloop.closedloop.latency import parse_latency
@@ -41,7 +40,6 @@ def test_shipped_weights_load_offline(monkeypatch):
     np.testing.assert_array_equal(actions, policy.infer(obs)["actions"])  # seeded noise: repeatable
 
 
-@pytest.mark.slow
 def test_closed_loop_smoke():
     policy = load_demo_policy()
     env = make_task("conveyor-pick")

@@ -7,7 +7,6 @@ from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
 from hotloop.errors import ConfigError
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("target", ["pi05:tiny", "pi0:tiny", "toy:mlp", "demo:conveyor", "expert:scripted"])
 def test_every_policy_target_runs_an_episode_in_closed_loop(target):
     # chunk with the default n = H/2: a handful of inferences per episode keeps this quick

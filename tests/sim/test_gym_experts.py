@@ -44,7 +44,6 @@ def _play(task, seeds, task_kwargs=None):
     return wins
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "task, seeds", [("gym:FetchReach-v4", range(5)), ("gym:FetchPickAndPlace-v4", range(5))]
 )
@@ -52,7 +51,6 @@ def test_fetch_experts_solve_their_tasks(task, seeds):
     assert all(_play(task, seeds))  # 50/50 and 50/50 measured (README); these seeds all succeed
 
 
-@pytest.mark.slow
 def test_the_pusht_expert_pushes_the_t_home():
     assert all(_play("gym:gym_pusht/PushT-v0", [0, 5]))
 
@@ -121,7 +119,6 @@ def test_pusht_figures_are_in_pixels_and_the_adaptation_is_reported(tmp_path):
     assert " px" in r.stdout and " mm" not in r.stdout  # PushT's workspace is pixels, never reported as mm
 
 
-@pytest.mark.slow
 def test_record_pusht_with_task_kwargs(tmp_path):
     out = tmp_path / "pusht"
     r = CliRunner().invoke(

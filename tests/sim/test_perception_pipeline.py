@@ -110,7 +110,6 @@ def test_held_box_is_taken_from_the_gripper():
     env.close()
 
 
-@pytest.mark.slow
 def test_eval_with_the_detector_chain_reports_budgets(tmp_path, monkeypatch):
     from hotloop.closedloop import eval_run
     from hotloop.closedloop.commands import add_commands as add_eval

@@ -7,7 +7,6 @@ from hotloop.sim.tasks import make_task
 from hotloop.train.conveyor import TrainDemoConfig, train_demo
 
 
-@pytest.mark.slow
 def test_training_is_seeded_and_repeatable(tmp_path):
     cfg = TrainDemoConfig(episodes=2, steps=3, batch=4, warmup=1)
     a = train_demo(cfg, tmp_path / "a", progress=False)
@@ -51,7 +50,6 @@ def test_config_rejects_a_bad_fraction():
         TrainDemoConfig(recovery_starts=1.5)
 
 
-@pytest.mark.slow
 def test_prefix_conditioned_training_is_repeatable_and_its_policy_runs_rtc_prefix(tmp_path):
     import numpy as np
 
@@ -95,7 +93,6 @@ def test_state_noise_bounds_are_checked_by_flag():
         TrainDemoConfig(box_velocity_noise_mms=500.0)
 
 
-@pytest.mark.slow
 def test_noisy_state_training_is_repeatable_and_differs_from_the_exact_state(tmp_path):
     import json
 

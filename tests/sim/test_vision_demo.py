@@ -164,7 +164,6 @@ def test_unknown_variant_exits_2():
     assert r.exit_code == 2 and "--variant" in r.output and "vision" in r.output
 
 
-@pytest.mark.slow
 def test_training_is_seeded_and_repeatable(tmp_path):
     cfg = TrainVisionDemoConfig(episodes=2, steps=2, batch=4, warmup=1)
     a = train_vision_demo(cfg, tmp_path / "a", progress=False)

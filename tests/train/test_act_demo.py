@@ -16,16 +16,9 @@ from torch import nn
 from typer.testing import CliRunner
 
 from hotloop.cli import app
-from hotloop.train.act_demo import (
-    TrainActDemoConfig,
-    aggregate,
-    episode_stats,
-    model_config,
-    new_model,
-    sample_indices,
-    train_act_demo,
-)
+from hotloop.train.act_demo import TrainActDemoConfig, model_config, new_model, train_act_demo
 from hotloop.train.act_loss import act_forward, act_loss, vae_latent
+from hotloop.train.lerobot_frames import aggregate, episode_stats, sample_indices
 
 runner = CliRunner()
 # A small version of the demo so that a few steps take seconds (the demo's own sizes are the defaults).

@@ -72,7 +72,7 @@ def test_frames_chunks_and_prompts_line_up(data: Path) -> None:
     """Every frame of the successful episodes, its chunk t .. t + 9 clamped to the episode's last action (is_pad
     past it), and its episode's prompt."""
     from hotloop.datasets.lerobot_v3 import Dataset
-    from hotloop.train.act_demo import training_frames
+    from hotloop.train.lerobot_frames import training_frames
 
     ds = Dataset(data)
     frames, _, used = training_frames(ds, ("top", "wrist"), 10)

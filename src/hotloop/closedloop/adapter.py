@@ -25,26 +25,8 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.families.frames import resize_with_pad
 from hotloop.policy_spec import ImageSpec, PolicySpec, TaskSpec
-
-
-def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """(H, W, 3) uint8 -> (height, width, 3) uint8: keep the aspect ratio, pad with black (openpi's
-    resize_with_pad), bilinear."""
-    h, w = image.shape[:2]
-    if (h, w) == (height, width):
-        return image
-    from PIL import Image
-
-    ratio = max(h / height, w / width)
-    nh, nw = max(1, round(h / ratio)), max(1, round(w / ratio))
-    resized = np.asarray(
-        Image.fromarray(np.ascontiguousarray(image)).resize((nw, nh), Image.Resampling.BILINEAR)
-    )
-    out = np.zeros((height, width, 3), dtype=np.uint8)
-    top, left = (height - nh) // 2, (width - nw) // 2
-    out[top : top + nh, left : left + nw] = resized
-    return out
 
 
 @dataclass(frozen=True)

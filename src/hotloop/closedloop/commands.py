@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop.cli_options import Difficulty, FlowSteps, ForceJudge, History, Overwrite, Quiet, Task, TaskKwargs
 
 CLUSTER_OPTION = typer.Option(
     help="run on Ray: ray:local (start one here), ray://HOST:PORT, ray:HOST:PORT, or ray (RAY_ADDRESS); "
@@ -27,22 +27,14 @@ def eval_cmd(
     target: Annotated[
         str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
     ],
-    task: Annotated[
-        str,
-        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
-    ] = "conveyor-pick",
-    task_kwargs: Annotated[
-        str | None,
-        typer.Option(
-            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
-        ),
-    ] = None,
-    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    task: Task = "conveyor-pick",
+    task_kwargs: TaskKwargs = None,
+    difficulty: Difficulty = None,
     strategy: Annotated[
         list[str],
         typer.Option(
-            help="sync, chunk, async, rtc, rtc-prefix, rtc-soft or ensemble (ACT's temporal ensembling); "
-            "repeat or comma-separate for several"
+            help="sync, chunk, async, rtc, rtc-prefix, rtc-soft, ensemble (ACT's temporal ensembling), "
+            "lerobot-async or lerobot-rtc-soft (LeRobot's stock async client); repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
@@ -70,7 +62,7 @@ def eval_cmd(
             "strategies run once)"
         ),
     ] = None,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
+    steps: FlowSteps = None,
     blend: Annotated[
         str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
     ] = "latest",
@@ -100,7 +92,7 @@ def eval_cmd(
     plot: Annotated[
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: Quiet = False,
     pipeline: Annotated[
         str | None,
         typer.Option(
@@ -145,15 +137,8 @@ def eval_cmd(
             "does not judge (exit 2)",
         ),
     ] = 0.5,
-    force: Annotated[
-        bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
-    ] = False,
-    history: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"
-        ),
-    ] = None,
+    force: ForceJudge = False,
+    history: History = None,
     cluster: Annotated[str | None, CLUSTER_OPTION] = None,
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
     ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
@@ -224,13 +209,13 @@ def sweep_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="run only the episodes the --out folder does not hold yet")
     ] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Overwrite = False,
     workers: Annotated[int, typer.Option(help="local worker processes (0 = in this process)")] = 2,
     cluster: Annotated[str | None, CLUSTER_OPTION] = None,
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
     ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
     max_workers: Annotated[int | None, MAX_WORKERS_OPTION] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """A closed-loop grid (axes x values, a seed range per cell) on the local pool or a Ray cluster.
 

@@ -117,7 +117,7 @@ def _check_strategy_options(
         if not users:
             readers = {
                 "--execute-steps": "chunk",
-                trigger_flag: "async, rtc, rtc-prefix or rtc-soft",
+                trigger_flag: "async, rtc, rtc-prefix, rtc-soft or lerobot-async",
                 "--ensemble-coeff": "ensemble",
             }.get(flag, "rtc")
             raise ConfigError(

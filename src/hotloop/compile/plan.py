@@ -866,6 +866,10 @@ def write_artifact(
             precision_plan=precision_plan(source.family, plan, config),
             compression=compression_entry(config),
         )
+        from hotloop.lerobot.plugin_files import write_plugin_files
+
+        # A LeRobot checkpoint's plan also loads in LeRobot's own loop (config.json + its processors).
+        write_plugin_files(writer.tmp, source.family.name, source.policy)
         return writer.commit({**manifest, **(extra or {})})
     except BaseException:
         writer.abort()

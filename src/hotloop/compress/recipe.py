@@ -10,8 +10,9 @@ that breaks the tolerance stops the recipe: the last passing artifact is kept (e
 Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until the recipe finishes, so
 rerunning an interrupted command resumes its distillation from the last checkpoint.
 
-Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:N`, `sparse24`,
-`qat[:N]`, `quantize`, `compile`. `distill` recovers whatever was removed before it (prune first, then
+Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:N`, `onestep[:K]`,
+`sparse24`, `qat[:N]`, `quantize`, `compile`. `onestep` replaces the denoising loop by a 1- or 2-step
+student (`hotloop.compress.onestep`, docs/onestep.md). `distill` recovers whatever was removed before it (prune first, then
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
 chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
@@ -46,6 +47,8 @@ STEPS: dict[str, str] = {
     "distill": "recover the current model from the fp32 teacher (velocity + action + feature loss)",
     "steps": "steps:N run N Euler denoising steps instead of the reference's",
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
+    "onestep": "onestep[:K] a 1- (or 2-) step student, progressive self-distillation on --data (SnapFlow; "
+    "Diffusion: its DDIM sampler's)",
     "sparse24": "2:4 semi-structured sparsity of the VLM and expert linears (no CPU speedup expected)",
     "qat": "qat[:N] N steps of quantization-aware fine-tuning (fake int8, flow matching + distillation) on --data",
     "quantize": "int8 (static with --data, dynamic), bf16 per sub-engine, chosen by the planner within tolerance",
@@ -59,8 +62,12 @@ NEEDS: dict[str, str] = {
     "distill": "distillation",
     "steps": "step_reduction",
     "step-distill": "step_distillation",
+    "onestep": "one_step",
     "qat": "qat",
 }
+
+# How a refusal names a missing capability, where its field name does not read as English.
+LACKS = {"one_step": "denoising loop for a few-step student to replace"}
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,11 @@ def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeS
         if name in ("steps", "step-distill") or (name == "qat" and arg):
             if not arg.isdigit() or int(arg) < 1:
                 raise ConfigError(f"--recipe {part}: give a positive step count, e.g. {name}:4")
+        elif name == "onestep" and arg not in ("", "1", "2"):
+            raise ConfigError(
+                f"--recipe {part}: the student takes 1 or 2 steps; use onestep (one network evaluation) "
+                "or onestep:2"
+            )
         elif name in ("distill", "sparse24", "quantize", "compile") and arg:
             raise ConfigError(f"--recipe {part}: step {name} takes no argument")
         steps.append(RecipeStep(name, arg))
@@ -152,9 +164,10 @@ def check_family_steps(recipe: tuple[RecipeStep, ...], family: Any, target: str)
         if need is not None and not getattr(family.capabilities, need):
             offered = [n for n in STEPS if n not in NEEDS or getattr(family.capabilities, NEEDS[n])]
             offered += list(family.capabilities.recipe_steps)
+            what = LACKS.get(need, need.replace("_", " "))
             raise ConfigError(
                 f"--recipe {step.label}: {target} is a {family.name} policy, which has no "
-                f"{need.replace('_', ' ')}; its steps are {', '.join(offered)}"
+                f"{what}; its steps are {', '.join(offered)}"
             )
 
 
@@ -192,6 +205,8 @@ class RecipeConfig:
     distill_target: str = "teacher"
     step_distill_intermediate: float = 0.0  # weight of the teacher's states at shared flow times
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
+    # onestep on a pi demo: training rounds, each after the first on the student's own closed-loop states
+    onestep_rounds: int = 3
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
@@ -220,6 +235,7 @@ class RecipeConfig:
             ("distill_batch", "--distill-batch"),
             ("distill_episodes", "--distill-episodes"),
             ("bench_iters", "--bench-iters"),
+            ("onestep_rounds", "--onestep-rounds"),
         ):
             value = getattr(self, name)
             low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
@@ -233,10 +249,10 @@ class RecipeConfig:
             )
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
-        qat = next((s for s in self.recipe if s.name == "qat"), None)
-        if qat is not None and self.data is None:
+        trains = next((s for s in self.recipe if s.name in ("qat", "onestep")), None)
+        if trains is not None and self.data is None:
             raise ConfigError(
-                f"--recipe {qat.label} trains on recorded episodes: give --data DIR "
+                f"--recipe {trains.label} trains on recorded episodes: give --data DIR "
                 "(e.g. hotloop record --task conveyor-pick --episodes 20 -o DIR)"
             )
 
@@ -354,6 +370,8 @@ def apply_step(
             config.progress, opts,
         )  # fmt: skip
         new.details["data"] = source
+    elif step.name == "onestep":
+        new.model, new.num_steps, new.details = one_step_student(step, cand, inputs, config, work, family)
     elif step.name == "sparse24":
         new.model, new.details = family.compression().sparse24(cand.model)
         new.sparsity = new.details
@@ -438,14 +456,98 @@ def step_distill_observations(
     return inputs.rollouts.obs, inputs.rollouts.manifest_entry()
 
 
-def check_step_counts(recipe: tuple[RecipeStep, ...], reference_steps: int, family: Any) -> None:
+def one_step_student(
+    step: RecipeStep, cand: Candidate, inputs: Inputs, config: RecipeConfig, work: Path, family: Any
+) -> tuple[Any, int, dict[str, Any]]:
+    """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
+    itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
+    --data frames (their recorded chunks anchor the flow) and, for a flow demo target, on the teacher's
+    own closed-loop observations (`--distill-episodes`, as step-distill does) and, in later rounds, on the
+    student's (`--onestep-rounds`; not after `prune`, whose shapes the demo's own policy cannot load)."""
+    from hotloop.compress.onestep import OnestepConfig
+
+    calib = inputs.calibration_set
+    assert calib is not None, "RecipeConfig refuses onestep without --data"
+    steps = int(step.arg or 1)
+    obs, source = calib.obs, {"source": "--data frames", "observations": len(calib)}
+    tools = family.compression()
+    explore = None
+    pruned = any(label.startswith("prune") for label in cand.applied)
+    if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
+        # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
+        if family.name == "pi":
+            rollouts, source = step_distill_observations(inputs, config, family)
+        else:
+            from hotloop.compress.closed_loop_observations import closed_loop_observations
+
+            rollouts, wins = closed_loop_observations(
+                config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps
+            )
+            source = {"source": "teacher rollouts (sync, fixed:0)", "episodes": config.distill_episodes,
+                      "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
+        obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
+        source = {"data_frames": len(calib), **source}
+        explore = None if pruned else student_rollouts(config, family, steps)
+    settings = OnestepConfig(
+        steps=config.distill_steps,
+        batch=config.distill_batch,
+        lr=config.distill_lr,
+        seed=config.seed,
+        noise="zero" if inputs.zero_noise else "random",
+        rounds=config.onestep_rounds if explore is not None else 1,
+    )
+    # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
+    model = (
+        tools.student_model(cand.model, steps)
+        if hasattr(tools, "student_model")
+        else copy.deepcopy(cand.model)
+    )
+    details = tools.onestep(
+        cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
+        config.progress, *((explore,) if explore is not None else ()),
+    )  # fmt: skip
+    details["data"] = source
+    return model, steps, details
+
+
+def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
+    """For onestep's on-policy rounds on a demo target: the observations the student meets when it
+    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r under
+    `CONDITIONS[r - 1]` in turn (sync at 0 ms)."""
+    from hotloop.compress.closed_loop_observations import CONDITIONS, closed_loop_observations
+
+    def explore(student: Any, round_: int) -> Any:
+        condition = CONDITIONS[(round_ - 1) % len(CONDITIONS)]
+        seed = config.seed + 1000 * round_  # apart from the teacher's rollouts (seed + 0..episodes-1)
+        return closed_loop_observations(
+            config.target,
+            config.task,
+            family,
+            config.distill_episodes,
+            seed,
+            steps,
+            student.state_dict(),
+            condition,
+        )[0]
+
+    return explore
+
+
+def check_step_counts(
+    recipe: tuple[RecipeStep, ...], reference_steps: int, family: Any, model: Any = None
+) -> None:
     """step-distill:N must take fewer steps than the model it distils from (the reference, or an earlier
-    steps:M): refused before any work."""
+    steps:M), onestep:K 1 or 2 of them dividing it: refused before any work."""
     current = reference_steps
     for step in recipe:
         if step.name == "step-distill":
             family.compression().check_step_distill(int(step.arg), current)
-        if step.name in ("steps", "step-distill"):
+        if step.name == "onestep":
+            earlier = tuple(s.name for s in recipe[: recipe.index(step)])
+            family.compression().check_onestep(int(step.arg or 1), current, earlier, model)
+        if step.name in ("steps", "step-distill", "onestep"):
+            current = int(step.arg or 1)
+        elif step.name not in STEPS and step.arg.isdigit():  # a family's own sampler step (ddim:N)
             current = int(step.arg)
 
 
@@ -589,7 +691,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     teacher_sha = sha256_state_dict(teacher.state_dict())
     for p in teacher.parameters():
         p.requires_grad_(False)
-    check_step_counts(config.recipe, source.shape.num_steps, family)
+    check_step_counts(config.recipe, source.shape.num_steps, family, teacher)
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     assert inputs.judged is not None

@@ -78,6 +78,13 @@ def compress_cmd(
             help="step-distill: extra loss weight on the chunk's first action (the one sync executes)"
         ),
     ] = 0.0,
+    onestep_rounds: Annotated[
+        int,
+        typer.Option(
+            help="onestep on a pi demo: training rounds; each after the first adds the student's own "
+            "closed-loop observations (--distill-episodes a round), labelled by the teacher"
+        ),
+    ] = 3,
     bench_iters: Annotated[
         int | None,
         typer.Option(
@@ -165,6 +172,7 @@ def compress_cmd(
         distill_lr=distill_lr,
         buckets=parse_buckets(buckets) if buckets is not None else (),
         step_distill_first_action=first_action_weight,
+        onestep_rounds=onestep_rounds,
         bench_iters=bench_iters if bench_iters is not None else 20,
         backends=names,
         fp32_layers=fp32_layers,

@@ -9,26 +9,18 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop.cli_options import Difficulty, Overwrite, Quiet, Task, TaskKwargs
 from hotloop.sim.tasks import check_difficulty
 
 
 def record_cmd(
-    task: Annotated[
-        str,
-        typer.Option(help="conveyor-pick, reach, gym:ENV_ID (any gymnasium env) or a hotloop.tasks plugin"),
-    ],
-    task_kwargs: Annotated[
-        str | None,
-        typer.Option(
-            help="JSON keyword arguments for gym:/plugin tasks, e.g. '{\"max_episode_steps\": 100}'"
-        ),
-    ] = None,
+    task: Task,
+    task_kwargs: TaskKwargs = None,
     episodes: Annotated[int, typer.Option(help="number of expert episodes")] = 50,
     out: Annotated[
         Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
     ] = Path("data/episodes"),
-    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")] = None,
+    difficulty: Difficulty = None,
     seed: Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")] = 0,
     action_noise: Annotated[
         float, typer.Option(help="std (m) of noise on the executed xyz target; labels stay clean (DART)")
@@ -54,8 +46,8 @@ def record_cmd(
             "the stored images and state; the expert acts on the truth; see docs/perception.md)"
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    quiet: Quiet = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
     from hotloop.datasets.recorder import check_record_options, record

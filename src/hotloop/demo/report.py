@@ -29,6 +29,7 @@ class Rung:
     html: str = ""
     error: str | None = None
     seconds: float = 0.0
+    name: str = ""  # its key in RUNGS, set by run_demo: what the headline reads it by
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,16 @@ RUNGS: dict[str, Callable[[DemoConfig], Rung]] = {
 OPT_IN_RUNGS = ("compression", "families", "robustness")
 
 
-def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[DemoConfig], Rung]]:
+def selected_rung_names(only: tuple[str, ...], full: bool = False) -> list[str]:
     unknown = [name for name in only if name not in RUNGS]
     if unknown:
         raise ConfigError(f"unknown demo rung(s) {', '.join(unknown)}; known: {', '.join(RUNGS)}")
     default = tuple(RUNGS) if full else tuple(n for n in RUNGS if n not in OPT_IN_RUNGS)
-    return [RUNGS[name] for name in (only or default)]
+    return list(only or default)
+
+
+def selected_rungs(only: tuple[str, ...], full: bool = False) -> list[Callable[[DemoConfig], Rung]]:
+    return [RUNGS[name] for name in selected_rung_names(only, full)]
 
 
 def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Rung]:
@@ -171,7 +176,7 @@ def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Run
     from hotloop.measure.history import check_history_dir
     from hotloop.output_dir import Marker, claim_output_dir
 
-    makers = selected_rungs(config.only, config.full)
+    names = selected_rung_names(config.only, config.full)
     # Before minutes of measuring, not at the first write:
     claimed = claim_output_dir(
         config.out_dir, "--out", "demo", overwrite=config.overwrite, markers=[Marker("report.json", "rungs")]
@@ -180,14 +185,15 @@ def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Run
     previous = previous_demo(config.history)
     claimed.create()
     rungs: list[Rung] = []
-    for make_rung in makers:
+    for name in names:
+        make_rung = RUNGS[name]
         start = time.monotonic()
         try:
             rung = make_rung(config)
         except Exception as exc:
             rung = Rung(title=make_rung.__name__, summary={}, error=f"{type(exc).__name__}: {exc}")
             log(f"rung {make_rung.__name__} failed: {rung.error}\n{traceback.format_exc()}")
-        rung.seconds = time.monotonic() - start
+        rung.seconds, rung.name = time.monotonic() - start, name
         rungs.append(rung)
         log(f"{rung.title}: {'FAILED' if rung.error else 'done'} in {rung.seconds:.1f} s")
         write_report(config, rungs, previous)  # after every rung: an interrupted demo keeps what finished
@@ -202,19 +208,28 @@ def run_demo(config: DemoConfig, log: Callable[[str], None] = print) -> list[Run
     return rungs
 
 
+def read_headline(out_dir: Path) -> list[str]:
+    """The headline lines of the report written to `out_dir` (report.json's `headline`)."""
+    import json
+
+    return list(json.loads((Path(out_dir) / "report.json").read_text())["headline"])
+
+
 def write_report(
     config: DemoConfig, rungs: list[Rung], previous: tuple[str, dict[str, Any]] | None = None
 ) -> tuple[Path, Path]:
+    from hotloop.demo.headline import headline_lines
     from hotloop.demo.previous import previous_html
 
     env = machine_fingerprint()
-    report = {
+    report: dict[str, Any] = {
         "hotloop_version": hotloop.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "full": config.full,
         "env": env,
         "rungs": [
             {
+                "name": r.name,
                 "title": r.title,
                 "seconds": r.seconds,
                 "error": r.error,
@@ -224,6 +239,8 @@ def write_report(
             for r in rungs
         ],
     }
+    headline = headline_lines(report)
+    report["headline"] = headline  # what `hotloop demo` ends its output with, too
     json_path = atomic_write_json(config.out_dir / "report.json", report)
     sections = []
     for r in rungs:
@@ -237,9 +254,11 @@ def write_report(
         "<!doctype html><html><head><meta charset='utf-8'><title>hotloop report</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}.err{color:#b00}"
+        ".headline pre{background:#f4f4f4;padding:8px;font-size:1.05em}"
         "</style></head><body><h1>hotloop report</h1>"
         f"<p>hotloop {hotloop.__version__}, commit {html.escape(str(env.get('git_commit')))}, "
         f"{html.escape(str(env.get('cpu_model')))}, {env.get('cpu_count')} CPUs</p>"
+        f"<section class='headline'><pre>{html.escape(chr(10).join(headline))}</pre></section>"
         + "".join(sections)
         + "</body></html>"
     )

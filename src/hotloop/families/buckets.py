@@ -48,6 +48,22 @@ def prompt_length(lang_masks: Tensor) -> int:
     return int(idx[-1, 0]) + 1 if idx.numel() else 0
 
 
+def check_views_and_prompt(obs: Any, shape: Any) -> None:
+    """Refuse an observation (images (B, V, ...), lang_masks (B, L)) whose batch or views are not the engine
+    shape's, or whose prompt has real tokens beyond its `prompt_slots` (padding beyond them may go)."""
+    b, v = obs.images.shape[:2]
+    if (b, v) != (shape.batch, shape.views):
+        raise ConfigError(
+            f"observation has batch {b} and {v} views; this engine takes {shape.batch} and {shape.views}"
+        )
+    slots, masks = shape.prompt_slots, obs.lang_masks
+    if masks.shape[1] > slots and bool(masks[:, slots:].any()):
+        raise ConfigError(
+            f"the prompt has real tokens beyond the engine's {slots} prompt slots; "
+            "build the prefix for a larger prompt bucket"
+        )
+
+
 def choose_bucket(buckets: Iterable[int], length: int) -> int:
     """The smallest bucket >= length."""
     fitting = [b for b in buckets if b >= length]

@@ -14,6 +14,27 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 
+
+def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(H, W, 3) uint8 -> (height, width, 3) uint8: keep the aspect ratio, pad with black (openpi's
+    resize_with_pad), bilinear. The closed loop's adapter resizes a task's views with it and the families'
+    data adapters recorded frames, so calibration sees what evaluation feeds."""
+    h, w = image.shape[:2]
+    if (h, w) == (height, width):
+        return image
+    from PIL import Image
+
+    ratio = max(h / height, w / width)
+    nh, nw = max(1, round(h / ratio)), max(1, round(w / ratio))
+    resized = np.asarray(
+        Image.fromarray(np.ascontiguousarray(image)).resize((nw, nh), Image.Resampling.BILINEAR)
+    )
+    out = np.zeros((height, width, 3), dtype=np.uint8)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    out[top : top + nh, left : left + nw] = resized
+    return out
+
+
 FrameObserver = Callable[[dict[str, np.ndarray], np.ndarray, int], Any]
 ActionTargets = Callable[[np.ndarray, np.ndarray], np.ndarray]
 

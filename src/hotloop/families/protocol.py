@@ -7,7 +7,8 @@ the closed loop and serve can run it without knowing it.
     actions = pipe.sample(obs, noise, timer)
 
 A family is a package under `hotloop/families/<name>/` (its model file lives in `hotloop/models/`) with
-one class implementing `PolicyFamily`, listed in `hotloop.families.FAMILIES`. It provides:
+one class implementing `PolicyFamily`, listed in `hotloop.families.FAMILIES`; each family's class subclasses
+`hotloop.families.adapter.FamilyAdapter`, which answers once what families answer alike. It provides:
 
 - **configs and checkpoints**: its config as a dict and back (artifacts store it), an empty model on
   `meta` for a config (the artifact's weights load into it), the LeRobot `type`s it reads;
@@ -34,6 +35,7 @@ sub-engines are plain torch modules, which is all a backend sees.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from torch import Tensor, nn
 from hotloop.errors import ConfigError
 
 Runner = Callable[..., Tensor | tuple[Tensor, ...]]
+Runners = Mapping[str, Runner]  # a pipeline's runners by sub-engine name
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class Signature:
 
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+
+
+Signatures = Mapping[str, Signature]  # each sub-engine's input and output names by its name
 
 
 @dataclass
@@ -112,6 +118,7 @@ class Capabilities:
     prompt_buckets: bool = False  # the prefix can be built for shorter prompt lengths (`--buckets`)
     step_reduction: bool = False  # `steps:N`: the same model run with fewer denoising steps
     step_distillation: bool = False  # `step-distill:N`
+    one_step: bool = False  # `onestep[:K]`: a 1- or 2-step student (`compression().onestep`)
     pruning: bool = False  # `prune`, `sparse24`
     distillation: bool = False  # `distill`
     qat: bool = False  # `qat`
@@ -131,6 +138,20 @@ class EngineShape(Protocol):
 
     batch: int
     num_steps: int
+
+
+@dataclass(frozen=True)
+class PositiveShape:
+    """Base of the families' engine shapes: a frozen dataclass whose every field is a positive integer,
+    checked on construction (a shape read from a manifest or a flag is refused by its field's name)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{type(self).__name__}.{f.name} must be a positive integer (got {value!r})"
+                )
 
 
 class Pipeline(Protocol):
@@ -251,12 +272,7 @@ class PolicyFamily(ABC):
 
     @abstractmethod
     def pipeline(
-        self,
-        cfg: Any,
-        shape: Any,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
+        self, cfg: Any, shape: Any, runners: Runners, constants: Mapping[str, Tensor], signatures: Signatures
     ) -> Pipeline:
         """Runners (one per stage; a loop stage's step or loop engine) chained into actions."""
 

@@ -154,6 +154,16 @@ class ReferenceRun:
     def where(self, file: str) -> str:
         return str(self.folder / file)
 
+    def starting_noise(self, fallback: np.ndarray | None = None) -> Tensor:
+        """noise.npy (the sampler's starting noise) as float32, else `fallback`; refused naming the folder
+        when there is neither (a flow-matching family cannot be compared without it)."""
+        noise = self.array("noise.npy")
+        if noise is None:
+            noise = fallback
+        if noise is None:
+            raise ConfigError(f"{self.folder}: noise.npy is missing (the sampler's starting noise)")
+        return torch.from_numpy(noise).float()
+
 
 def _load_npy(path: Path) -> np.ndarray:
     try:

@@ -106,8 +106,12 @@ def _strings(cfg: Fields, key: str) -> list[str] | None:
 
 
 def _inside(e: _Entry, relative: str, what: str) -> Path:
-    """A path the checkpoint names, which must stay inside the checkpoint folder."""
+    """A path the checkpoint names, which must stay inside the checkpoint folder. LeRobot 0.4 saves the
+    tokenizer step's `tokenizer_name` as the VLM's name as given, so an absolute path is accepted when it
+    names a place inside the folder (a VLM saved into the checkpoint)."""
     rel = Path(relative)
+    if rel.is_absolute() and rel.resolve().is_relative_to(e.folder.resolve()):
+        rel = rel.resolve().relative_to(e.folder.resolve())
     if rel.is_absolute() or ".." in rel.parts:
         raise CheckpointError(f"{e.file}: {what} {relative!r} must be a path inside {e.folder}")
     return e.folder / rel
@@ -420,22 +424,4 @@ def read_policy_processors(folder: Path) -> tuple[ProcessorPipeline, ProcessorPi
     return pre, post
 
 
-__all__ = [
-    "KNOWN_STEPS",
-    "AbsoluteActions",
-    "AddBatchDim",
-    "Device",
-    "NewLineTask",
-    "Normalize",
-    "Pi05StatePrompt",
-    "ProcessorPipeline",
-    "RelativeActions",
-    "RenameObservations",
-    "Step",
-    "Tokenize",
-    "Transition",
-    "batch_to_transition",
-    "read_pipeline",
-    "read_policy_processors",
-    "transition_to_batch",
-]
+__all__ = ["KNOWN_STEPS", "ProcessorPipeline", "read_pipeline", "read_policy_processors"]

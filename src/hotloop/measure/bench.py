@@ -47,6 +47,17 @@ class BenchConfig:
     contend: int = 0
     contend_blocks: int = 4
 
+    def settings(self) -> dict[str, Any]:
+        """What a result records of how it was measured (its JSON's `config`)."""
+        return {
+            "warmup": self.warmup,
+            "iterations": self.iterations,
+            "threads": self.threads,
+            "pin": list(self.pin) if self.pin else None,
+            "gc_enabled": self.gc_enabled,
+            "contend": self.contend,
+        }
+
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ConfigError(f"--iters must be >= 1 (got {self.iterations}); use e.g. --iters 200")
@@ -374,14 +385,7 @@ def run_bench(case: BenchCase, config: BenchConfig, compare: BenchCase | None = 
         device_stages=device,
         compare=compare_result,
         info=dict(case.info),
-        config={
-            "warmup": config.warmup,
-            "iterations": config.iterations,
-            "threads": config.threads,
-            "pin": list(config.pin) if config.pin else None,
-            "gc_enabled": config.gc_enabled,
-            "contend": config.contend,
-        },
+        config=config.settings(),
     )
 
 
@@ -412,14 +416,7 @@ def _partial_result(
         "stage_samples_ms": _stage_samples(main, done),
         "env": machine_fingerprint(threads=config.threads),
         "info": dict(cases[0].info),
-        "config": {
-            "warmup": config.warmup,
-            "iterations": config.iterations,
-            "threads": config.threads,
-            "pin": list(config.pin) if config.pin else None,
-            "gc_enabled": config.gc_enabled,
-            "contend": config.contend,
-        },
+        "config": config.settings(),
     }
     if len(cases) > 1:
         out["compare"] = {"target": cases[1].name, "samples_ms": records[1].total}

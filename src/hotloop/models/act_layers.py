@@ -60,17 +60,23 @@ class EncoderLayer(nn.Module):
         self.pre_norm = cfg.pre_norm
 
     def forward(self, x: Tensor, pos: Tensor) -> Tensor:
-        skip = x
-        if self.pre_norm:
-            x = self.norm1(x)
-        q = x + pos
-        x = skip + self.self_attn(q, q, x)
-        if self.pre_norm:
-            skip, x = x, self.norm2(x)
-        else:
-            x = skip = self.norm1(x)
+        skip, x = _self_attention(self, x, pos)
         x = skip + self.linear2(self.activation(self.linear1(x)))
         return x if self.pre_norm else cast(Tensor, self.norm2(x))
+
+
+def _self_attention(layer: EncoderLayer | DecoderLayer, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+    """The self-attention block both layer kinds open with (norm1 before it with pre_norm, after it
+    without; then norm2 before the next block): (the residual the next block adds to, its input)."""
+    skip = x
+    if layer.pre_norm:
+        x = layer.norm1(x)
+    q = x + pos
+    x = skip + layer.self_attn(q, q, x)
+    if layer.pre_norm:
+        return x, layer.norm2(x)
+    x = layer.norm1(x)
+    return x, x
 
 
 class Encoder(nn.Module):
@@ -108,15 +114,7 @@ class DecoderLayer(nn.Module):
         self.pre_norm = cfg.pre_norm
 
     def forward(self, x: Tensor, memory: Tensor, pos: Tensor, memory_pos: Tensor) -> Tensor:
-        skip = x
-        if self.pre_norm:
-            x = self.norm1(x)
-        q = x + pos
-        x = skip + self.self_attn(q, q, x)
-        if self.pre_norm:
-            skip, x = x, self.norm2(x)
-        else:
-            x = skip = self.norm1(x)
+        skip, x = _self_attention(self, x, pos)
         x = skip + self.multihead_attn(x + pos, memory + memory_pos, memory)
         if self.pre_norm:
             skip, x = x, self.norm3(x)

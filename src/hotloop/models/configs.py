@@ -14,6 +14,7 @@ Registered names:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hotloop.errors import ConfigError
 from hotloop.registry import Registry
@@ -162,6 +163,12 @@ _PI05_SMALL = PiConfig(
     chunk_size=50,
 )
 
+# What the conveyor demo's policies (pi05:nano, pi05:mini) share: pi0.5, one view, the demo's 512-token
+# vocabulary (prompt words and state bins), a 16-step chunk, 8 action and 16 state slots.
+_CONVEYOR_DEMO: dict[str, Any] = dict(
+    pi05=True, vocab_size=512, views=1, chunk_size=16, max_action_dim=8, max_state_dim=16
+)
+
 # pi05:nano: the trained demo policy, 1.02 M parameters. 64 px views with patch 8 -> 64 tokens/view.
 # Measured on the 2-core dev machine: one 10-step inference ~21 ms (the prefix ~3 ms, each step ~1.7 ms);
 # one flow_matching_loss forward+backward at batch 32 ~220 ms (one intra-op thread). Vocabulary 512: ids [0, 256) for prompt words, [256, 512) for the 256 state bins.
@@ -169,13 +176,8 @@ _PI05_NANO = PiConfig(
     vision=VisionConfig(image_size=64, patch_size=8, width=64, depth=2, mlp_dim=128, num_heads=2),
     vlm=GemmaConfig(width=128, depth=4, mlp_dim=256, num_heads=4, num_kv_heads=1, head_dim=32),
     expert=GemmaConfig(width=64, depth=4, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=32),
-    pi05=True,
-    vocab_size=512,
-    views=1,
     max_token_len=32,
-    chunk_size=16,
-    max_action_dim=8,
-    max_state_dim=16,
+    **_CONVEYOR_DEMO,
 )
 
 # pi05:mini: the vision-only demo policy (demo:conveyor-vision), 10.28 M parameters, large enough that
@@ -186,13 +188,8 @@ _PI05_MINI = PiConfig(
     vision=VisionConfig(image_size=64, patch_size=16, width=192, depth=4, mlp_dim=768, num_heads=4),
     vlm=GemmaConfig(width=320, depth=4, mlp_dim=1280, num_heads=4, num_kv_heads=1, head_dim=64),
     expert=GemmaConfig(width=160, depth=4, mlp_dim=640, num_heads=4, num_kv_heads=1, head_dim=64),
-    pi05=True,
-    vocab_size=512,
-    views=1,
     max_token_len=16,
-    chunk_size=16,
-    max_action_dim=8,
-    max_state_dim=16,
+    **_CONVEYOR_DEMO,
 )
 
 

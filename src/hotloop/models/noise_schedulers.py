@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -189,6 +189,21 @@ class _Scheduler:
     def _prev(self, timesteps: list[int], index: int, num_inference_steps: int) -> int:
         raise NotImplementedError
 
+    def step_output(
+        self, model_output: Tensor, timestep: int | Tensor, sample: Tensor, variance_noise: Tensor | None
+    ) -> StepOutput:
+        raise NotImplementedError
+
+    def step(
+        self,
+        model_output: Tensor,
+        timestep: int | Tensor,
+        sample: Tensor,
+        variance_noise: Tensor | None = None,
+    ) -> Tensor:
+        """x_t -> x_prev: diffusers' `step(...).prev_sample`."""
+        return self.step_output(model_output, timestep, sample, variance_noise).prev_sample
+
 
 class DDPMScheduler(_Scheduler):
     """diffusers' DDPMScheduler: variance_type "fixed_small", "leading" timesteps, no thresholding."""
@@ -244,15 +259,6 @@ class DDPMScheduler(_Scheduler):
             prev = prev + 0  # diffusers adds the integer 0 at t = 0 (turns -0.0 into 0.0)
         return StepOutput(prev, x0)
 
-    def step(
-        self,
-        model_output: Tensor,
-        timestep: int | Tensor,
-        sample: Tensor,
-        variance_noise: Tensor | None = None,
-    ) -> Tensor:
-        return self.step_output(model_output, timestep, sample, variance_noise).prev_sample
-
     def _row(self, t: int, prev_t: int) -> dict[str, Tensor]:
         a = self.alphas_cumprod[t]
         a_prev = self.alphas_cumprod[prev_t] if prev_t >= 0 else self.one
@@ -272,26 +278,10 @@ class DDIMScheduler(_Scheduler):
 
     kind: SchedulerKind = "DDIM"
 
-    def __init__(
-        self,
-        num_train_timesteps: int = 1000,
-        beta_start: float = 0.0001,
-        beta_end: float = 0.02,
-        beta_schedule: str = "linear",
-        clip_sample: bool = True,
-        clip_sample_range: float = 1.0,
-        prediction_type: str = "epsilon",
-        eta: float = 0.0,
-    ) -> None:
-        super().__init__(
-            num_train_timesteps,
-            beta_start,
-            beta_end,
-            beta_schedule,
-            clip_sample,
-            clip_sample_range,
-            prediction_type,
-        )
+    def __init__(self, *schedule: Any, eta: float = 0.0, **schedule_fields: Any) -> None:
+        """The schedule's arguments (`_Scheduler`'s, in its order), and `eta`: the noise diffusers' DDIM step
+        adds (LeRobot calls it with none: 0)."""
+        super().__init__(*schedule, **schedule_fields)
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta < 0:
             raise ConfigError(f"noise scheduler: field 'eta' is {eta!r}; it must be a finite number >= 0")
         self.eta = float(eta)  # LeRobot calls step() without eta: 0, deterministic
@@ -339,15 +329,6 @@ class DDIMScheduler(_Scheduler):
                 raise ValueError("DDIM with eta > 0 adds variance noise: pass variance_noise")
             prev = prev + std_dev_t * variance_noise
         return StepOutput(prev, x0)
-
-    def step(
-        self,
-        model_output: Tensor,
-        timestep: int | Tensor,
-        sample: Tensor,
-        variance_noise: Tensor | None = None,
-    ) -> Tensor:
-        return self.step_output(model_output, timestep, sample, variance_noise).prev_sample
 
     def _row(self, t: int, prev_t: int) -> dict[str, Tensor]:
         a, a_prev = self._alphas(t, prev_t)

@@ -410,11 +410,16 @@ def sample_actions(
     if noise is None:
         noise = torch.randn(b, cfg.chunk_size, cfg.max_action_dim, generator=generator, device=images.device)
     k, v, pad = model.prefix(model.vision(images), image_masks, lang_tokens, lang_masks, state)
-    steps = num_steps if num_steps is not None else cfg.num_steps
+    return euler(model, k, v, pad, noise, num_steps if num_steps is not None else cfg.num_steps)
+
+
+def euler(model: SmolVLAModel, k: Tensor, v: Tensor, pad: Tensor, noise: Tensor, steps: int) -> Tensor:
+    """The flow from `noise` (t = 1) to actions (t = 0) over the prefix's K/V in `steps` Euler steps, in
+    LeRobot's float arithmetic: dt = -1/N and t = 1 + k*dt in Python floats, t cast to float32 per step."""
     dt = -1.0 / steps
     x = noise.to(torch.float32)
     for step in range(steps):
-        t = torch.tensor(1.0 + step * dt, dtype=torch.float32, device=x.device).expand(b)
+        t = torch.tensor(1.0 + step * dt, dtype=torch.float32, device=x.device).expand(noise.shape[0])
         x = x + dt * model.denoise_step(k, v, pad, x, t)
     return x
 
@@ -574,6 +579,7 @@ __all__ = [
     "SmolVLAConfig",
     "SmolVLAModel",
     "SmolVLATokenizer",
+    "euler",
     "load_smolvla",
     "load_tokenizer",
     "predict_action_chunk",

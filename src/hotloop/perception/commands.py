@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop.cli_options import Overwrite
 
 
 def perception_curve_cmd(
@@ -74,7 +74,7 @@ def perception_curve_cmd(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the curve here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write the accuracy-latency plot (PNG) here")] = None,
     workers: Annotated[int, typer.Option(help="closed loop: episode worker processes")] = 2,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """The resolution-accuracy-latency curve of a detector: accuracy, p50/p99 eager and compiled per input
     resolution (and closed-loop success with --episodes); picks the most accurate point within --budget-ms."""

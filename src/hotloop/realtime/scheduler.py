@@ -251,6 +251,9 @@ class ChunkScheduler:
         period = self.period
         self.delays.append(max(0, math.ceil((done.ready_tick - done.obs_tick) / period)))
         origin, first = self.strategy.splice(done.obs_tick, done.ready_tick, period)
+        merge = getattr(self.strategy, "merge", None)  # a strategy that merges chunks as its client does
+        if merge is not None and self.active is not None and self.active.remaining > 0:
+            actions = merge(actions, origin, first, self.active, period)
         new = ActiveChunk(actions, origin, first, chunk_id=self.chunks)
         self.blender.add(actions, origin)
         if self.strategy.overlaps and self.active is not None and self.active.remaining > 0:

@@ -31,6 +31,15 @@ Built in:
   forward per step. It replans often by default (every max(d, 2) periods, d = the delay in periods):
   each chunk continues the last, so replanning often no longer switches plans, and on conveyor-pick at
   200 and 300 ms it then beats `async` with a tenth of its chunk jump (docs/realtime.md).
+- `lerobot-async`: LeRobot's stock async `robot_client` (0.4.4+): keep executing; ask for a new chunk
+  once at most `chunk_size_threshold` (0.5) of a chunk remains; merge it into the queue as the client
+  does: actions for periods already started are dropped, where the queue still plans a period the two
+  are averaged `0.3 * old + 0.7 * new` (its default `weighted_average`), the rest is the new chunk's
+  (`LeRobotAsync.merge`). What a stock client gets from LeRobot's server, or `hotloop serve --protocol
+  lerobot --strategy chunk`.
+- `lerobot-rtc-soft`: the same client and merge, with the server conditioning each chunk on the client's
+  queue (soft-prefix, as `rtc-soft`): what a stock client gets from `hotloop serve --protocol lerobot
+  --strategy rtc-soft`. The client still asks at its threshold, not every max(d, 2) periods.
 - `ensemble`: ACT's temporal ensembling (Zhao et al. 2023; LeRobot's `ACTTemporalEnsembler`): infer at
   every control period the accelerator is free, keep executing meanwhile, and execute at each period the
   exponentially weighted average of every prediction for it among the chunks that have arrived by then
@@ -201,6 +210,70 @@ class RealTimeChunking:
         return out
 
 
+LEROBOT_THRESHOLD = 0.5  # the stock client's chunk_size_threshold
+LEROBOT_OLD_WEIGHT, LEROBOT_NEW_WEIGHT = 0.3, 0.7  # its default aggregate, weighted_average
+
+
+@dataclass(frozen=True)
+class LeRobotAsync:
+    """LeRobot's stock async client (`lerobot.async_inference.robot_client`): `wants_inference` at its
+    threshold (queue / chunk length <= 0.5, i.e. at most `trigger_remaining` actions left), splice by time
+    (its timesteps: action i of a chunk is for the period i after the observation; those already started
+    are dropped) and `merge` as its `_aggregate_action_queues`. `mode` "soft-prefix" adds the server-side
+    conditioning of `hotloop serve --protocol lerobot --strategy rtc-soft` (the guidance rows are then the
+    merged queue, which is what the client executes)."""
+
+    trigger_remaining: int
+    name: str = "lerobot-async"
+    overlaps: bool = True
+    guided: bool = False
+    mode: str = "guided"
+
+    def wants_inference(self, chunk: ActiveChunk | None) -> bool:
+        return chunk is None or chunk.remaining <= self.trigger_remaining
+
+    def splice(self, obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
+        return splice_by_time(obs_tick, ready_tick, period)
+
+    def merge(
+        self, actions: np.ndarray, origin: int, first: int, queue: ActiveChunk, period: int
+    ) -> np.ndarray:
+        """The client's queue after `actions` (origin `origin`, first still-future index `first`) meets
+        `queue`: rows whose period the queue still plans (not yet executed) are 0.3 queue + 0.7 new."""
+        merged = np.array(actions, dtype=np.float64, copy=True)
+        for j in range(first, len(merged)):
+            offset = origin + j * period - queue.origin
+            k = offset // period
+            if offset % period == 0 and queue.next_index <= k < len(queue.actions):
+                merged[j] = LEROBOT_OLD_WEIGHT * queue.actions[k] + LEROBOT_NEW_WEIGHT * merged[j]
+        return merged
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "name": self.name,
+            "trigger_remaining": self.trigger_remaining,
+            "overlaps": True,
+        }
+        out["merge"] = f"{LEROBOT_OLD_WEIGHT} old + {LEROBOT_NEW_WEIGHT} new"
+        if self.guided:
+            out["mode"] = self.mode
+        return out
+
+
+def _lerobot_trigger(cfg: StrategyConfig) -> int:
+    if cfg.trigger_remaining is not None:
+        return cfg.trigger_remaining
+    return math.floor(LEROBOT_THRESHOLD * cfg.horizon)  # qsize / chunk size <= threshold
+
+
+def _lerobot_async(cfg: StrategyConfig) -> Strategy:
+    return LeRobotAsync(_lerobot_trigger(cfg))
+
+
+def _lerobot_rtc_soft(cfg: StrategyConfig) -> Strategy:
+    return LeRobotAsync(_lerobot_trigger(cfg), name="lerobot-rtc-soft", guided=True, mode="soft-prefix")
+
+
 DEFAULT_ENSEMBLE_COEFF = 0.01  # the ACT paper's (LeRobot's docs recommend it too)
 
 
@@ -300,6 +373,8 @@ def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry.register("rtc-prefix", _rtc_prefix)
     registry.register("rtc-soft", _rtc_soft)
     registry.register("ensemble", _ensemble)
+    registry.register("lerobot-async", _lerobot_async)
+    registry.register("lerobot-rtc-soft", _lerobot_rtc_soft)
     return registry
 
 

@@ -1,4 +1,5 @@
-"""`hotloop serve TARGET --port P`: serve a policy to openpi-compatible robot clients."""
+"""`hotloop serve TARGET --port P`: serve a policy to openpi-compatible robot clients, or with `--protocol
+lerobot` to LeRobot's stock async robot client (`hotloop.serve.lerobot`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.cli_options import Device, FlowSteps
 from hotloop.errors import ConfigError
 
 
@@ -18,7 +20,10 @@ def add_commands(app: typer.Typer) -> None:
 
 def serve(
     target: Annotated[str, typer.Argument(help="a policy target, e.g. demo:conveyor or toy:mlp")],
-    port: Annotated[int, typer.Option(help="TCP port for websocket, /healthz and /metrics")] = 8000,
+    port: Annotated[
+        int | None,
+        typer.Option(help="TCP port for websocket, /healthz and /metrics [default: 8000; 8080 for lerobot]"),
+    ] = None,
     host: Annotated[
         str, typer.Option(help="address to listen on; 0.0.0.0 to accept robots on the network")
     ] = "127.0.0.1",
@@ -33,8 +38,8 @@ def serve(
     max_connections: Annotated[
         int, typer.Option(help="clients connected at once; more are refused (503) until one closes")
     ] = 16,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps (VLA targets)")] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    steps: FlowSteps = None,
+    device: Device = "cpu",
     seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
     deadline_ms: Annotated[
         float | None,
@@ -56,8 +61,28 @@ def serve(
             "serving, a breach is an error reply (or the fallback's answer) and /healthz answers 503"
         ),
     ] = None,
+    protocol: Annotated[
+        str, typer.Option(help="openpi (websocket + msgpack) or lerobot (LeRobot's async gRPC robot client)")
+    ] = "openpi",
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help="lerobot: chunk (LeRobot's server) or rtc-soft (chunks continue the client's queue)"
+        ),
+    ] = "chunk",
+    skip_similar: Annotated[
+        float | None,
+        typer.Option(
+            help="lerobot: skip observations whose joint state is within ATOL of the last (LeRobot: 1.0)"
+        ),
+    ] = None,
+    fps: Annotated[float, typer.Option(help="lerobot: the robot client's control rate (its --fps)")] = 30.0,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="lerobot: HTTP port of /metrics [default: --port + 1]")
+    ] = None,
 ) -> None:
-    """Serve TARGET over websocket + msgpack, wire-compatible with openpi-client; Ctrl-C stops it."""
+    """Serve TARGET over websocket + msgpack, wire-compatible with openpi-client, or over LeRobot's async
+    inference gRPC (`--protocol lerobot`); Ctrl-C stops it."""
     import asyncio
     import logging
 
@@ -67,6 +92,22 @@ def serve(
 
     check_cap(memory_cap_mb)  # the flag's own bounds first, whatever the target
     check_device(device)
+    if protocol not in ("openpi", "lerobot"):
+        raise ConfigError(f"--protocol {protocol!r} is not known; use openpi or lerobot")
+    if protocol == "lerobot":
+        from hotloop.serve.lerobot.commands import check_lerobot_options
+
+        lerobot_options = check_lerobot_options(strategy, skip_similar, fps, port, metrics_port)
+        if stall_limit_ms is not None:
+            raise ConfigError(
+                "--stall-limit-ms sets /healthz, which --protocol lerobot does not serve (gRPC has no "
+                "HTTP/1.1 on its port); watch hotloop_inference_running_seconds on /metrics instead"
+            )
+    elif (strategy, skip_similar, fps, metrics_port) != ("chunk", None, 30.0, None):
+        raise ConfigError(
+            "--strategy, --skip-similar, --fps and --metrics-port are for --protocol lerobot; an openpi "
+            "client runs its own strategy (hotloop.client, docs/realtime.md): drop them"
+        )
     if not (math.isfinite(max_message_mb) and 0 < max_message_mb <= MAX_MESSAGE_MB):
         raise ConfigError(
             f"--max-message-mb must be > 0 and at most {MAX_MESSAGE_MB} MiB (got {max_message_mb})"
@@ -83,7 +124,7 @@ def serve(
     engine = _fallback_engine(fallback) if fallback is not None else None
     config = ServeConfig(
         host=host,
-        port=port,
+        port=port if port is not None else (8080 if protocol == "lerobot" else 8000),
         api_key=_read_key(api_key_file) if api_key_file is not None else None,
         max_message_bytes=int(max_message_mb * 2**20),
         max_connections=max_connections,
@@ -102,6 +143,11 @@ def serve(
         target, TargetOptions(num_steps=steps, device=device, seed=seed, memory_cap_mb=memory_cap_mb)
     )
     small = load_served_policy(engine, TargetOptions(device=device, seed=seed)) if engine else None
+    if protocol == "lerobot":
+        from hotloop.serve.lerobot.commands import serve_lerobot
+
+        serve_lerobot(target, served, config, lerobot_options, fallback=small)
+        return
     server = PolicyServer(served, config, fallback=small)
     try:
         asyncio.run(server.run())

@@ -43,7 +43,6 @@ import asyncio
 import hmac
 import http
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +56,7 @@ from hotloop.errors import ConfigError, MemoryCapError
 from hotloop.measure.live_metrics import LiveMetrics
 from hotloop.policy import Policy
 from hotloop.serve.guard import UnsafeActionsError, action_fault
+from hotloop.serve.loop_thread import LoopThread
 from hotloop.serve.spec import ArraySpec, ObservationError, check_observation, clip, spec_to_wire
 
 log = logging.getLogger("hotloop.serve")
@@ -470,6 +470,22 @@ class PolicyServer:
         self.metrics.observe_stage("encode", time.perf_counter() - done)
         return payload, source
 
+    def new_sessions(self) -> _Sessions:
+        """What one client talks to: its own session of the policy (and of the fallback engine)."""
+        fallback = session_of(self.fallback.policy) if self.fallback is not None else None
+        return _Sessions(session_of(self.served.policy), fallback)
+
+    async def infer(self, obs: dict[str, Any], sessions: _Sessions) -> tuple[Any, str]:
+        """One checked observation through the policy, under the watchdog and the non-finite guard (as a
+        websocket client's), for a front end other than the websocket (`hotloop.serve.lerobot`): (output,
+        "policy" or "fallback"). The policy refusing the input raises its `ConfigError`."""
+        try:
+            if self._infer_lock is None:
+                self._infer_lock = asyncio.Lock()
+            return await self._guarded_infer(obs, sessions)
+        except _Refused as refused:
+            raise refused.__cause__ or ConfigError("the policy refused the observation") from None
+
     def _run_policy(self, obs: dict[str, Any], policy: Any) -> Any:
         """On the worker thread: the main policy (the connection's session of it), with the start time
         /healthz and the gauge read. A `ConfigError` is the policy refusing this input (the families
@@ -602,40 +618,21 @@ def _close_reason(ws: Any) -> str:
     return f"code {code}" if code is not None else "no close frame"
 
 
-class ServerThread:
+class ServerThread(LoopThread):
     """Run a `PolicyServer` on its own event loop in a daemon thread (tests, benchmarks, embedding)."""
 
     def __init__(self, server: PolicyServer, start_timeout_s: float = 30.0) -> None:
         self.server = server
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="hotloop-serve", daemon=True)
-        self._start_timeout_s = start_timeout_s
+        super().__init__("hotloop-serve", start_timeout_s)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self.server.start())
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
+    async def start(self) -> None:
+        await self.server.start()
+
+    def serve(self) -> None:
         self._loop.run_until_complete(self.server.wait_closed())
-        self._loop.close()
 
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        if not self._started.wait(self._start_timeout_s):
-            raise RuntimeError(f"the server did not start within {self._start_timeout_s} s")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._loop.call_soon_threadsafe(self.server.close)
-        self._thread.join(timeout=10.0)
 
     @property
     def port(self) -> int:

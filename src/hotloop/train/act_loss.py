@@ -40,21 +40,35 @@ def attention(
     return out
 
 
+def _norm(layer: Any, x: Tensor, pre: str, post: str) -> tuple[Tensor, Tensor]:
+    """(skip, input) of a layer's next sub-block: the residual stream and its `pre` norm in a pre-norm
+    layer; the `post` norm of the stream, both, in a post-norm one."""
+    if layer.pre_norm:
+        return x, getattr(layer, pre)(x)
+    x = getattr(layer, post)(x)
+    return x, x
+
+
+def _self_attention(
+    layer: Any, x: Tensor, pos: Tensor, mask: Tensor | None, p: float, training: bool
+) -> Tensor:
+    """The self-attention sub-block every ACT layer opens with (its residual included)."""
+    h = layer.norm1(x) if layer.pre_norm else x
+    q = h + pos
+    return x + F.dropout(attention(layer.self_attn, q, q, h, mask, p, training), p, training)
+
+
+def _feed_forward(layer: Any, skip: Tensor, x: Tensor, p: float, training: bool) -> Tensor:
+    x = layer.linear2(F.dropout(layer.activation(layer.linear1(x)), p, training))
+    return skip + F.dropout(x, p, training)
+
+
 def encoder_layer(
     layer: Any, x: Tensor, pos: Tensor, mask: Tensor | None, p: float, training: bool
 ) -> Tensor:
     """ACTEncoderLayer.forward."""
-    skip = x
-    if layer.pre_norm:
-        x = layer.norm1(x)
-    q = x + pos
-    x = skip + F.dropout(attention(layer.self_attn, q, q, x, mask, p, training), p, training)
-    if layer.pre_norm:
-        skip, x = x, layer.norm2(x)
-    else:
-        x = skip = layer.norm1(x)
-    x = layer.linear2(F.dropout(layer.activation(layer.linear1(x)), p, training))
-    x = skip + F.dropout(x, p, training)
+    skip, x = _norm(layer, _self_attention(layer, x, pos, mask, p, training), "norm2", "norm1")
+    x = _feed_forward(layer, skip, x, p, training)
     return x if layer.pre_norm else layer.norm2(x)  # type: ignore[no-any-return]
 
 
@@ -62,23 +76,10 @@ def decoder_layer(
     layer: Any, x: Tensor, memory: Tensor, pos: Tensor, memory_pos: Tensor, p: float, training: bool
 ) -> Tensor:
     """ACTDecoderLayer.forward."""
-    skip = x
-    if layer.pre_norm:
-        x = layer.norm1(x)
-    q = x + pos
-    x = skip + F.dropout(attention(layer.self_attn, q, q, x, None, p, training), p, training)
-    if layer.pre_norm:
-        skip, x = x, layer.norm2(x)
-    else:
-        x = skip = layer.norm1(x)
+    skip, x = _norm(layer, _self_attention(layer, x, pos, None, p, training), "norm2", "norm1")
     cross = attention(layer.multihead_attn, x + pos, memory + memory_pos, memory, None, p, training)
-    x = skip + F.dropout(cross, p, training)
-    if layer.pre_norm:
-        skip, x = x, layer.norm3(x)
-    else:
-        x = skip = layer.norm2(x)
-    x = layer.linear2(F.dropout(layer.activation(layer.linear1(x)), p, training))
-    x = skip + F.dropout(x, p, training)
+    skip, x = _norm(layer, skip + F.dropout(cross, p, training), "norm3", "norm2")
+    x = _feed_forward(layer, skip, x, p, training)
     return x if layer.pre_norm else layer.norm3(x)  # type: ignore[no-any-return]
 
 

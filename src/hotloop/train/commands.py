@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop.cli_options import Overwrite
 
 # `--variant chain`'s noise on the box state (docs/perception.md, "A policy for the chain's estimate").
 CHAIN_BOX_NOISE_MM = 3.0
@@ -86,178 +86,113 @@ def train_demo_cmd(
         str | None,
         typer.Option(help="detector variant: the chain --rollouts runs (default detector:model=learned)"),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Train a conveyor-pick demo policy (demo:conveyor, demo:conveyor-vision, or with --family act / diffusion /
     smolvla a LeRobot ACT / Diffusion Policy / SmolVLA checkpoint) on expert episodes, on CPU."""
-    import dataclasses
-
     from hotloop.errors import ConfigError
+    from hotloop.train.data import training_views
+    from hotloop.train.options import from_flags
 
     if family not in ("pi", "act", "diffusion", "smolvla"):
         raise ConfigError(f"--family {family!r} is not known; use pi, act, diffusion or smolvla")
-
-    if family == "act":
-        _train_act(out, steps, episodes, dataset, seed, threads, ship, variant, views, action_prefix_prob,
-                   max_action_prefix, overwrite)  # fmt: skip
-        return
-    if family in ("diffusion", "smolvla"):
-        if variant is not None or action_prefix_prob is not None or max_action_prefix is not None:
-            raise ConfigError(
-                f"--family {family} trains a LeRobot checkpoint: --variant, --action-prefix-prob and "
-                "--max-action-prefix are for the pi demo policies; drop them"
-            )
-        from hotloop.train.loop import training_views
-
-        # The dataset's own cameras (a third-party task's names); Diffusion Policy reads one by default.
-        keys = training_views(_view_list(views), dataset, _DEFAULT_VIEWS[family], one=family == "diffusion")
-        claimed = _claim(out, dataset, overwrite)
-        if family == "diffusion":
-            from hotloop.train.diffusion_demo import run_from_cli as family_from_cli
-        else:
-            from hotloop.train.smolvla_demo import run_from_cli as family_from_cli
-
-        with claimed.writing():
-            family_from_cli(
-                out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=keys
-            )
-        if ship:
-            from hotloop.demos.checkpoints import ship as ship_checkpoint
-
-            typer.echo(f"shipped to {ship_checkpoint(out, family)} (demo:conveyor-{family})")
-        return
-    variant = variant or "state"
-    if variant not in ("state", "chain", "vision", "detector"):
+    kind = (variant or "state") if family == "pi" else family
+    if kind not in _FLAG_KINDS["--variant"] + _LEROBOT_FAMILIES:
         raise ConfigError(f"--variant {variant!r} is not known; use state, chain, vision or detector")
-    if variant not in ("state", "chain") and (box_noise_mm is not None or box_velocity_noise is not None):
-        raise ConfigError("--box-noise-mm / --box-velocity-noise are for --variant state or chain; drop them")
-    if variant != "detector" and (rollouts is not None or rollout_pipeline is not None):
-        raise ConfigError("--rollouts / --rollout-pipeline are for --variant detector; drop them")
-    if variant == "detector":
-        if views is not None or action_prefix_prob is not None or max_action_prefix is not None:
-            raise ConfigError(
-                "--variant detector trains the top-camera box detector: drop --views, --action-prefix-prob "
-                "and --max-action-prefix"
-            )
-        claimed = _claim(out, dataset, overwrite)
-        from hotloop.train.detector_demo import run_from_cli as detector_from_cli
-
-        with claimed.writing():
-            detector_from_cli(
-                out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, ship=ship,
-                rollouts=rollouts, rollout_pipeline=rollout_pipeline,
-            )  # fmt: skip
-        return
-    if views is not None and variant != "vision":
-        raise ConfigError(
-            f"--views is for --variant vision (demo:conveyor{'-chain' if variant == 'chain' else ''} reads the top view only)"
+    _refuse_other_kinds_flags(
+        kind,
+        {
+            "--variant": variant if family != "pi" else None,
+            "--action-prefix-prob": action_prefix_prob,
+            "--max-action-prefix": max_action_prefix,
+            "--views": views,
+            "--rollouts": rollouts,
+            "--rollout-pipeline": rollout_pipeline,
+            "--box-noise-mm": box_noise_mm,
+            "--box-velocity-noise": box_velocity_noise,
+        },
+    )
+    flags: dict[str, Any] = {"seed": seed, "steps": steps, "episodes": episodes, "threads": threads}
+    if kind in _DEFAULT_VIEWS:  # the dataset's own cameras (a third-party task's names)
+        flags["views"] = training_views(
+            _view_list(views), dataset, _DEFAULT_VIEWS[kind], one=kind == "diffusion"
         )
-    from hotloop.train.loop import training_views
-
-    view_keys = (
-        training_views(_view_list(views), dataset, _DEFAULT_VIEWS["vision"]) if variant == "vision" else None
-    )
-    if variant != "vision" and dataset is not None:
-        _check_conveyor_layout(dataset, variant)
+    if kind in ("state", "chain"):
+        if dataset is not None:
+            _check_conveyor_layout(dataset, kind)
+        chain = kind == "chain"
+        flags |= {
+            "action_prefix_prob": action_prefix_prob,
+            "max_action_prefix": max_action_prefix,
+            "box_noise_mm": _given_or(box_noise_mm, CHAIN_BOX_NOISE_MM if chain else 0.0),
+            "box_velocity_noise_mms": _given_or(
+                box_velocity_noise, CHAIN_BOX_VELOCITY_NOISE_MMS if chain else 0.0
+            ),
+        }
+    if kind == "detector":
+        flags |= {"rollouts": rollouts, "rollout_pipeline": rollout_pipeline}
+    trainer = _trainer(kind)
+    options = from_flags(trainer.options, **flags)
     claimed = _claim(out, dataset, overwrite)
-    if variant == "vision":
-        if action_prefix_prob is not None or max_action_prefix is not None:
-            raise ConfigError("--action-prefix-prob / --max-action-prefix are for --variant state; drop them")
-        from hotloop.train.conveyor_vision import run_from_cli
-
-        with claimed.writing():
-            run_from_cli(
-                out,
-                steps=steps,
-                episodes=episodes,
-                dataset=dataset,
-                seed=seed,
-                threads=threads,
-                ship=ship,
-                views=view_keys,
-            )
-        return
-    from hotloop.train.conveyor import TrainDemoConfig, ship_assets, train_demo
-
-    cfg = TrainDemoConfig(seed=seed)
-    updates: dict[str, Any] = {}
-    if steps is not None:
-        updates["steps"] = steps
-    if episodes is not None:
-        updates["episodes"] = episodes
-    if threads is not None:
-        updates["threads"] = threads
-    if action_prefix_prob is not None:
-        updates["action_prefix_prob"] = action_prefix_prob
-    if max_action_prefix is not None:
-        updates["max_action_prefix"] = max_action_prefix
-    chain = variant == "chain"
-    updates["box_noise_mm"] = (
-        box_noise_mm if box_noise_mm is not None else (CHAIN_BOX_NOISE_MM if chain else 0.0)
-    )
-    updates["box_velocity_noise_mms"] = (
-        box_velocity_noise
-        if box_velocity_noise is not None
-        else (CHAIN_BOX_VELOCITY_NOISE_MMS if chain else 0.0)
-    )
-    cfg = dataclasses.replace(cfg, **updates)
     with claimed.writing():
-        summary = train_demo(cfg, out, dataset_dir=dataset)
-    tr = summary["training"]
-    typer.echo(
-        f"trained in {tr['train_s']:.0f} s (recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; "
-        f"wrote {out} (loss curve {out / 'loss.png'})"
-    )
-    if ship:
-        target = "demo:conveyor-chain" if chain else "demo:conveyor"
-        typer.echo(f"shipped to {ship_assets(out, target)} ({target})")
+        trainer.run(options, out, dataset, ship, typer.echo)
 
 
-def _train_act(
-    out: Path,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    ship: bool,
-    variant: str | None,
-    views: str | None,
-    action_prefix_prob: float | None,
-    max_action_prefix: int | None,
-    overwrite: bool = False,
-) -> None:
-    """`--family act`: `hotloop.train.act_demo`; the pi-only options are refused by name."""
+# What trains each kind of demo (a --family, or a pi --variant): `hotloop.train.<module>.TRAINER`
+# (`CHAIN_TRAINER` for the chain).
+_TRAINERS = {
+    "act": "act_demo",
+    "diffusion": "diffusion_demo",
+    "smolvla": "smolvla_demo",
+    "state": "conveyor",
+    "chain": "conveyor",
+    "vision": "conveyor_vision",
+    "detector": "detector_demo",
+}
+# The flags only some kinds take, and those kinds (--variant: the pi ones).
+_FLAG_KINDS = {
+    "--variant": ("state", "chain", "vision", "detector"),
+    "--action-prefix-prob": ("state", "chain"),
+    "--max-action-prefix": ("state", "chain"),
+    "--views": ("vision", "act", "diffusion", "smolvla"),
+    "--rollouts": ("detector",),
+    "--rollout-pipeline": ("detector",),
+    "--box-noise-mm": ("state", "chain"),
+    "--box-velocity-noise": ("state", "chain"),
+}
+_LEROBOT_FAMILIES = ("act", "diffusion", "smolvla")
+
+
+def _trainer(kind: str) -> Any:
+    import importlib
+
+    module = importlib.import_module(f"hotloop.train.{_TRAINERS[kind]}")
+    return module.CHAIN_TRAINER if kind == "chain" else module.TRAINER
+
+
+def _refuse_other_kinds_flags(kind: str, given: dict[str, Any]) -> None:
+    """A flag this kind of demo does not take is refused by name, with the kinds that take it."""
     from hotloop.errors import ConfigError
 
-    given = [
-        flag
-        for flag, value in (
-            ("--variant", variant),
-            ("--action-prefix-prob", action_prefix_prob),
-            ("--max-action-prefix", max_action_prefix),
-        )
-        if value is not None
-    ]
-    if given:
+    wrong = [flag for flag, value in given.items() if value is not None and kind not in _FLAG_KINDS[flag]]
+    if not wrong:
+        return
+    them = "it" if len(wrong) == 1 else "them"
+    if kind in _LEROBOT_FAMILIES:
+        verb = "is" if len(wrong) == 1 else "are"
         raise ConfigError(
-            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --family pi; an ACT demo is a "
-            "LeRobot checkpoint folder: drop it"
+            f"{', '.join(wrong)} {verb} for --family pi; --family {kind} trains a LeRobot checkpoint folder: "
+            f"drop {them}"
         )
-    from hotloop.train.loop import training_views
+    said = "; ".join(
+        f"{flag} is for --variant {' or '.join(k for k in _FLAG_KINDS[flag] if k not in _LEROBOT_FAMILIES)}"
+        for flag in wrong
+    )
+    raise ConfigError(f"{said}, not --variant {kind}: drop {them}")
 
-    view_keys = training_views(_view_list(views), dataset, _DEFAULT_VIEWS["act"])
-    claimed = _claim(out, dataset, overwrite)
-    from hotloop.train.act_demo import run_from_cli
 
-    with claimed.writing():
-        run_from_cli(
-            out, steps=steps, episodes=episodes, dataset=dataset, seed=seed, threads=threads, views=view_keys
-        )
-    if ship:
-        from hotloop.demos.checkpoints import ship as ship_checkpoint
-
-        typer.echo(f"shipped to {ship_checkpoint(out, 'act')} (demo:conveyor-act)")
+def _given_or(value: float | None, default: float) -> float:
+    return value if value is not None else default
 
 
 def _claim(out: Path, dataset: Path | None, overwrite: bool) -> Any:
@@ -286,7 +221,7 @@ def _check_conveyor_layout(dataset: Path, variant: str) -> None:
     relative to the hand) and write actions relative to the hand: on another task's dataset they would
     train on the wrong numbers, so such a dataset is refused by name, before any work."""
     from hotloop.errors import ConfigError
-    from hotloop.train.loop import has_gantry_layout
+    from hotloop.train.data import has_gantry_layout
 
     if not (dataset / "meta" / "info.json").is_file():
         return  # not a dataset at all: prepare_dataset says so

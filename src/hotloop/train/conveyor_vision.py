@@ -22,55 +22,37 @@ same weights. The shipped weights are stored as float16 (half the bytes; loaded 
 from __future__ import annotations
 
 import dataclasses
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
+from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.options import CameraDemoOptions
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
-class TrainVisionDemoConfig:
-    task: str = "conveyor-pick"
-    difficulty: str = "medium"
+class TrainVisionDemoConfig(CameraDemoOptions):
     episodes: int = 500
-    action_noise: float = 0.01  # DART, as demo:conveyor
-    recovery_starts: float = 0.3  # as demo:conveyor
     ordinal_state_embeddings: bool = True
-    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
-    views: tuple[str, ...] = ("top", "wrist")  # camera views recorded and read, in model order
     model: str = "pi05:mini"  # its `views` is set to len(views)
     steps: int = 2000  # the shipped weights (24 min on one thread of a 2-core EPYC); docs/closed-loop.md
     batch: int = 24
     noise_draws: int = 2  # flow-matching (noise, time) draws per observation, sharing one prefix
     aux_weight: float = 1.0  # weight of the box-localisation probe's loss (training only)
-    lr: float = 1e-3
     min_lr: float = 3e-5
     warmup: int = 50
-    weight_decay: float = 1e-4
     grad_clip: float = 1.0
-    seed: int = 0
-    threads: int = 1
     store_dtype: str = "float16"  # what model.safetensors holds; loaded as float32
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "steps", "batch", "threads", "noise_draws"):
-            if getattr(self, name) < 1:
-                flag = name.replace("_", "-")
-                raise ConfigError(f"--{flag} must be >= 1 (got {getattr(self, name)})")
-        if not 0.0 <= self.recovery_starts <= 1.0:
-            raise ConfigError(f"--recovery-starts must be in [0, 1] (got {self.recovery_starts})")
-        if not 0 < self.lr < 1:
-            raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
+        super().__post_init__()
+        self.check_positive("noise_draws")
         if self.aux_weight < 0:
             raise ConfigError(f"train-demo aux_weight must be >= 0 (got {self.aux_weight})")
-        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
-
-        check_view_names(self.views)
         if self.store_dtype not in ("float16", "float32"):
             raise ConfigError(f"train-demo store_dtype must be float16 or float32 (got {self.store_dtype!r})")
 
@@ -91,21 +73,16 @@ def _build_arrays(
     """The training arrays. `gantry`: the conveyor-pick layout (proprioceptive state, actions relative to
     the hand, the box position as the probe's label); otherwise the dataset's own state and actions as
     they are, and no probe label (zeros: the probe is off)."""
-    from hotloop.demos.conveyor import PROMPT_TOKENS, to_relative
+    from hotloop.demos.conveyor import to_relative
     from hotloop.demos.conveyor_vision import proprio_state
-    from hotloop.families.pi.policy import NormStats, Stats
-    from hotloop.models.pi0 import state_prompt_tokens
-    from hotloop.train.conveyor import quantiles
+    from hotloop.train.data import chunk_indices, successful_episodes
+    from hotloop.train.pi_arrays import padded_actions, quantile_norm, quantiles, state_tokens
 
     images, states, chunks, boxes = [], [], [], []
     used = 0
-    for i in range(len(dataset)):
-        if not dataset.episodes[i].get("success", True):
-            continue
-        ep = dataset.episode(i)
+    for ep in successful_episodes(dataset, views):
         used += 1
-        t = len(ep.action)
-        idx = np.minimum(np.arange(t)[:, None] + np.arange(horizon)[None, :], t - 1)
+        idx, _ = chunk_indices(len(ep.action), horizon)
         if gantry:
             chunks.append(to_relative(ep.action[idx], ep.state))
             states.append(proprio_state(ep.state))
@@ -113,32 +90,18 @@ def _build_arrays(
         else:  # another task's layout: nothing is known of which entries are the hand or an object
             chunks.append(np.asarray(ep.action, dtype=np.float32)[idx])
             states.append(np.asarray(ep.state, dtype=np.float32))
-            boxes.append(np.zeros((t, 3), dtype=np.float32))
-        missing = [v for v in views if v not in ep.images]
-        if missing:
-            raise ConfigError(
-                f"the dataset has no {', '.join(missing)} view (it has {', '.join(ep.images) or 'none'}); "
-                f"record one with views {', '.join(views)} (drop --dataset to record it)"
-            )
+            boxes.append(np.zeros((len(ep.action), 3), dtype=np.float32))
         images.append(np.stack([ep.images[v] for v in views], axis=1))
-    if not used:
-        raise ConfigError("the dataset has no successful episodes to learn from")
     state = np.concatenate(states)
     rel = np.concatenate(chunks)
     box = np.concatenate(boxes)
-    action_dim = rel.shape[-1]
-    s_lo, s_hi = quantiles(state)
-    a_lo, a_hi = quantiles(rel.reshape(-1, action_dim))
+    norm = quantile_norm(state, rel)
+    tokens, masks = state_tokens(norm, state, cfg_model)
     b_lo, b_hi = quantiles(box)
-    norm = NormStats(state=Stats(q01=s_lo, q99=s_hi), actions=Stats(q01=a_lo, q99=a_hi), mode="quantiles")
-    nstate = np.clip(norm.normalize(state, "state"), -1.0, 1.0)
-    tokens, masks = zip(
-        *(state_prompt_tokens(list(PROMPT_TOKENS), s, cfg_model) for s in nstate), strict=True
-    )
-    nact = np.zeros((rel.shape[0], horizon, cfg_model.max_action_dim), dtype=np.float32)
-    nact[..., :action_dim] = norm.normalize(rel, "actions")
     nbox = ((box - b_lo) / (b_hi - b_lo) * 2.0 - 1.0).astype(np.float32) if gantry else box
-    arrays = _Arrays(np.concatenate(images), np.stack(tokens), np.stack(masks), nact, nbox, action_dim)
+    arrays = _Arrays(
+        np.concatenate(images), tokens, masks, padded_actions(norm, rel, cfg_model), nbox, rel.shape[-1]
+    )
     return arrays, norm, used
 
 
@@ -158,10 +121,7 @@ def _store_weights(folder: Path, dtype_name: str) -> None:
 
 
 def train_vision_demo(
-    cfg: TrainVisionDemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainVisionDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train demo:conveyor-vision's pi0.5-mini on `dataset_dir` (or on episodes recorded into `out_dir`)."""
     import torch
@@ -171,37 +131,12 @@ def train_vision_demo(
     from hotloop.families.pi.sampling import sample_time
     from hotloop.families.pi.training import new_model, repeat_cache
     from hotloop.models.configs import get_pi_config
-    from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import (
-        Schedule,
-        check_finite,
-        dataset_task,
-        has_gantry_layout,
-        prepare_dataset,
-        run_training,
-    )
+    from hotloop.train.data import check_finite, has_gantry_layout
+    from hotloop.train.pi_arrays import action_mask
+    from hotloop.train.run import TrainingRun, final
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    torch.use_deterministic_algorithms(True)
-    t_start = time.perf_counter()
-    dataset, recorded = prepare_dataset(
-        dataset_dir,
-        out,
-        {
-            "task": cfg.task,
-            "episodes": cfg.episodes,
-            "difficulty": cfg.difficulty,
-            "seed": cfg.record_seed,
-            "action_noise": cfg.action_noise,
-            "recovery_starts": cfg.recovery_starts,
-            "views": cfg.views,
-        },
-    )
-    t_recorded = time.perf_counter()
-
+    run = TrainingRun.start(out_dir, cfg, progress)
+    dataset, recorded = run.dataset(dataset_dir, cfg)
     model_cfg = dataclasses.replace(get_pi_config(cfg.model), views=len(cfg.views))
     horizon = model_cfg.chunk_size
     # conveyor-pick's layout gets its recipe; another task's dataset is learnt in its own state and actions
@@ -225,14 +160,12 @@ def train_vision_demo(
         probe.weight.normal_(0.0, 0.1 / probe.weight.shape[1] ** 0.5, generator=gen)
         probe.bias.zero_()
     model.train()
-    params = [*model.parameters(), *probe.parameters()]
     images = torch.from_numpy(arrays.images)
     tokens = torch.from_numpy(arrays.tokens)
     token_masks = torch.from_numpy(arrays.token_masks)
     actions = torch.from_numpy(arrays.actions)
     boxes = torch.from_numpy(arrays.box)
-    action_mask = torch.zeros(model_cfg.max_action_dim)
-    action_mask[: arrays.action_dim] = 1.0
+    mask = action_mask(model_cfg, arrays.action_dim)
     ones = torch.ones(cfg.batch, nv, dtype=torch.bool)
     k = cfg.noise_draws
 
@@ -248,50 +181,32 @@ def train_vision_demo(
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
         v_t = model.denoise_step(repeat_cache(cache, k), x_t, t)
         per = F.mse_loss(v_t, noise - target, reduction="none")
-        flow = (per * action_mask).sum() / (action_mask.sum() * per.shape[0] * per.shape[1])
+        flow = (per * mask).sum() / (mask.sum() * per.shape[0] * per.shape[1])
         aux = F.mse_loss(probe(feats.flatten(1)), boxes[idx]) if aux_weight else torch.zeros(())
         return {"loss": flow + aux_weight * aux, "flow": flow, "box": aux}
 
-    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
-    history = run_training(params, step_loss, schedule, "train-demo vision", progress)
+    history = run.train([*model.parameters(), *probe.parameters()], step_loss, "train-demo vision")
     losses, aux_losses = history["flow"], history["box"]
-    t_trained = time.perf_counter()
-
     model.eval()
-    save_lerobot_checkpoint(model, model_cfg, out, norm_stats=norm)
-    _store_weights(out, cfg.store_dtype)
-    plot_loss(losses, out / "loss.png", title="demo:conveyor-vision training (flow-matching loss)")
-    summary = {
+    save_lerobot_checkpoint(model, model_cfg, run.out, norm_stats=norm)
+    _store_weights(run.out, cfg.store_dtype)
+    own = {
         "variant": "vision",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
         "model": cfg.model,
-        "parameters": sum(p.numel() for p in model.parameters()),
         "horizon": horizon,
         "action_dim": arrays.action_dim,
         **_layout(dataset, gantry),
         "prompt_tokens": [1, 2, 3],
         "zero_noise": True,
-        "views": list(cfg.views),
         "stored_dtype": cfg.store_dtype,
-        "config": asdict(cfg),
-        "training": {
-            "episodes_used": used,
-            "frames": int(n),
-            "recorded": recorded,
-            "record_s": round(t_recorded - t_start, 1),
-            "train_s": round(t_trained - t_recorded, 1),
-            "total_s": round(time.perf_counter() - t_start, 1),
-            "final_loss": float(np.mean(losses[-100:])),
-            "final_box_probe_mse": float(np.mean(aux_losses[-100:])),
-            "torch": torch.__version__,
-            "threads": cfg.threads,
-        },
     }
-    atomic_write_json(out / "demo.json", summary)
-    atomic_write_json(
-        out / "loss.json",
-        {"flow": [round(x, 5) for x in losses], "box_probe": [round(x, 5) for x in aux_losses]},
+    data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
+    finals = {"final_loss": final(losses), "final_box_probe_mse": final(aux_losses)}
+    summary = run.write_summary("demo.json", cfg, dataset, model, run.training_summary(data, finals), **own)
+    run.write_losses(
+        {"flow": losses, "box_probe": aux_losses},
+        losses,
+        "demo:conveyor-vision training (flow-matching loss)",
     )
     return summary
 
@@ -317,52 +232,16 @@ def _layout(dataset: Any, gantry: bool) -> dict[str, Any]:
     }
 
 
-def run_from_cli(
-    out: Path,
-    *,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    ship: bool,
-    views: tuple[str, ...] | None = None,
-) -> None:
-    """`hotloop train-demo --variant vision`: the state variant's options plus `--views`."""
-    import typer
-
-    updates: dict[str, Any] = {"seed": seed}
-    if views is not None:
-        updates["views"] = tuple(views)
-    for name, value in (("steps", steps), ("episodes", episodes), ("threads", threads)):
-        if value is not None:
-            updates[name] = value
-    cfg = dataclasses.replace(TrainVisionDemoConfig(), **updates)
-    summary = train_vision_demo(cfg, out, dataset_dir=dataset)
-    tr = summary["training"]
-    typer.echo(
-        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s "
-        f"(recording {tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}, box probe "
-        f"{tr['final_box_probe_mse']:.4f}; wrote {out} (loss curve {out / 'loss.png'})"
-    )
-    if ship:
-        typer.echo(f"shipped to {ship_vision_assets(out)}")
-
-
 def ship_vision_assets(run_dir: str | Path) -> Path:
     """Copy a trained run's checkpoint files into the package's assets (what `demo:conveyor-vision` loads)."""
-    import shutil
-
     from hotloop.demos.conveyor_vision import ASSET_DIR
     from hotloop.train.conveyor import SHIPPED_FILES
+    from hotloop.train.run import ship
 
-    src = Path(run_dir)
-    missing = [f for f in SHIPPED_FILES if not (src / f).is_file()]
-    if missing:
-        raise ConfigError(
-            f"{src} lacks {', '.join(missing)}; run `hotloop train-demo --variant vision -o {src}` first"
-        )
-    ASSET_DIR.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED_FILES:
-        shutil.copyfile(src / name, ASSET_DIR / name)
-    return ASSET_DIR
+    return ship(run_dir, ASSET_DIR, SHIPPED_FILES, "hotloop train-demo --variant vision")
+
+
+TRAINER = DemoTrainer(
+    TrainVisionDemoConfig, train_vision_demo, "demo:conveyor-vision", ship_vision_assets,
+    finals=(("loss", "final_loss"), ("box probe", "final_box_probe_mse")),
+)  # fmt: skip

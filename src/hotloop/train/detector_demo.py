@@ -18,30 +18,27 @@ gives) beside the colour threshold on the same frames; the numbers go to detecto
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hotloop.errors import ConfigError
+from hotloop.train.demo_trainer import DemoTrainer
+from hotloop.train.options import TrainOptions, summary_config
+from hotloop.train.run import Folder
 
 
 @dataclass(frozen=True)
-class TrainDetectorConfig:
+class TrainDetectorConfig(TrainOptions):
     episodes: int = 400  # expert episodes rendered for training (seeds from record_seed)
     held_out: int = 40  # held-out episodes for the report (seeds from HELD_OUT_SEED)
     every: int = 1  # keep every n-th control step's frame
     size: int = 128  # render size (px)
     resolutions: tuple[int, ...] = (32, 48, 64, 96, 128)
     width: int = 16
-    steps: int = 2000
-    batch: int = 32
     lr: float = 3e-3
     min_lr: float = 1e-4
     warmup: int = 50
-    weight_decay: float = 1e-4
     grad_clip: float = 5.0
     record_seed: int = 10_000
     # Closed-loop episodes of the chain whose frames join the expert's (`hotloop.train.detector_rollouts`):
@@ -49,16 +46,13 @@ class TrainDetectorConfig:
     rollouts: int = 0
     rollout_seed: int = 20_000
     rollout_pipeline: str = "detector:model=learned"
-    seed: int = 0
-    threads: int = 1
     store_dtype: str = "float16"
 
     def __post_init__(self) -> None:
         from hotloop.perception.learned_detector import check_resolution
 
-        for name in ("episodes", "steps", "batch", "threads", "every", "held_out"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        super().__post_init__()
+        self.check_positive("every", "held_out")
         if self.rollouts < 0:
             raise ConfigError(f"--rollouts must be >= 0 (got {self.rollouts})")
         if self.rollouts:  # a bad chain fails here, before any frame is rendered
@@ -115,15 +109,11 @@ def detector_loss(out: Any, centre: Any, bbox: Any, visible: Any) -> dict[str, A
 
 
 def train_detector(
-    cfg: TrainDetectorConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainDetectorConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from hotloop.io import atomic_write_json
     from hotloop.perception.detector_data import (
         HELD_OUT_SEED,
         concat_frames,
@@ -134,19 +124,12 @@ def train_detector(
     from hotloop.perception.learned_detector import DetectorConfig, DetectorModel, build_network
     from hotloop.sim.tasks.conveyor import BOX_HALF
     from hotloop.sim.tasks.gantry import BELT_TOP
-    from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, run_training
+    from hotloop.train.data import check_dataset_dir
+    from hotloop.train.run import TrainingRun, final
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    t0 = time.perf_counter()
+    run = TrainingRun.start(out_dir, cfg, progress)
     if dataset_dir is not None:
-        path = Path(dataset_dir)
-        if not (path / "meta" / "info.json").is_file():
-            raise ConfigError(f"--dataset {path} is not a recorded dataset (no meta/info.json there)")
-        train = frames_from_dataset(path)
+        train = frames_from_dataset(check_dataset_dir(dataset_dir))
     else:
         seeds = range(cfg.record_seed, cfg.record_seed + cfg.episodes)
         train = render_frames(seeds, cfg.size, every=cfg.every, progress=progress)
@@ -161,7 +144,7 @@ def train_detector(
         )  # fmt: skip
         rollouts["frames"] = len(seen)
         train = concat_frames([train, seen])
-    t_data = time.perf_counter()
+    run.data_done()
 
     gen = torch.Generator().manual_seed(cfg.seed)
     net = build_network(cfg.width)
@@ -189,10 +172,8 @@ def train_detector(
         x = (x * gain + shift + noise).clamp_(0.0, 1.0)
         return detector_loss(net(x), c, bb, visible[idx])
 
-    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
     net.train()
-    history = run_training(list(net.parameters()), step_loss, schedule, "train-demo detector", progress)
-    t_trained = time.perf_counter()
+    history = run.train(list(net.parameters()), step_loss, "train-demo detector")
     net.eval()
 
     plane_z = BELT_TOP + BOX_HALF
@@ -200,7 +181,7 @@ def train_detector(
     model = DetectorModel(net, config)
     held = range(HELD_OUT_SEED, HELD_OUT_SEED + cfg.held_out)
     frames_hi = render_frames(held, cfg.size, progress=progress)
-    frames_hi.save(out / "held_out.npz")  # for `hotloop perception-curve demo:detector --data`
+    frames_hi.save(run.out / "held_out.npz")  # for `hotloop perception-curve demo:detector --data`
     frames_64 = render_frames(held, 64, progress=progress)
     evaluation = {
         "held_out_seeds": [held.start, held.stop - 1],
@@ -219,59 +200,33 @@ def train_detector(
         "parameters": model.parameters,
         "evaluation": evaluation,
         "training": {
-            "frames": n,
-            "expert_frames": expert_frames,
-            "rollouts": rollouts,
-            "source": str(dataset_dir) if dataset_dir is not None else f"rendered {cfg.size} px",
-            "data_s": round(t_data - t0, 1),
-            "train_s": round(t_trained - t_data, 1),
-            "final_loss": float(np.mean(losses[-50:])),
-            "torch": torch.__version__,
-            "threads": cfg.threads,
-            "config": asdict(cfg),
+            **run.training_summary(
+                {
+                    "frames": n,
+                    "expert_frames": expert_frames,
+                    "rollouts": rollouts,
+                    "source": str(dataset_dir) if dataset_dir is not None else f"rendered {cfg.size} px",
+                },
+                {"final_loss": final(losses, last=50)},
+                data_phase="data",
+            ),
+            "config": summary_config(cfg),
         },
     }
-    model.save(out, cfg.store_dtype)
-    plot_loss(losses, out / "loss.png", title="demo:detector training (focal + offset + size loss)")
-    atomic_write_json(out / "loss.json", {k: [round(x, 5) for x in v] for k, v in history.items()})
+    model.save(run.out, cfg.store_dtype)
+    run.write_losses(history, losses, "demo:detector training (focal + offset + size loss)")
     return model.meta
 
 
-def run_from_cli(
-    out: Path,
-    *,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    ship: bool,
-    rollouts: int | None = None,
-    rollout_pipeline: str | None = None,
-) -> None:
-    import dataclasses
-
-    import typer
-
-    updates: dict[str, Any] = {"seed": seed}
-    for name, value in (
-        ("steps", steps), ("episodes", episodes), ("threads", threads), ("rollouts", rollouts),
-        ("rollout_pipeline", rollout_pipeline),
-    ):  # fmt: skip
-        if value is not None:
-            updates[name] = value
-    cfg = dataclasses.replace(TrainDetectorConfig(), **updates)
-    meta = train_detector(cfg, out, dataset_dir=dataset)
+def _report(meta: dict[str, Any], out: Path) -> str:
     tr, ev = meta["training"], meta["evaluation"]["camera_64px"]
     learned, colour = ev["learned"], ev["colour_threshold"]
-    typer.echo(
+    return (
         f"trained {meta['parameters']} parameters on {tr['frames']} frames in {tr['train_s']:.0f} s "
         f"(frames {tr['data_s']:.0f} s); held out at 64 px: centre p50 {_mm(learned['centre_mm_p50'])} "
         f"(colour threshold {_mm(colour['centre_mm_p50'])}), detection {learned['detection_rate']:.1%} "
         f"({colour['detection_rate']:.1%}), IoU {learned['iou']:.2f} ({colour['iou']:.2f}); wrote {out}"
     )
-    if ship:
-        typer.echo(f"shipped to {ship_detector(out)} (demo:detector)")
 
 
 def _mm(x: float | None) -> str:
@@ -283,17 +238,10 @@ SHIPPED = ("detector.safetensors", "detector.json", "loss.png")
 
 def ship_detector(run_dir: str | Path) -> Path:
     """Copy a trained detector into the package assets (what `demo:detector` loads)."""
-    import shutil
-
     from hotloop.perception.learned_detector import ASSET_DIR
+    from hotloop.train.run import ship
 
-    src = Path(run_dir)
-    missing = [f for f in SHIPPED if not (src / f).is_file()]
-    if missing:
-        raise ConfigError(
-            f"{src} lacks {', '.join(missing)}; run `hotloop train-demo --variant detector -o {src}` first"
-        )
-    ASSET_DIR.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED:
-        shutil.copyfile(src / name, ASSET_DIR / name)
-    return ASSET_DIR
+    return ship(run_dir, ASSET_DIR, SHIPPED, "hotloop train-demo --variant detector")
+
+
+TRAINER = DemoTrainer(TrainDetectorConfig, train_detector, "demo:detector", ship_detector, report=_report)

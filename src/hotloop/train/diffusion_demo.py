@@ -40,27 +40,25 @@ encoder per camera), halving the steps that fit in the time budget.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
+from hotloop.lerobot.checkpoint_files import config_header, write_processors
+from hotloop.train.demo_trainer import DemoTrainer, ship_checkpoint
+from hotloop.train.lerobot_frames import dataset_stats
+from hotloop.train.options import CameraDemoOptions
+from hotloop.train.run import Folder
 
 RESNET18_WIDTHS = (64, 64, 128, 256, 512)  # torchvision's resnet18: stem, layer1..layer4
 
 
 @dataclass(frozen=True)
-class TrainDiffusionDemoConfig:
-    task: str = "conveyor-pick"
-    difficulty: str = "medium"
+class TrainDiffusionDemoConfig(CameraDemoOptions):
     episodes: int = 400
-    action_noise: float = 0.01  # DART, as demo:conveyor
-    recovery_starts: float = 0.3
-    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
     views: tuple[str, ...] = ("top",)
     n_obs_steps: int = 2
     horizon: int = 16
@@ -81,26 +79,17 @@ class TrainDiffusionDemoConfig:
     # LeRobot's optimizer_lr (1e-4) is for 200k steps; 1,400 steps of batch 16 at 1e-4 left a policy that
     # never grasped (epsilon MSE 0.127, 0/20 on conveyor-pick).
     lr: float = 5e-4
-    min_lr: float = 1e-5
-    warmup: int = 100
     weight_decay: float = 1e-6
-    grad_clip: float = 10.0
-    seed: int = 0
-    threads: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "steps", "batch", "threads", "n_obs_steps", "n_action_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        super().__post_init__()
+        self.check_positive("n_obs_steps", "n_action_steps")
         if self.drop_n_last_frames < 0:
             raise ConfigError(f"drop_n_last_frames must be >= 0 (got {self.drop_n_last_frames})")
         if self.horizon % 2 ** len(self.down_dims):
             raise ConfigError(f"horizon {self.horizon} must be a multiple of 2**len(down_dims)")
         if self.n_action_steps > self.horizon - self.n_obs_steps + 1:
             raise ConfigError("n_action_steps must be <= horizon - n_obs_steps + 1 (LeRobot's rule)")
-        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
-
-        check_view_names(self.views)
 
 
 def lerobot_config(
@@ -111,21 +100,9 @@ def lerobot_config(
     inputs: dict[str, Any] = {"observation.state": {"type": "STATE", "shape": [state_dim]}}
     for view in cfg.views:
         inputs[f"observation.images.{view}"] = {"type": "VISUAL", "shape": [3, h, w]}
+    outputs = {"action": {"type": "ACTION", "shape": [action_dim]}}
     return {
-        "type": "diffusion",
-        "n_obs_steps": cfg.n_obs_steps,
-        "input_features": inputs,
-        "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
-        "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
-        "repo_id": None,
-        "private": None,
-        "tags": None,
-        "license": None,
-        "pretrained_path": None,
-        "pretrained_revision": None,
+        **config_header("diffusion", cfg.n_obs_steps, inputs, outputs),
         "horizon": cfg.horizon,
         "n_action_steps": cfg.n_action_steps,
         "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
@@ -216,126 +193,6 @@ def new_model(
     return model
 
 
-# ---- LeRobot's dataset statistics ----------------------------------------------------------------------
-
-
-def _episode_stats(batch: np.ndarray, count: int) -> dict[str, np.ndarray]:
-    """RunningQuantileStats.get_statistics after one update (min, max, mean, std, count), float32 math."""
-    batch = batch.astype(np.result_type(batch.dtype, np.float32), copy=False)
-    if batch.shape[0] < 2:  # _compute_basic_stats
-        return {
-            "min": np.min(batch, axis=0),
-            "max": np.max(batch, axis=0),
-            "mean": np.mean(batch, axis=0),
-            "std": np.std(batch, axis=0),
-            "count": np.array([count]),
-        }
-    mean = np.mean(batch, axis=0)
-    variance = np.mean(batch**2, axis=0) - mean**2
-    return {
-        "min": np.min(batch, axis=0),
-        "max": np.max(batch, axis=0),
-        "mean": mean,
-        "std": np.sqrt(np.maximum(0, variance)),
-        "count": np.array([count]),
-    }
-
-
-def _sample_indices(n: int) -> list[int]:
-    """LeRobot's sample_indices: estimate_num_samples (100 up to ~500 frames, n**0.75 beyond) evenly."""
-    num = n if n < 100 else max(100, min(int(n**0.75), 10_000))
-    return np.round(np.linspace(0, n - 1, num)).astype(int).tolist()  # type: ignore[no-any-return]
-
-
-def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """One episode's per-channel stats of (T, H, W, 3) uint8 frames, in [0, 1], shaped (3, 1, 1)."""
-    sampled = frames[_sample_indices(len(frames))]  # (N, H, W, C): already LeRobot's (N*H*W, C) order
-    stats = _episode_stats(sampled.reshape(-1, sampled.shape[-1]), len(sampled))
-    return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in stats.items()}
-
-
-def aggregate(per_episode: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """aggregate_feature_stats: count-weighted mean, parallel-algorithm variance, min of mins, max of maxes."""
-    means = np.stack([s["mean"] for s in per_episode])
-    variances = np.stack([s["std"] ** 2 for s in per_episode])
-    counts = np.stack([s["count"] for s in per_episode])
-    total = counts.sum(axis=0)
-    while counts.ndim < means.ndim:
-        counts = np.expand_dims(counts, axis=-1)
-    mean = (means * counts).sum(axis=0) / total
-    variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
-    return {
-        "min": np.min(np.stack([s["min"] for s in per_episode]), axis=0),
-        "max": np.max(np.stack([s["max"] for s in per_episode]), axis=0),
-        "mean": mean,
-        "std": np.sqrt(variance),
-        "count": total,
-    }
-
-
-def dataset_stats(dataset: Any, views: tuple[str, ...]) -> dict[str, dict[str, np.ndarray]]:
-    """The dataset's statistics for every feature the policy reads, as LeRobot computes them."""
-    per: dict[str, list[dict[str, np.ndarray]]] = {}
-    for i in range(len(dataset)):
-        ep = dataset.episode(i)
-        for key, values in (("observation.state", ep.state), ("action", ep.action)):
-            per.setdefault(key, []).append(_episode_stats(np.asarray(values, dtype=np.float32), len(values)))
-        for view in views:
-            per.setdefault(f"observation.images.{view}", []).append(image_stats(ep.images[view]))
-    return {key: aggregate(stats) for key, stats in per.items()}
-
-
-def write_processors(
-    folder: Path, config_json: dict[str, Any], stats: dict[str, dict[str, np.ndarray]]
-) -> None:
-    """policy_preprocessor.json / policy_postprocessor.json and their state files, as LeRobot's
-    `make_pre_post_processors(...).save_pretrained` writes them for Diffusion Policy."""
-    import torch
-
-    from hotloop.io import save_tensors
-
-    flat = {
-        f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32)
-        for k, sub in stats.items()
-        for s, v in sub.items()
-    }
-    features = {**config_json["input_features"], **config_json["output_features"]}
-    norm_map = config_json["normalization_mapping"]
-    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
-    pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
-    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            device,
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": 1e-08, "features": features, "norm_map": norm_map},
-                "state_file": pre_state,
-            },
-        ],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {"eps": 1e-08, "features": config_json["output_features"], "norm_map": norm_map},
-                "state_file": post_state,
-            },
-            device,
-        ],
-    }
-    for name, data, state in (
-        ("policy_preprocessor", pre, pre_state),
-        ("policy_postprocessor", post, post_state),
-    ):
-        (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_tensors({k: v.contiguous() for k, v in flat.items()}, str(folder / state))
-
-
 # ---- training ------------------------------------------------------------------------------------------
 
 
@@ -359,18 +216,11 @@ def diffusion_loss(model: Any, images: Any, state: Any, env_state: Any, target: 
 
 def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
     """Per frame of every successful episode: (episode, index) and the episodes' arrays."""
+    from hotloop.train.data import successful_episodes
+
     episodes: list[dict[str, np.ndarray]] = []
     index: list[tuple[int, int]] = []
-    for i in range(len(dataset)):
-        if not dataset.episodes[i].get("success", True):
-            continue
-        ep = dataset.episode(i)
-        missing = [v for v in cfg.views if v not in ep.images]
-        if missing:
-            raise ConfigError(
-                f"the dataset has no {', '.join(missing)} view (it has {', '.join(ep.images) or 'none'}); "
-                f"record one with views {', '.join(cfg.views)} (drop --dataset to record it)"
-            )
+    for ep in successful_episodes(dataset, cfg.views):
         images = np.stack([ep.images[v] for v in cfg.views], axis=1)  # (T, C, H, W, 3)
         e = len(episodes)
         episodes.append(
@@ -378,16 +228,11 @@ def _arrays(dataset: Any, cfg: TrainDiffusionDemoConfig) -> dict[str, Any]:
         )
         last = max(1, len(ep.action) - cfg.drop_n_last_frames)
         index.extend((e, t) for t in range(last))
-    if not episodes:
-        raise ConfigError("the dataset has no successful episodes to learn from")
     return {"episodes": episodes, "index": index}
 
 
 def train_diffusion_demo(
-    cfg: TrainDiffusionDemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainDiffusionDemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train a Diffusion Policy on `dataset_dir` (or on episodes recorded into `out_dir`); the checkpoint
     (config.json, model.safetensors, processors) is written into `out_dir`."""
@@ -395,27 +240,11 @@ def train_diffusion_demo(
 
     from hotloop.io import save_tensors
     from hotloop.lerobot.features import NormMode, transform
-    from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
+    from hotloop.train.data import check_finite
+    from hotloop.train.run import TrainingRun, final
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    t_start = time.perf_counter()
-    dataset, recorded = prepare_dataset(
-        dataset_dir,
-        out,
-        {
-            "task": cfg.task,
-            "episodes": cfg.episodes,
-            "difficulty": cfg.difficulty,
-            "seed": cfg.record_seed,
-            "action_noise": cfg.action_noise,
-            "recovery_starts": cfg.recovery_starts,
-            "views": cfg.views,
-        },
-    )
-    t_recorded = time.perf_counter()
+    run = TrainingRun.start(out_dir, cfg, progress)
+    dataset, recorded = run.dataset(dataset_dir, cfg)
     data = _arrays(dataset, cfg)
     eps = data["episodes"]
     for e in eps:
@@ -426,7 +255,7 @@ def train_diffusion_demo(
     stats = dataset_stats(dataset, cfg.views)
     config_json = lerobot_config(cfg, eps[0]["state"].shape[1], eps[0]["action"].shape[1], (h, w))
     gen = torch.Generator().manual_seed(cfg.seed)
-    model = new_model(config_json, out, gen, cfg.backbone_widths).train()
+    model = new_model(config_json, run.out, gen, cfg.backbone_widths).train()
     tstat = {
         k: {s: torch.as_tensor(np.asarray(v), dtype=torch.float32) for s, v in sub.items()}
         for k, sub in stats.items()
@@ -462,65 +291,21 @@ def train_diffusion_demo(
         state, pix, target = sample(torch.randint(0, len(index), (cfg.batch,), generator=gen))
         return {"loss": diffusion_loss(model, pix, state, None, target, gen)}
 
-    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
-    history = run_training(list(model.parameters()), step_loss, schedule, "train-demo diffusion", progress)
-    losses = history["loss"]
-    t_trained = time.perf_counter()
+    losses = run.train(list(model.parameters()), step_loss, "train-demo diffusion")["loss"]
     model.eval()
     tensors = {"diffusion." + k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_tensors(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    write_processors(out, config_json, stats)
-    plot_loss(losses, out / "loss.png", title="Diffusion Policy on conveyor-pick (epsilon MSE)")
-    summary = {
-        "family": "diffusion",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
-        "views": list(cfg.views),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "config": {
-            **asdict(cfg),
-            "views": list(cfg.views),
-            "down_dims": list(cfg.down_dims),
-            "backbone_widths": list(cfg.backbone_widths),
-        },
-        "training": {
-            "episodes_used": len(eps),
-            "frames": len(index),
-            "recorded": recorded,
-            "record_s": round(t_recorded - t_start, 1),
-            "train_s": round(t_trained - t_recorded, 1),
-            "final_loss": float(np.mean(losses[-100:])),
-            "torch": torch.__version__,
-            "threads": cfg.threads,
-        },
-    }
-    atomic_write_json(out / "demo.json", summary)
-    atomic_write_json(out / "loss.json", {"loss": [round(x, 5) for x in losses]})
+    save_tensors(tensors, str(run.out / "model.safetensors"), metadata={"format": "pt"})
+    write_processors(run.out, config_json, stats)
+    data = {"episodes_used": len(eps), "frames": len(index), "recorded": recorded}
+    finals = {"final_loss": final(losses)}
+    summary = run.write_summary(
+        "demo.json", cfg, dataset, model, run.training_summary(data, finals), family="diffusion"
+    )
+    run.write_losses({"loss": losses}, losses, "Diffusion Policy on conveyor-pick (epsilon MSE)")
     return summary
 
 
-def run_from_cli(
-    out: Path,
-    *,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    views: tuple[str, ...] | None = None,
-) -> None:
-    """`hotloop train-demo --family diffusion`: steps, episodes, dataset, seed, threads and views."""
-    import dataclasses
-
-    import typer
-
-    from hotloop.train.loop import cli_updates
-
-    updates = cli_updates(seed, views, steps, episodes, threads)
-    summary = train_diffusion_demo(dataclasses.replace(TrainDiffusionDemoConfig(), **updates), out, dataset)
-    tr = summary["training"]
-    typer.echo(
-        f"trained {summary['parameters'] / 1e6:.1f} M parameters in {tr['train_s']:.0f} s (recording "
-        f"{tr['record_s']:.0f} s); final loss {tr['final_loss']:.4f}; wrote the LeRobot checkpoint {out} "
-        f"(hotloop bench|eval|compile {out}; loss curve {out / 'loss.png'})"
-    )
+TRAINER = DemoTrainer(
+    TrainDiffusionDemoConfig, train_diffusion_demo, "demo:conveyor-diffusion", ship_checkpoint("diffusion"),
+    wrote="the LeRobot checkpoint {out} (hotloop bench|eval|compile {out}; loss curve {out}/loss.png)",
+)  # fmt: skip

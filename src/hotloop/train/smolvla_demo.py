@@ -15,7 +15,7 @@ What is LeRobot's (policies/smolvla at commit 7427f318):
   (`mask_padding` turns the mask on);
 - the processors `make_smolvla_pre_post_processors` saves: newline, tokenizer (its folder saved inside the
   checkpoint), normaliser (VISUAL IDENTITY, STATE and ACTION MEAN_STD) with the dataset statistics computed
-  as LeRobot computes them (`hotloop.train.act_demo.episode_stats` / `aggregate`); training batches are
+  as LeRobot computes them (`hotloop.train.lerobot_frames.episode_stats` / `aggregate`); training batches are
   normalised and tokenised by those very files.
 
 What is this demo's own:
@@ -36,31 +36,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.io import atomic_write_json
+from hotloop.lerobot import checkpoint_files
+from hotloop.lerobot.checkpoint_files import config_header
+from hotloop.train.demo_trainer import TRY_EVAL, DemoTrainer, ship_checkpoint
+from hotloop.train.lerobot_frames import IMAGES_PREFIX
+from hotloop.train.options import CameraDemoOptions
+from hotloop.train.run import Folder
 
-IMAGES_PREFIX = "observation.images."
 TOKENIZER_FOLDER = "tokenizer"
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<fake_token_around_image>", "<global-img>", "<image>")
 VLM_NAME = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"  # config.json's; sizes come from vlm_config.json
 
 
 @dataclass(frozen=True)
-class TrainSmolVLADemoConfig:
-    task: str = "conveyor-pick"
-    difficulty: str = "medium"
-    episodes: int = 300
-    action_noise: float = 0.01  # DART, as the other demos
-    recovery_starts: float = 0.3
-    record_seed: int = 10_000  # disjoint from evaluation seeds (0, 1, ...)
-    views: tuple[str, ...] = ("top", "wrist")
+class TrainSmolVLADemoConfig(CameraDemoOptions):
     image_size: int = 64  # resize_imgs_with_padding (the recorded views are 64 px: no resize)
     # Patch 16 and pixel shuffle 2: 16 patches, 4 tokens a view. The state already holds the box pose and
     # velocity, and patch 8 (16 tokens a view) took about 2.5x as long per training step.
@@ -82,19 +78,12 @@ class TrainSmolVLADemoConfig:
     max_length: int = 16  # tokenizer_max_length
     mask_padding: bool = False  # LeRobot's effective behaviour (see the module docstring)
     steps: int = 2500  # about 20 minutes at one thread on the shared 2-core machine
-    batch: int = 32
     lr: float = 5e-4
-    min_lr: float = 1e-5
-    warmup: int = 100
-    weight_decay: float = 1e-10  # LeRobot's SmolVLA preset
-    grad_clip: float = 10.0  # LeRobot's SmolVLA preset
-    seed: int = 0
-    threads: int = 1
+    weight_decay: float = 1e-10  # LeRobot's SmolVLA preset, as its clipping at 10 (the options' default)
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "steps", "batch", "threads", "chunk_size", "n_action_steps", "num_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        super().__post_init__()
+        self.check_positive("chunk_size", "n_action_steps", "num_steps")
         if self.n_action_steps > self.chunk_size:
             raise ConfigError(f"n_action_steps {self.n_action_steps} exceeds chunk_size {self.chunk_size}")
         grid = self.image_size // self.patch
@@ -107,11 +96,6 @@ class TrainSmolVLADemoConfig:
             raise ConfigError(f"heads {self.heads} must be a multiple of kv_heads {self.kv_heads}")
         if int(self.text_width * 0.75) != self.text_width * 0.75:
             raise ConfigError(f"text_width {self.text_width} x 0.75 (the expert's width) must be whole")
-        if not 0 < self.lr < 1:
-            raise ConfigError(f"train-demo lr must be in (0, 1) (got {self.lr})")
-        from hotloop.train.loop import check_view_names  # which exist: the dataset says (training_views)
-
-        check_view_names(self.views)
 
 
 # ---- the checkpoint's files ------------------------------------------------------------------------------
@@ -164,9 +148,7 @@ def lerobot_config(cfg: TrainSmolVLADemoConfig, state_dim: int, action_dim: int)
     """config.json as LeRobot's `SmolVLAConfig` writes it (every field `save_pretrained` writes)."""
     inputs, outputs = features(cfg, state_dim, action_dim)
     return {
-        "type": "smolvla", "n_obs_steps": 1, "input_features": inputs, "output_features": outputs,
-        "device": "cpu", "use_amp": False, "use_peft": False, "push_to_hub": False, "repo_id": None,
-        "private": None, "tags": None, "license": None, "pretrained_path": None, "pretrained_revision": None,
+        **config_header("smolvla", 1, inputs, outputs),
         "chunk_size": cfg.chunk_size, "n_action_steps": cfg.n_action_steps, "normalization_mapping": NORM_MAP,
         # No padding: the padded dimensions would only teach the expert to predict the noise there.
         "max_state_dim": state_dim, "max_action_dim": action_dim,
@@ -210,62 +192,21 @@ def write_processors(
     folder: Path, config_json: dict[str, Any], stats: dict[str, dict[str, np.ndarray]]
 ) -> None:
     """policy_preprocessor.json / policy_postprocessor.json and their statistics, as LeRobot's
-    `make_smolvla_pre_post_processors(...).save_pretrained` writes them (the tokenizer step names the
-    tokenizer folder saved beside them)."""
-    import torch
-
-    from hotloop.io import save_tensors
-
-    flat = {
-        f"{k}.{s}": torch.as_tensor(np.asarray(v), dtype=torch.float32).contiguous()
-        for k, sub in stats.items()
-        for s, v in sub.items()
-    }
-    outputs = config_json["output_features"]
-    feats = {**config_json["input_features"], **outputs}
-    device = {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}
+    `make_smolvla_pre_post_processors(...).save_pretrained` writes them: the newline and tokenizer steps
+    (naming the tokenizer folder saved beside them) before the device step."""
     tokenizer = {
         "max_length": config_json["tokenizer_max_length"], "task_key": "task", "padding_side": "right",
         "padding": config_json["pad_language_to"], "truncation": True, "tokenizer_name": TOKENIZER_FOLDER,
     }  # fmt: skip
-    pre_state = "policy_preprocessor_step_5_normalizer_processor.safetensors"
-    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "smolvla_new_line_processor", "config": {}},
-            {
-                "registry_name": "tokenizer_processor",
-                "config": tokenizer,
-                "artifacts": {"tokenizer_name": TOKENIZER_FOLDER},
-            },
-            device,
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": 1e-08, "features": feats, "norm_map": NORM_MAP},
-                "state_file": pre_state,
-            },
-        ],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {"eps": 1e-08, "features": outputs, "norm_map": NORM_MAP},
-                "state_file": post_state,
-            },
-            device,
-        ],
-    }
-    for name, data, state in (
-        ("policy_preprocessor", pre, pre_state),
-        ("policy_postprocessor", post, post_state),
-    ):
-        (folder / f"{name}.json").write_text(json.dumps(data, indent=2))
-        save_tensors(flat, str(folder / state))
+    own_steps = [
+        {"registry_name": "smolvla_new_line_processor", "config": {}},
+        {
+            "registry_name": "tokenizer_processor",
+            "config": tokenizer,
+            "artifacts": {"tokenizer_name": TOKENIZER_FOLDER},
+        },
+    ]
+    checkpoint_files.write_processors(folder, config_json, stats, own_steps)
 
 
 def save_checkpoint(folder: Path, model: Any) -> None:
@@ -325,57 +266,28 @@ def flow_matching_loss(
 
 
 def frame_prompts(dataset: Any) -> list[str]:
-    """The prompt of every frame `act_demo.training_frames` returns (successful episodes, in order)."""
-    prompts: list[str] = []
-    for i in range(len(dataset)):
-        if not dataset.episodes[i].get("success", True):
-            continue
-        ep = dataset.episode(i, images=False)
-        prompts.extend([ep.task] * len(ep.action))
-    return prompts
+    """The prompt of every frame `training_frames` returns (successful episodes, in order)."""
+    from hotloop.train.data import successful_episodes
+
+    return [ep.task for ep in successful_episodes(dataset, images=False) for _ in ep.action]
 
 
 def train_smolvla_demo(
-    cfg: TrainSmolVLADemoConfig,
-    out_dir: str | Path,
-    dataset_dir: str | Path | None = None,
-    progress: bool = True,
+    cfg: TrainSmolVLADemoConfig, out_dir: Folder, dataset_dir: Folder | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Train the demo SmolVLA on `dataset_dir` (or on episodes recorded into `out_dir/dataset`) and write the
     checkpoint folder `out_dir`."""
     import torch
 
     from hotloop.lerobot.processors import read_policy_processors
-    from hotloop.train.act_demo import training_frames
-    from hotloop.train.conveyor import plot_loss
-    from hotloop.train.loop import Schedule, check_finite, dataset_task, prepare_dataset, run_training
+    from hotloop.train.data import check_finite, view_sizes
+    from hotloop.train.lerobot_frames import training_frames
+    from hotloop.train.run import TrainingRun, final
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    t_start = time.perf_counter()
-    dataset, recorded = prepare_dataset(
-        dataset_dir,
-        out,
-        {
-            "task": cfg.task,
-            "episodes": cfg.episodes,
-            "difficulty": cfg.difficulty,
-            "seed": cfg.record_seed,
-            "action_noise": cfg.action_noise,
-            "recovery_starts": cfg.recovery_starts,
-            "views": cfg.views,
-        },
-    )
-    t_recorded = time.perf_counter()
-    for view in cfg.views:
-        key = IMAGES_PREFIX + view
-        if key not in dataset.features:
-            raise ConfigError(
-                f"the dataset {dataset.root} has no {view} view (it has {', '.join(dataset.image_keys) or 'none'}); "
-                f"record one with `hotloop record --views {','.join(cfg.views)}` (or drop --dataset)"
-            )
-        shape = tuple(int(s) for s in dataset.features[key]["shape"][:2])
+    run = TrainingRun.start(out_dir, cfg, progress)
+    out = run.out
+    dataset, recorded = run.dataset(dataset_dir, cfg)
+    for view, shape in zip(cfg.views, view_sizes(dataset, cfg.views), strict=True):
         if shape != (cfg.image_size, cfg.image_size):
             raise ConfigError(
                 f"the dataset's {view} view is {shape[0]}x{shape[1]} px; this demo trains on "
@@ -396,10 +308,7 @@ def train_smolvla_demo(
     model = new_model(out, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     n = len(frames.state)
-    images = torch.from_numpy(frames.images)
-    state = torch.from_numpy(frames.state)
-    actions = torch.from_numpy(frames.actions)
-    is_pad = torch.from_numpy(frames.is_pad)
+    images, state, actions, is_pad = frames.tensors()
     ones = torch.ones(cfg.batch, len(cfg.views), dtype=torch.bool)
 
     def step_loss(step: int) -> dict[str, Any]:
@@ -416,35 +325,14 @@ def train_smolvla_demo(
         )  # fmt: skip
         return {"loss": loss}
 
-    schedule = Schedule(cfg.steps, cfg.lr, cfg.min_lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
-    history = run_training(list(model.parameters()), step_loss, schedule, "train-demo smolvla", progress)
-    losses = history["loss"]
-    t_trained = time.perf_counter()
+    losses = run.train(list(model.parameters()), step_loss, "train-demo smolvla")["loss"]
     model.eval()
     save_checkpoint(out, model)
-    plot_loss(losses, out / "loss.png", title="SmolVLA demo training (flow-matching MSE)")
-    summary = {
-        "family": "smolvla",
-        "task": dataset_task(dataset, cfg.task),  # what the episodes were recorded on
-        "difficulty": cfg.difficulty,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "views": list(cfg.views),
-        "prompts": sorted(set(prompts)),
-        "config": {**asdict(cfg), "views": list(cfg.views)},
-        "training": {
-            "episodes_used": used,
-            "frames": int(n),
-            "recorded": recorded,
-            "record_s": round(t_recorded - t_start, 1),
-            "train_s": round(t_trained - t_recorded, 1),
-            "total_s": round(time.perf_counter() - t_start, 1),
-            "final_loss": float(np.mean(losses[-100:])),
-            "torch": torch.__version__,
-            "threads": cfg.threads,
-        },
-    }
-    atomic_write_json(out / "train.json", summary)
-    atomic_write_json(out / "loss.json", {"loss": [round(x, 5) for x in losses]})
+    data = {"episodes_used": used, "frames": int(n), "recorded": recorded}
+    finals = {"final_loss": final(losses)}
+    own = {"family": "smolvla", "prompts": sorted(set(prompts))}
+    summary = run.write_summary("train.json", cfg, dataset, model, run.training_summary(data, finals), **own)
+    run.write_losses({"loss": losses}, losses, "SmolVLA demo training (flow-matching MSE)")
     return summary
 
 
@@ -487,37 +375,16 @@ def sizes_config(folder: Path) -> Any:
     )
 
 
-def run_from_cli(
-    out: Path,
-    *,
-    steps: int | None,
-    episodes: int | None,
-    dataset: Path | None,
-    seed: int,
-    threads: int | None,
-    views: tuple[str, ...] | None = None,
-) -> None:
-    """`hotloop train-demo --family smolvla`."""
-    import typer
-
-    from hotloop.train.loop import cli_updates
-
-    updates = cli_updates(seed, views, steps, episodes, threads)
-    cfg = dataclasses.replace(TrainSmolVLADemoConfig(), **updates)
-    summary = train_smolvla_demo(cfg, out, dataset_dir=dataset)
-    tr = summary["training"]
-    typer.echo(
-        f"trained {summary['parameters'] / 1e6:.2f} M parameters in {tr['train_s']:.0f} s (recording "
-        f"{tr['record_s']:.0f} s); final flow-matching loss {tr['final_loss']:.4f}; wrote the checkpoint "
-        f"{out} (try `hotloop eval {out} --task {summary['task']}`)"
-    )
-
+TRAINER = DemoTrainer(
+    TrainSmolVLADemoConfig, train_smolvla_demo, "demo:conveyor-smolvla", ship_checkpoint("smolvla"),
+    finals=(("flow-matching loss", "final_loss"),), wrote=TRY_EVAL,
+)  # fmt: skip
 
 __all__ = [
     "TrainSmolVLADemoConfig",
     "flow_matching_loss",
     "lerobot_config",
-    "run_from_cli",
+    "TRAINER",
     "sample_time",
     "train_smolvla_demo",
 ]

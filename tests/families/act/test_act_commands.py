@@ -200,7 +200,11 @@ def test_compress_quantizes_an_act_checkpoint(ckpt: Path, tmp_path: Path) -> Non
     assert res.exit_code == 0, res.output
     rows = json.loads(js.read_text())["rows"]
     assert rows[-1]["step"] == "quantize" and rows[-1]["action"]["cosine"] >= 0.99
-    assert json.loads((out / "manifest.json").read_text())["kind"] == "act"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "act"
+    # A compressed plan loads in LeRobot's own loop too (tests/lerobot/test_plugin_files.py).
+    assert json.loads((out / "config.json").read_text())["type"] == "hotloop"
+    assert {"config.json", "policy_preprocessor.json", "policy_postprocessor.json"} <= set(manifest["files"])
 
 
 def test_compress_prunes_the_transformer_and_refuses_what_act_lacks(ckpt: Path, tmp_path: Path) -> None:

@@ -310,9 +310,11 @@ def synthetic_chunks(state: np.ndarray, env: np.ndarray, horizon: int) -> np.nda
 def train_checkpoint(folder: Path, steps: int = 600, seed: int = 0, **overrides: Any) -> Path:
     """A checkpoint trained with LeRobot's loss (`hotloop.train.diffusion_demo.diffusion_loss`) to map
     (state, env) to `synthetic_chunks`, saved in LeRobot's layout with its data's statistics."""
+    from hotloop.lerobot.checkpoint_files import write_processors
     from hotloop.models.diffusion import DiffusionModel
     from hotloop.models.diffusion_config import read_diffusion_config
-    from hotloop.train.diffusion_demo import _episode_stats, aggregate, diffusion_loss, write_processors
+    from hotloop.train.diffusion_demo import diffusion_loss
+    from hotloop.train.lerobot_frames import aggregate_feature, feature_stats
 
     cfg = trained_config(**overrides)
     rng = np.random.default_rng(seed)
@@ -321,9 +323,9 @@ def train_checkpoint(folder: Path, steps: int = 600, seed: int = 0, **overrides:
     env = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
     chunks = synthetic_chunks(state, env, h).astype(np.float32)
     stats = {
-        "observation.state": aggregate([_episode_stats(state, n)]),
-        "observation.environment_state": aggregate([_episode_stats(env, n)]),
-        "action": aggregate([_episode_stats(chunks.reshape(-1, 2), n * h)]),
+        "observation.state": aggregate_feature([feature_stats(state)]),
+        "observation.environment_state": aggregate_feature([feature_stats(env)]),
+        "action": aggregate_feature([feature_stats(chunks.reshape(-1, 2))]),
     }
 
     def minmax(x: np.ndarray, key: str) -> torch.Tensor:

@@ -186,6 +186,35 @@ def test_compress_refuses_the_ddim_step_for_other_families_and_typos(tmp_path: P
     assert not any((tmp_path / n).exists() for n in "tdp")
 
 
+def test_compress_onestep_distils_the_ddim_sampler_into_two_steps(tiny_ckpt: Path, tmp_path: Path) -> None:
+    """`ddim:5,onestep:2`: a DDIM 2-step U-Net trained toward the DDIM 5 samples on recorded frames, written
+    as a DDIM 2 plan; a DDPM policy (stochastic, no one trajectory) is refused before any work."""
+    data = tmp_path / "data"
+    res = runner.invoke(
+        app, ["record", "--task", "conveyor-pick", "--episodes", "1", "-o", str(data), "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    common = ["--data", str(data), "--backends", "eager", "--bench-iters", "2", "--eval-observations", "2",
+              "--calibration-frames", "4", "--threads", "1", "--quiet"]  # fmt: skip
+    res = runner.invoke(
+        app, ["compress", str(tiny_ckpt), "--recipe", "onestep:2", "-o", str(tmp_path / "x"), *common]
+    )
+    assert res.exit_code == 2 and "put its DDIM sampler first, e.g. --recipe ddim:10,onestep:2" in res.output
+    assert not (tmp_path / "x").exists()
+    out, js = tmp_path / "o", tmp_path / "o.json"
+    res = runner.invoke(
+        app,
+        ["compress", str(tiny_ckpt), "--recipe", "ddim:5,onestep:2", "-o", str(out), "--tolerance", "cos:0.01",
+         "--distill-steps", "8", "--distill-batch", "4", "--distill-lr", "1e-3", "--json", str(js), *common],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    row = json.loads(js.read_text())["rows"][-1]
+    assert row["step"] == "onestep:2" and row["num_steps"] == 2 and row["details"]["teacher_steps"] == 5
+    assert row["details"]["chunk_mse_after"] < row["details"]["chunk_mse_before"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["noise_scheduler_type"] == "DDIM" and manifest["shape"]["num_steps"] == 2
+
+
 # ---- the parity fixture ---------------------------------------------------------------------------------
 
 

@@ -54,7 +54,6 @@ def test_bench_and_compile_take_the_folder(checkpoint: Path, tmp_path: Path) -> 
     assert manifest["kind"] == "pi" and manifest["policy"]["checkpoint"] == str(checkpoint.resolve())
 
 
-@pytest.mark.slow
 def test_eval_runs_the_folder_in_closed_loop(checkpoint: Path) -> None:
     from hotloop.closedloop.pool import run_episodes
     from hotloop.closedloop.workers import EpisodeJob

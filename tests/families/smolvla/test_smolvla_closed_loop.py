@@ -14,7 +14,6 @@ from hotloop.realtime.rtc import DELAY_KEY, GUIDED_KEY, MODE_KEY, PREV_ACTIONS_K
 from hotloop.targets import TargetOptions, find_target
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["sync", "rtc-soft"])
 def test_an_episode_runs_in_closed_loop(checkpoint: Path, strategy: str) -> None:
     from hotloop.closedloop.pool import run_episodes
@@ -33,7 +32,6 @@ def test_an_episode_runs_in_closed_loop(checkpoint: Path, strategy: str) -> None
     assert not interrupted and record["error"] is None and record["inferences"] >= 2
 
 
-@pytest.mark.slow
 def test_the_named_target_runs_in_closed_loop() -> None:
     from hotloop.closedloop.pool import run_episodes
     from hotloop.closedloop.workers import EpisodeJob

@@ -193,6 +193,32 @@ def test_compress_step_distillation_trains_the_expert(make_checkpoint: Any, tmp_
     )
 
 
+def test_compress_onestep_student_on_recorded_frames(make_checkpoint: Any, tmp_path: Path) -> None:
+    """`onestep:2` on a SmolVLA folder: trained on --data frames (their chunks anchor the flow), written
+    as a 2-step plan whose fit to the teacher's 10-step chunks improved."""
+    checkpoint = make_checkpoint(sizes=TWO_LAYERS)
+    data = tmp_path / "data"
+    res = runner.invoke(app, ["record", "--task", "reach", "--episodes", "1", "--views", "top,wrist", "-o", str(data),
+                              "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out, js = tmp_path / "o", tmp_path / "o.json"
+    res = runner.invoke(
+        app,
+        ["compress", str(checkpoint), "--recipe", "onestep:2", "-o", str(out), "--data", str(data), "--tolerance",
+         "cos:0.01", "--backends", "eager", "--bench-iters", "2", "--eval-observations", "2", "--calibration-frames",
+         "4", "--distill-steps", "6", "--distill-batch", "4", "--distill-lr", "1e-3", "--threads", "1", "--json",
+         str(js), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    row = json.loads(js.read_text())["rows"][-1]
+    assert row["step"] == "onestep:2" and row["num_steps"] == 2
+    details = row["details"]
+    assert [s["steps"] for s in details["stages"]] == [2] and details["anchor"]["frames"] == 4
+    assert details["trajectories"] == 4 * 4  # four start draws per frame: SmolVLA samples from noise
+    assert details["chunk_mse_after"] < details["chunk_mse_before"]
+    assert json.loads((out / "manifest.json").read_text())["shape"]["num_steps"] == 2
+
+
 @pytest.mark.slow
 def test_compress_int8_calibrates_on_recorded_frames(make_checkpoint: Any, tmp_path: Path) -> None:
     # Three denoising steps as well: ONNX Runtime's static quantizer is quadratic in the graph's nodes, and

@@ -92,7 +92,6 @@ def test_compress_refuses_steps_the_toy_family_cannot_run(tmp_path: Path) -> Non
     assert not (tmp_path / "p").exists()
 
 
-@pytest.mark.slow
 def test_the_compiled_toy_policy_runs_in_closed_loop(compiled: Path) -> None:
     from hotloop.closedloop.pool import run_episodes
     from hotloop.closedloop.workers import EpisodeJob

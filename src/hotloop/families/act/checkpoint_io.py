@@ -26,7 +26,6 @@ import torch
 from hotloop.models.act import ACTION_KEY, ENV_STATE_KEY, PREFIX, STATE_KEY, ACTConfig
 
 NORMALIZATION = {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}  # ACTConfig's default
-EPS = 1e-8  # the normalisers' default eps
 
 
 def input_features(cfg: ACTConfig) -> dict[str, dict[str, Any]]:
@@ -44,21 +43,11 @@ def input_features(cfg: ACTConfig) -> dict[str, dict[str, Any]]:
 def lerobot_config(cfg: ACTConfig, **training: Any) -> dict[str, Any]:
     """config.json as LeRobot writes it, in its field order; `training` overrides the training fields
     (dropout, kl_weight, optimizer_lr, ...), which inference does not read."""
+    from hotloop.lerobot.checkpoint_files import config_header
+
+    outputs = {ACTION_KEY: {"type": "ACTION", "shape": [cfg.action_dim]}}
     fields: dict[str, Any] = {
-        "type": "act",
-        "n_obs_steps": 1,
-        "input_features": input_features(cfg),
-        "output_features": {ACTION_KEY: {"type": "ACTION", "shape": [cfg.action_dim]}},
-        "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
-        "repo_id": None,
-        "private": None,
-        "tags": None,
-        "license": None,
-        "pretrained_path": None,
-        "pretrained_revision": None,
+        **config_header("act", 1, input_features(cfg), outputs),
         "chunk_size": cfg.chunk_size,
         "n_action_steps": cfg.n_action_steps,
         "normalization_mapping": dict(NORMALIZATION),
@@ -89,56 +78,14 @@ def lerobot_config(cfg: ACTConfig, **training: Any) -> dict[str, Any]:
     return fields
 
 
-def _normalizer_config(features: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"eps": EPS, "features": dict(features), "norm_map": dict(NORMALIZATION)}
-
-
 def write_processors(
     folder: Path, cfg: ACTConfig, stats: Mapping[str, Mapping[str, np.ndarray | torch.Tensor]]
 ) -> None:
-    """policy_preprocessor.json / policy_postprocessor.json and their stats files (indent 2, as
-    `DataProcessorPipeline._save_pretrained` writes them)."""
-    from hotloop.io import save_tensors
+    """policy_preprocessor.json / policy_postprocessor.json and their stats files
+    (`hotloop.lerobot.checkpoint_files.write_processors`)."""
+    from hotloop.lerobot import checkpoint_files
 
-    features = {**input_features(cfg), ACTION_KEY: {"type": "ACTION", "shape": [cfg.action_dim]}}
-    flat = {
-        f"{key}.{name}": torch.as_tensor(np.asarray(value, dtype=np.float32)).contiguous()
-        for key, per in stats.items()
-        for name, value in per.items()
-    }
-    pre_state = "policy_preprocessor_step_3_normalizer_processor.safetensors"
-    post_state = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
-            {
-                "registry_name": "normalizer_processor",
-                "config": _normalizer_config(features),
-                "state_file": pre_state,
-            },
-        ],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": _normalizer_config({ACTION_KEY: features[ACTION_KEY]}),
-                "state_file": post_state,
-            },
-            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}},
-        ],
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, pipeline, state in (
-        ("policy_preprocessor", pre, pre_state),
-        ("policy_postprocessor", post, post_state),
-    ):
-        (folder / f"{name}.json").write_text(json.dumps(pipeline, indent=2))
-        save_tensors(flat, str(folder / state))
+    checkpoint_files.write_processors(folder, lerobot_config(cfg), stats)
 
 
 def save_act_checkpoint(

@@ -15,8 +15,6 @@ precisions chain without a dtype contract between them.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -24,25 +22,19 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
+from hotloop.families.batching import batch_size
+from hotloop.families.examples import model_in, run_examples
 from hotloop.families.inputs import check_finite, check_kind, to_tensor
-from hotloop.families.protocol import Runner, Signature, SubEngine, as_tuple, run_subengine
-from hotloop.measure.stages import null_timer
+from hotloop.families.one_pass import OnePassPipeline, OnePassShape
+from hotloop.families.protocol import Signature, SubEngine
+from hotloop.families.stages import one_engine
 from hotloop.models.act import ACTConfig, ACTModel
 
 
 @dataclass(frozen=True)
-class ActEngineShape:
+class ActEngineShape(OnePassShape):
     """The fixed shape of a set of ACT engines: only the batch (image sizes and the chunk come from the
     checkpoint's config). `num_steps` is 1: ACT runs in one pass."""
-
-    batch: int
-    num_steps: int = 1
-
-    def __post_init__(self) -> None:
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-            raise ConfigError(f"ActEngineShape.batch must be a positive integer (got {self.batch!r})")
-        if self.num_steps != 1:
-            raise ConfigError(f"ACT runs in one pass: num_steps is 1 (got {self.num_steps!r})")
 
 
 @dataclass
@@ -57,10 +49,7 @@ class ActObservation:
 
     @property
     def batch(self) -> int:
-        for t in (*self.images, self.state, self.env_state):
-            if t is not None:
-                return int(t.shape[0])
-        raise ConfigError("an ACT observation holds no input (no camera, no state, no env state)")
+        return batch_size(self)
 
 
 def image_names(cfg: ACTConfig) -> tuple[str, ...]:
@@ -146,22 +135,12 @@ def build_subengines(model: ACTModel, shape: ActEngineShape, dtype: torch.dtype)
             "this ACT checkpoint has no camera (its input_features hold no VISUAL feature), so it has no "
             "backbone stage to build; hotloop runs it eagerly (eval, serve, verify) but compiles ACT with cameras"
         )
-    if next(model.parameters()).dtype != dtype:
-        model = copy.deepcopy(model).to(dtype)
-    model = model.eval()
+    model = cast(ACTModel, model_in(model, dtype))
     modules: dict[str, nn.Module] = {
         "backbone": BackboneEngine(model).eval(),
         "transformer": TransformerEngine(model).eval(),
     }
-    obs = example_observation(cfg, shape)
-    values = observation_values(cfg, obs)
-    engines = {}
-    with torch.no_grad():
-        for name, sig in signatures(cfg).items():
-            inputs = tuple(values[n] for n in sig.input_names)
-            values.update(zip(sig.output_names, as_tuple(modules[name](*inputs)), strict=True))
-            engines[name] = SubEngine(name, modules[name], inputs, sig.input_names, sig.output_names)
-    return engines
+    return run_examples(modules, signatures(cfg), observation_values(cfg, example_observation(cfg, shape)))
 
 
 def observation_values(cfg: ACTConfig, obs: ActObservation) -> dict[str, Tensor]:
@@ -174,30 +153,14 @@ def observation_values(cfg: ACTConfig, obs: ActObservation) -> dict[str, Tensor]
     return values
 
 
-class ActPipeline:
+class ActPipeline(OnePassPipeline):
     """backbone -> transformer, each timed as its stage."""
 
-    def __init__(
-        self,
-        cfg: ACTConfig,
-        shape: ActEngineShape,
-        runners: Mapping[str, Runner],
-        signatures: Mapping[str, Signature],
-    ) -> None:
-        missing = [n for n in ("backbone", "transformer") if n not in runners]
-        if missing:
-            raise ConfigError(f"the ACT pipeline needs runners for {', '.join(missing)}")
-        self.cfg, self.shape = cfg, shape
-        self.runners, self.signatures = dict(runners), dict(signatures)
+    family = "ACT"
+    stages = (one_engine("backbone"), one_engine("transformer"))
 
-    @torch.no_grad()
-    def sample(self, obs: ActObservation, noise: Tensor | None = None, timer: Any = None) -> Tensor:
-        timer = timer if timer is not None else null_timer()
-        values = observation_values(self.cfg, obs)
-        for name in ("backbone", "transformer"):
-            with timer.stage(name):
-                run_subengine(self.runners[name], self.signatures[name], values)
-        return values["actions"]
+    def inputs(self, obs: ActObservation) -> dict[str, Tensor]:
+        return observation_values(self.cfg, obs)
 
 
 def validate_observation(cfg: ACTConfig, shape: ActEngineShape, obs: Any) -> ActObservation:
@@ -241,24 +204,6 @@ def validate_observation(cfg: ACTConfig, shape: ActEngineShape, obs: Any) -> Act
         checked[name] = t
     return ActObservation(
         tuple(checked[n] for n in image_names(cfg)), checked.get("state"), checked.get("env_state")
-    )
-
-
-def stack(observations: list[ActObservation]) -> ActObservation:
-    first = observations[0]
-
-    def cat(get: Any) -> Tensor | None:
-        return None if get(first) is None else torch.cat([get(o) for o in observations])
-
-    images = tuple(torch.cat([o.images[i] for o in observations]) for i in range(len(first.images)))
-    return ActObservation(images, cat(lambda o: o.state), cat(lambda o: o.env_state))
-
-
-def select(obs: ActObservation, index: slice | list[int]) -> ActObservation:
-    return ActObservation(
-        tuple(x[index] for x in obs.images),
-        None if obs.state is None else obs.state[index],
-        None if obs.env_state is None else obs.env_state[index],
     )
 
 

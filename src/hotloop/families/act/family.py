@@ -8,7 +8,6 @@ units in and out through the checkpoint's processors) in `policy.py`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -16,23 +15,26 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
-from hotloop.families.protocol import Capabilities, PolicyFamily, Runner, Signature, StageSpec, SubEngine
+from hotloop.families.adapter import FamilyAdapter, FamilyParts
+from hotloop.families.batching import to_device
+from hotloop.families.protocol import Capabilities, StageSpec
+from hotloop.families.stages import one_engine
 
 
-class ActFamily(PolicyFamily):
+class ActFamily(FamilyAdapter):
     name: ClassVar[str] = "act"
     lerobot_types: ClassVar[tuple[str, ...]] = ("act",)
-    stages: ClassVar[tuple[StageSpec, ...]] = (
-        StageSpec("backbone", ("backbone",)),
-        StageSpec("transformer", ("transformer",)),
-    )
+    stages: ClassVar[tuple[StageSpec, ...]] = (one_engine("backbone"), one_engine("transformer"))
     # Pruning: the transformer's feed-forward neurons (`compression.py`); no loop, so no step reduction.
     capabilities: ClassVar[Capabilities] = Capabilities(pruning=True)
 
-    # ---- configs, shapes and models ----------------------------------------------------------------
-    def config_to_dict(self, cfg: Any) -> dict[str, Any]:
-        return dataclasses.asdict(cfg)
+    def parts(self) -> FamilyParts:
+        from hotloop.families.act.engines import ActEngineShape, ActPipeline, build_subengines
+        from hotloop.models.act import ACTModel
 
+        return FamilyParts(ACTModel, ActEngineShape, ActPipeline, {"plain": build_subengines})
+
+    # ---- configs -----------------------------------------------------------------------------------
     def config_from_dict(self, data: dict[str, Any]) -> Any:
         from hotloop.models.act import ACTConfig
 
@@ -47,55 +49,10 @@ class ActFamily(PolicyFamily):
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed ACT config in the manifest ({type(exc).__name__}: {exc})") from None
 
-    def config_of(self, model: nn.Module) -> Any:
-        return model.cfg
-
     def variant(self, cfg: Any) -> str:
         return "act"
 
-    def empty_model(self, cfg: Any) -> nn.Module:
-        from hotloop.models.act import ACTModel
-
-        with torch.device("meta"):
-            return ACTModel(cfg)
-
-    def default_shape(self, cfg: Any, batch: int = 1) -> Any:
-        from hotloop.families.act.engines import ActEngineShape
-
-        return ActEngineShape(batch=batch)
-
-    def shape_from_dict(self, data: dict[str, Any]) -> Any:
-        from hotloop.families.act.engines import ActEngineShape
-
-        return ActEngineShape(**data)
-
-    def with_steps(self, shape: Any, num_steps: int) -> Any:
-        if num_steps != shape.num_steps:
-            raise ConfigError("ACT predicts its chunk in one pass: it has no denoising steps to change")
-        return shape
-
-    # ---- sub-engines and the sampler ---------------------------------------------------------------
-    def build_subengines(
-        self, model: nn.Module, shape: Any, dtype: torch.dtype, recipe: str = "plain"
-    ) -> dict[str, SubEngine]:
-        from hotloop.families.act.engines import build_subengines
-
-        if recipe != "plain":
-            raise ConfigError(f"the ACT family has the plain recipe only (got {recipe!r})")
-        return build_subengines(model, shape, dtype)  # type: ignore[arg-type]
-
-    def pipeline(
-        self,
-        cfg: Any,
-        shape: Any,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> Any:
-        from hotloop.families.act.engines import ActPipeline
-
-        return ActPipeline(cfg, shape, runners, signatures)
-
+    # ---- the sampler -------------------------------------------------------------------------------
     def sample_actions(
         self, model: nn.Module, obs: Any, noise: Tensor, num_steps: int | None = None
     ) -> Tensor:
@@ -112,10 +69,7 @@ class ActFamily(PolicyFamily):
     def example_observation(self, cfg: Any, shape: Any, device: torch.device | str = "cpu") -> Any:
         from hotloop.families.act.engines import example_observation
 
-        obs = example_observation(cfg, shape)
-        if torch.device(device).type != "cpu":
-            obs = self._to(obs, device)
-        return obs
+        return to_device(example_observation(cfg, shape), device)
 
     def random_observation(self, cfg: Any, shape: Any, seed: int) -> Any:
         from hotloop.families.act.engines import example_observation
@@ -130,34 +84,11 @@ class ActFamily(PolicyFamily):
 
         return validate_observation(cfg, shape, obs)
 
-    def stack(self, observations: list[Any]) -> Any:
-        from hotloop.families.act.engines import stack
-
-        return stack(observations)
-
-    def select(self, obs: Any, index: slice | list[int]) -> Any:
-        from hotloop.families.act.engines import select
-
-        return select(obs, index)
-
-    def batch_size(self, obs: Any) -> int:
-        return int(obs.batch)
-
-    @staticmethod
-    def _to(obs: Any, device: torch.device | str) -> Any:
-        from hotloop.families.act.engines import ActObservation
-
-        return ActObservation(
-            tuple(x.to(device) for x in obs.images),
-            None if obs.state is None else obs.state.to(device),
-            None if obs.env_state is None else obs.env_state.to(device),
-        )
-
-    # ---- policies, data and measurement ------------------------------------------------------------
+    # ---- policies, compression and measurement -----------------------------------------------------
     def engine_policy(self, engine: Any, info: dict[str, Any], seed: int) -> Any:
         from hotloop.families.act.policy import engine_policy
 
-        return engine_policy(engine, info)
+        return engine_policy(engine, info)  # deterministic: no seed to use
 
     def compression(self) -> Any:
         from hotloop.families.act.compression import ActCompression

@@ -80,14 +80,9 @@ def act_policy_spec(cfg: ACTConfig, cameras: tuple[Camera, ...]) -> Any:
     action width; actions in the robot's own units ("absolute"), a whole chunk per inference."""
     from hotloop.policy_spec import ImageSpec, PolicySpec
 
-    return PolicySpec(
-        images=tuple(ImageSpec(c.view, c.shape[1], c.shape[2]) for c in cameras),
-        min_views=len(cameras),
-        images_as="dict",
-        state_dim=cfg.state_dim,
-        action_dim=cfg.action_dim,
-        action_meaning="absolute",
-        horizon=cfg.chunk_size,
+    images = tuple(ImageSpec(c.view, c.shape[1], c.shape[2]) for c in cameras)
+    return PolicySpec.named_views(
+        images, state_dim=cfg.state_dim, action_dim=cfg.action_dim, horizon=cfg.chunk_size
     )
 
 

@@ -28,6 +28,40 @@ class DiffusionCompression:
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"--recipe {name}:{arg}: give a positive step count, e.g. ddim:10")
 
+    def check_onestep(
+        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
+    ) -> None:
+        from hotloop.families.diffusion.onestep import check_onestep
+
+        check_onestep(student_steps, teacher_steps, earlier, model)
+
+    def onestep(
+        self,
+        teacher: Any,
+        student: Any,
+        obs: Any,
+        calib: Any,
+        student_steps: int,
+        teacher_steps: int,
+        config: Any,
+        work: Any,
+        progress: bool,
+    ) -> dict[str, Any]:
+        """`onestep[:K]`: `student` becomes a DDIM K-step copy of `teacher` (its weights are replaced in
+        place, its config switched to DDIM K), trained on `teacher`'s DDIM `teacher_steps` samples."""
+        from hotloop.families.diffusion.onestep import train_diffusion_onestep
+
+        self.check_onestep(student_steps, teacher_steps, (), teacher)
+        return train_diffusion_onestep(
+            teacher, student, obs, calib, student_steps, teacher_steps, config, work, progress
+        )
+
+    def student_model(self, model: Any, student_steps: int) -> Any:
+        """A trainable copy of `model` whose config samples DDIM in `student_steps` steps."""
+        import copy
+
+        return copy.deepcopy(with_config(model, ddim_config(model.cfg, student_steps)))
+
     def recipe_step(self, name: str, arg: str, model: Any, num_steps: int) -> tuple[Any, int, dict[str, Any]]:
         """(a model sharing `model`'s weights whose config samples with DDIM in N steps, N, details)."""
         self.check_recipe_step(name, arg)

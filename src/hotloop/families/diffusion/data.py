@@ -16,26 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hotloop.families.frames import DataLimits, TargetAdapter
-
-
-def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """(H, W, 3) uint8 -> (height, width, 3): the aspect kept, black padding, bilinear; the closed loop's
-    adapter resizes a task's views the same way, so calibration sees what evaluation feeds."""
-    h, w = image.shape[:2]
-    if (h, w) == (height, width):
-        return image
-    from PIL import Image
-
-    ratio = max(h / height, w / width)
-    nh, nw = max(1, round(h / ratio)), max(1, round(w / ratio))
-    resized = np.asarray(
-        Image.fromarray(np.ascontiguousarray(image)).resize((nw, nh), Image.Resampling.BILINEAR)
-    )
-    out = np.zeros((height, width, 3), dtype=np.uint8)
-    top, left = (height - nh) // 2, (width - nw) // 2
-    out[top : top + nh, left : left + nw] = resized
-    return out
+from hotloop.families.frames import DataLimits, TargetAdapter, resize_with_pad
 
 
 def _fitted(image: np.ndarray, height: int, width: int) -> np.ndarray:

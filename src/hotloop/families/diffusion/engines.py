@@ -33,8 +33,6 @@ update in float32.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -42,27 +40,26 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
-from hotloop.families.protocol import Runner, Signature, SubEngine, as_tuple, run_subengine
+from hotloop.families.examples import model_in, run_examples
+from hotloop.families.inputs import check_fields, check_finite, check_kind, to_tensor
+from hotloop.families.pipeline import StagePipeline
+from hotloop.families.protocol import PositiveShape, Signature, SubEngine, run_subengine
+from hotloop.families.stages import loop_stage, one_engine
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.diffusion import DiffusionModel, needs_step_noise
 from hotloop.models.diffusion_config import DiffusionConfig
 from hotloop.models.noise_schedulers import table_step
 
 SUBENGINE_NAMES = ("encoder", "denoise_step", "denoise_loop")
+OBSERVATION_FIELDS = ("state", "images", "env_state")
 
 
 @dataclass(frozen=True)
-class DiffusionEngineShape:
+class DiffusionEngineShape(PositiveShape):
     """The fixed shape a set of sub-engines is built for; the scheduler (DDPM / DDIM) is the config's."""
 
     batch: int
     num_steps: int
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "num_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"DiffusionEngineShape.{name} must be a positive integer (got {value!r})")
 
     @classmethod
     def of(cls, cfg: DiffusionConfig, batch: int = 1) -> DiffusionEngineShape:
@@ -219,6 +216,37 @@ def observation_values(obs: DiffusionObservation) -> dict[str, Tensor]:
     return values
 
 
+def validate_observation(cfg: DiffusionConfig, shape: DiffusionEngineShape, obs: Any) -> DiffusionObservation:
+    """`obs` (a DiffusionObservation or a dict of arrays) as the engines of `shape` take it, or a
+    ConfigError naming the input that does not fit."""
+    fields = check_fields(obs, OBSERVATION_FIELDS, DiffusionObservation, "DiffusionObservation")
+    b, o = shape.batch, cfg.n_obs_steps
+    wants: dict[str, tuple[int, ...] | None] = {
+        "state": (b, o, cfg.state_dim),
+        "images": (b, o, cfg.n_cameras, *cfg.image_shape) if cfg.n_cameras and cfg.image_shape else None,
+        "env_state": (b, o, cfg.env_state_dim) if cfg.env_state_dim is not None else None,
+    }
+    out: dict[str, Tensor | None] = {}
+    for name, want in wants.items():
+        value = fields[name]
+        if want is None:
+            if value is not None:
+                raise ConfigError(f"input {name!r} is given, but this checkpoint takes none")
+            out[name] = None
+            continue
+        if value is None:
+            raise ConfigError(f"input {name!r} is missing; expected shape {want} (float, model space)")
+        t = to_tensor(name, value)
+        if tuple(t.shape) != want:
+            raise ConfigError(f"input {name!r} has shape {tuple(t.shape)}; this engine takes {want}")
+        check_kind(name, t, "float")
+        check_finite(name, t)
+        out[name] = t.float()
+    state = out["state"]
+    assert state is not None
+    return DiffusionObservation(state, out["images"], out["env_state"])
+
+
 @torch.no_grad()
 def build_diffusion_subengines(
     model: DiffusionModel, shape: DiffusionEngineShape, dtype: torch.dtype
@@ -226,9 +254,7 @@ def build_diffusion_subengines(
     """The three sub-engines of `model` for `shape` in `dtype` (the model copied if its dtype differs),
     sharing its weights; example inputs from a seeded observation run through the eager engines."""
     cfg = model.cfg
-    if next(model.parameters()).dtype != dtype:
-        model = copy.deepcopy(model).to(dtype)
-    model = model.eval()
+    model = cast(DiffusionModel, model_in(model, dtype))
     table, columns = step_table(cfg, shape.num_steps)
     sigs = signatures(cfg)
     stochastic = "step_noise" in sigs["denoise_step"].input_names
@@ -243,45 +269,29 @@ def build_diffusion_subengines(
     noise = torch.randn(shape.batch, 1 + shape.num_steps, cfg.horizon, cfg.action_dim, generator=g)
     values.update(noise=noise, x_t=noise[:, 0].contiguous(), step_noise=noise[:, 1].contiguous())
     values.update(step_table=table, step_row=table[0])
-    engines: dict[str, SubEngine] = {}
-    for name, sig in sigs.items():
-        inputs = tuple(values[n] for n in sig.input_names)
-        values.update(zip(sig.output_names, as_tuple(modules[name](*inputs)), strict=True))
-        constants = {"step_table": table} if name.startswith("denoise") else {}
-        engines[name] = SubEngine(name, modules[name], inputs, sig.input_names, sig.output_names, constants)
-    return engines
+    constants = {"denoise_step": {"step_table": table}, "denoise_loop": {"step_table": table}}
+    return run_examples(modules, sigs, values, constants)
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------
 
 
-class DiffusionPipeline:
+class DiffusionPipeline(StagePipeline):
     """encoder -> denoise (the loop engine once, or the step engine N times over the table rows)."""
 
-    def __init__(
-        self,
-        cfg: DiffusionConfig,
-        shape: DiffusionEngineShape,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> None:
-        missing = [] if "encoder" in runners else ["encoder"]
-        if not ("denoise_loop" in runners or "denoise_step" in runners):
-            missing.append("denoise_step or denoise_loop")
-        if missing:
-            raise ConfigError(f"the diffusion pipeline needs runners for {', '.join(missing)}")
-        if "step_table" not in constants:
+    family = "diffusion"
+    stages = (one_engine("encoder"), loop_stage("denoise", table="step_table", row_input="step_row"))
+    cfg: DiffusionConfig
+    shape: DiffusionEngineShape
+
+    def prepare(self) -> None:
+        if "step_table" not in self.constants:
             raise ConfigError("the diffusion pipeline needs the engines' step_table constant")
-        table = constants["step_table"]
-        if int(table.shape[0]) != shape.num_steps:
+        self.table = self.constants["step_table"]
+        if int(self.table.shape[0]) != self.shape.num_steps:
             raise ConfigError(
-                f"the step table has {int(table.shape[0])} rows; this engine runs {shape.num_steps} steps"
+                f"the step table has {int(self.table.shape[0])} rows; this engine runs {self.shape.num_steps} steps"
             )
-        self.cfg, self.shape = cfg, shape
-        self.runners, self.constants, self.signatures = dict(runners), dict(constants), dict(signatures)
-        self.table = table
-        self.denoise = "denoise_loop" if "denoise_loop" in runners else "denoise_step"
         self.stochastic = "step_noise" in self.signatures["denoise_step"].input_names
 
     def check(self, obs: DiffusionObservation, noise: Tensor) -> None:
@@ -310,7 +320,7 @@ class DiffusionPipeline:
             run_subengine(self.runners["encoder"], self.signatures["encoder"], values)
         n = self.shape.num_steps
         with timer.stage("denoise"):
-            if self.denoise == "denoise_loop":
+            if self.runs["denoise"] == "denoise_loop":
                 values["noise"] = noise[:, : 1 + n].float()
                 values["step_table"] = self.table
                 run_subengine(self.runners["denoise_loop"], self.signatures["denoise_loop"], values)

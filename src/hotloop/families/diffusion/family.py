@@ -10,99 +10,53 @@ the step reduction hotloop recommends (docs: the sensitivity to N, `hotloop.fami
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from hotloop.errors import ConfigError
-from hotloop.families.inputs import check_fields, check_finite, check_kind, to_tensor
-from hotloop.families.protocol import (
-    Capabilities,
-    LoopSpec,
-    PolicyFamily,
-    Runner,
-    Signature,
-    StageSpec,
-    SubEngine,
-)
-
-FIELDS = ("state", "images", "env_state")
+from hotloop.families.adapter import FamilyAdapter, FamilyParts
+from hotloop.families.protocol import Capabilities, StageSpec
+from hotloop.families.stages import loop_stage, one_engine
 
 
-class DiffusionFamily(PolicyFamily):
+class DiffusionFamily(FamilyAdapter):
     name: ClassVar[str] = "diffusion"
     lerobot_types: ClassVar[tuple[str, ...]] = ("diffusion",)
     stages: ClassVar[tuple[StageSpec, ...]] = (
-        StageSpec("encoder", ("encoder",)),
-        StageSpec(
-            "denoise",
-            ("denoise_step", "denoise_loop"),
-            LoopSpec(step="denoise_step", loop="denoise_loop", table="step_table", row_input="step_row"),
-        ),
+        one_engine("encoder"),
+        loop_stage("denoise", table="step_table", row_input="step_row"),
     )
-    capabilities: ClassVar[Capabilities] = Capabilities(step_reduction=True, recipe_steps=("ddim",))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        step_reduction=True, one_step=True, recipe_steps=("ddim",)
+    )
 
-    # ---- configs, shapes and models ----------------------------------------------------------------
-    def config_to_dict(self, cfg: Any) -> dict[str, Any]:
-        return dataclasses.asdict(cfg)
+    def parts(self) -> FamilyParts:
+        from hotloop.families.diffusion.engines import (
+            DiffusionEngineShape,
+            DiffusionPipeline,
+            build_diffusion_subengines,
+        )
+        from hotloop.models.diffusion import DiffusionModel
 
+        return FamilyParts(
+            DiffusionModel, DiffusionEngineShape, DiffusionPipeline, {"plain": build_diffusion_subengines}
+        )
+
+    # ---- configs -----------------------------------------------------------------------------------
     def config_from_dict(self, data: dict[str, Any]) -> Any:
         from hotloop.families.diffusion.config_io import config_from_dict
 
         return config_from_dict(data)
 
-    def config_of(self, model: nn.Module) -> Any:
-        return model.cfg
-
     def variant(self, cfg: Any) -> str:
         return str(cfg.noise_scheduler_type).lower()
 
-    def empty_model(self, cfg: Any) -> nn.Module:
-        from hotloop.models.diffusion import DiffusionModel
+    # `with_steps` is the protocol's: the same scheduler for N steps (DDPM strided, DDIM's own spacing); the
+    # step count is checked against the scheduler when the engines are built.
 
-        with torch.device("meta"):
-            return DiffusionModel(cfg)
-
-    def default_shape(self, cfg: Any, batch: int = 1) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionEngineShape
-
-        return DiffusionEngineShape.of(cfg, batch)
-
-    def shape_from_dict(self, data: dict[str, Any]) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionEngineShape
-
-        return DiffusionEngineShape(**data)
-
-    def with_steps(self, shape: Any, num_steps: int) -> Any:
-        """The same scheduler for `num_steps` steps (DDPM strided, DDIM's own spacing); the step count is
-        checked against the scheduler when the engines are built."""
-        return dataclasses.replace(shape, num_steps=num_steps)
-
-    # ---- sub-engines and the sampler ---------------------------------------------------------------
-    def build_subengines(
-        self, model: nn.Module, shape: Any, dtype: torch.dtype, recipe: str = "plain"
-    ) -> dict[str, SubEngine]:
-        from hotloop.families.diffusion.engines import build_diffusion_subengines
-
-        if recipe != "plain":
-            raise ConfigError(f"the diffusion family has the plain recipe only (got {recipe!r})")
-        return build_diffusion_subengines(model, shape, dtype)  # type: ignore[arg-type]
-
-    def pipeline(
-        self,
-        cfg: Any,
-        shape: Any,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionPipeline
-
-        return DiffusionPipeline(cfg, shape, runners, constants, signatures)
-
+    # ---- the sampler -------------------------------------------------------------------------------
     def sample_actions(
         self, model: nn.Module, obs: Any, noise: Tensor, num_steps: int | None = None
     ) -> Tensor:
@@ -112,7 +66,7 @@ class DiffusionFamily(PolicyFamily):
 
         return sample_actions(model, obs, noise, num_steps)
 
-    # ---- observations ------------------------------------------------------------------------------
+    # ---- observations and noise --------------------------------------------------------------------
     def example_observation(self, cfg: Any, shape: Any, device: torch.device | str = "cpu") -> Any:
         from hotloop.families.diffusion.engines import example_observation
 
@@ -133,59 +87,11 @@ class DiffusionFamily(PolicyFamily):
         return make_noise(cfg, shape.num_steps, batch, generator)
 
     def validate_observation(self, cfg: Any, shape: Any, obs: Any) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionObservation
+        from hotloop.families.diffusion.engines import validate_observation
 
-        fields = check_fields(obs, FIELDS, DiffusionObservation, "DiffusionObservation")
-        b, o = shape.batch, cfg.n_obs_steps
-        wants: dict[str, tuple[int, ...] | None] = {
-            "state": (b, o, cfg.state_dim),
-            "images": (b, o, cfg.n_cameras, *cfg.image_shape) if cfg.n_cameras else None,
-            "env_state": (b, o, cfg.env_state_dim) if cfg.env_state_dim is not None else None,
-        }
-        out: dict[str, Tensor | None] = {}
-        for name, want in wants.items():
-            value = fields[name]
-            if want is None:
-                if value is not None:
-                    raise ConfigError(f"input {name!r} is given, but this checkpoint takes none")
-                out[name] = None
-                continue
-            if value is None:
-                raise ConfigError(f"input {name!r} is missing; expected shape {want} (float, model space)")
-            t = to_tensor(name, value)
-            if tuple(t.shape) != want:
-                raise ConfigError(f"input {name!r} has shape {tuple(t.shape)}; this engine takes {want}")
-            check_kind(name, t, "float")
-            check_finite(name, t)
-            out[name] = t.float()
-        state = out["state"]
-        assert state is not None
-        return DiffusionObservation(state, out["images"], out["env_state"])
+        return validate_observation(cfg, shape, obs)
 
-    def stack(self, observations: list[Any]) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionObservation
-
-        def cat(name: str) -> Tensor | None:
-            parts = [getattr(o, name) for o in observations]
-            return None if parts[0] is None else torch.cat(parts)
-
-        state = cat("state")
-        assert state is not None
-        return DiffusionObservation(state, cat("images"), cat("env_state"))
-
-    def select(self, obs: Any, index: slice | list[int]) -> Any:
-        from hotloop.families.diffusion.engines import DiffusionObservation
-
-        return DiffusionObservation(
-            obs.state[index],
-            None if obs.images is None else obs.images[index],
-            None if obs.env_state is None else obs.env_state[index],
-        )
-
-    def batch_size(self, obs: Any) -> int:
-        return int(obs.state.shape[0])
-
-    # ---- policies, data and measurement ------------------------------------------------------------
+    # ---- policies, compression and measurement -----------------------------------------------------
     def engine_policy(self, engine: Any, info: dict[str, Any], seed: int) -> Any:
         from hotloop.families.diffusion.policy import engine_policy
 

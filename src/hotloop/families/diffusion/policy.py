@@ -57,14 +57,8 @@ def diffusion_spec(cfg: DiffusionConfig) -> Any:
         images = tuple(
             ImageSpec(view_key(k) if k.startswith(IMAGE_PREFIX) else "*", h, w) for k in cfg.camera_keys
         )
-    return PolicySpec(
-        images=images,
-        min_views=len(images),
-        images_as="dict",
-        state_dim=cfg.state_dim,
-        action_dim=cfg.action_dim,
-        action_meaning="absolute",
-        horizon=cfg.n_action_steps,
+    return PolicySpec.named_views(
+        images, state_dim=cfg.state_dim, action_dim=cfg.action_dim, horizon=cfg.n_action_steps
     )
 
 

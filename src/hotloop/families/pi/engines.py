@@ -42,7 +42,6 @@ ONNX Runtime session wrapper...
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
@@ -52,6 +51,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
+from hotloop.families.buckets import check_views_and_prompt
+from hotloop.families.examples import model_in, run_examples
+from hotloop.families.flow import VLM_FLOW_STAGES, EulerLoop
 from hotloop.families.lookup import lookup_rows
 from hotloop.families.pi.blocks import (
     BlockNorm,
@@ -62,7 +64,8 @@ from hotloop.families.pi.blocks import (
 )
 from hotloop.families.pi.precompute import observation_tables, time_table
 from hotloop.families.pi.sampling import PiObservation
-from hotloop.families.protocol import Runner, Signature, SubEngine, as_tuple, constants_of
+from hotloop.families.pipeline import StagePipeline
+from hotloop.families.protocol import PositiveShape, Runner, Signature, SubEngine, as_tuple, constants_of
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
@@ -74,19 +77,13 @@ OBSERVATION_TABLES = ("prefix_mask", "prefix_cos", "prefix_sin", "suffix_mask", 
 
 
 @dataclass(frozen=True)
-class PiEngineShape:
+class PiEngineShape(PositiveShape):
     """The fixed shape a set of sub-engines is built for. prompt_slots <= the config's max_token_len."""
 
     batch: int
     views: int
     prompt_slots: int
     num_steps: int
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "views", "prompt_slots", "num_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"PiEngineShape.{name} must be a positive integer (got {value!r})")
 
     @classmethod
     def of(cls, cfg: PiConfig, batch: int = 1) -> PiEngineShape:
@@ -256,15 +253,10 @@ class DenoiseStepEngine(nn.Module):
         return self.run(x_t, k, v, suffix_mask.to(d), suffix_cos.to(d), suffix_sin.to(d), time_cond, state)
 
 
-class DenoiseLoopEngine(nn.Module):
+class DenoiseLoopEngine(EulerLoop):
     """All N Euler steps unrolled: noise -> actions, x <- x + dt * v in float32 after every step."""
 
-    def __init__(self, step: DenoiseStepEngine, num_steps: int) -> None:
-        super().__init__()
-        self.step = step
-        self.num_steps = num_steps
-        self.dt: Tensor
-        self.register_buffer("dt", torch.tensor(-1.0 / num_steps, dtype=torch.float32))
+    step: DenoiseStepEngine
 
     def forward(
         self,
@@ -327,9 +319,7 @@ def build_pi_subengines(model: PiModel, shape: PiEngineShape, dtype: torch.dtype
         raise ConfigError(
             f"prompt_slots {shape.prompt_slots} exceeds the model's {cfg.max_token_len} prompt slots"
         )
-    if model.dtype != dtype:
-        model = copy.deepcopy(model).to(dtype)
-    model = model.eval()
+    model = cast(PiModel, model_in(model, dtype))
     step = DenoiseStepEngine(model)
     modules: dict[str, nn.Module] = {
         "vision": VisionEngine(model).eval(),
@@ -364,19 +354,12 @@ def _with_examples(
         shape.batch, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(1)
     ).to(device)
     values["noise"] = values["x_t"] = noise
-    engines: dict[str, SubEngine] = {}
-    with torch.no_grad():
-        for name, sig in engine_signatures(cfg).items():
-            inputs = tuple(values[n] for n in sig.input_names)
-            outputs = as_tuple(modules[name](*inputs))
-            values.update(zip(sig.output_names, outputs, strict=True))
-            constants = {"time_table": table} if name.startswith("denoise") else {}
-            if name == "prefix":
-                constants = {TOKEN_EMBEDDING: token_embedding}
-            engines[name] = SubEngine(
-                name, modules[name], inputs, sig.input_names, sig.output_names, constants
-            )
-    return engines
+    constants = {
+        "prefix": {TOKEN_EMBEDDING: token_embedding},
+        "denoise_step": {"time_table": table},
+        "denoise_loop": {"time_table": table},
+    }
+    return run_examples(modules, engine_signatures(cfg), values, constants)
 
 
 def reshape_subengines(
@@ -402,27 +385,13 @@ def reshape_subengines(
 # ---- the pipeline ------------------------------------------------------------------------------------
 
 
-class PiPipeline:
+class PiPipeline(StagePipeline):
     """vision -> prefix -> denoise (loop engine, or step engine N times) over per-sub-engine runners."""
 
-    def __init__(
-        self,
-        cfg: PiConfig,
-        shape: PiEngineShape,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> None:
-        missing = [n for n in ("vision", "prefix") if n not in runners]
-        if not ("denoise_loop" in runners or "denoise_step" in runners):
-            missing.append("denoise_step or denoise_loop")
-        if missing:
-            raise ConfigError(f"PiPipeline needs runners for {', '.join(missing)}")
-        self.cfg, self.shape = cfg, shape
-        self.runners = dict(runners)
-        self.constants = dict(constants)
-        self.signatures = dict(signatures)
-        self.denoise = "denoise_loop" if "denoise_loop" in runners else "denoise_step"
+    family = "pi"
+    stages = VLM_FLOW_STAGES
+    cfg: PiConfig
+    shape: PiEngineShape
 
     @classmethod
     def eager(
@@ -441,16 +410,7 @@ class PiPipeline:
     def check(self, obs: PiObservation, noise: Tensor) -> None:
         """Raise ConfigError when `obs` or `noise` does not fit this pipeline's fixed shape."""
         s, cfg = self.shape, self.cfg
-        b, v = obs.images.shape[:2]
-        if (b, v) != (s.batch, s.views):
-            raise ConfigError(
-                f"observation has batch {b} and {v} views; this engine takes {s.batch} and {s.views}"
-            )
-        if obs.lang_masks.shape[1] > s.prompt_slots and bool(obs.lang_masks[:, s.prompt_slots :].any()):
-            raise ConfigError(
-                f"the prompt has real tokens beyond the engine's {s.prompt_slots} prompt slots; "
-                "build the prefix for a larger prompt bucket"
-            )
+        check_views_and_prompt(obs, s)
         if not cfg.pi05 and obs.state is None:
             raise ConfigError("pi0 needs the observation's state (B, max_state_dim) for its state token")
         if tuple(noise.shape) != (s.batch, cfg.chunk_size, cfg.max_action_dim):
@@ -475,7 +435,7 @@ class PiPipeline:
             values["state"] = obs.state
         table = self.constants["time_table"]
         with timer.stage("denoise"):
-            if self.denoise == "denoise_loop":
+            if self.runs["denoise"] == "denoise_loop":
                 values["noise"] = noise.float()
                 values["time_table"] = table
                 self._run("denoise_loop", values)

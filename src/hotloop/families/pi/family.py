@@ -14,95 +14,42 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from hotloop.errors import ConfigError
-from hotloop.families.protocol import (
-    Capabilities,
-    LoopSpec,
-    PolicyFamily,
-    Runner,
-    Signature,
-    StageSpec,
-    SubEngine,
-)
+from hotloop.families.adapter import FamilyAdapter, FamilyParts
+from hotloop.families.flow import VLM_FLOW_CAPABILITIES, VLM_FLOW_STAGES
+from hotloop.families.protocol import Capabilities, Signature, StageSpec, SubEngine
 
 
-class PiFamily(PolicyFamily):
+class PiFamily(FamilyAdapter):
     name: ClassVar[str] = "pi"
     lerobot_types: ClassVar[tuple[str, ...]] = ("pi0", "pi05")
-    stages: ClassVar[tuple[StageSpec, ...]] = (
-        StageSpec("vision", ("vision",)),
-        StageSpec("prefix", ("prefix",)),
-        StageSpec(
-            "denoise",
-            ("denoise_step", "denoise_loop"),
-            LoopSpec(step="denoise_step", loop="denoise_loop", table="time_table", row_input="time_cond"),
-        ),
-    )
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        rtc=True,
-        prompt_buckets=True,
-        step_reduction=True,
-        step_distillation=True,
+    stages: ClassVar[tuple[StageSpec, ...]] = VLM_FLOW_STAGES
+    capabilities: ClassVar[Capabilities] = dataclasses.replace(
+        VLM_FLOW_CAPABILITIES,
         pruning=True,
         distillation=True,
         qat=True,
         recipes=("plain", "fused"),
-        bucket_stages=("prefix", "denoise"),
         lean_artifact=True,
     )
     lookup_tables: ClassVar[Mapping[str, str]] = {"token_embedding": "prefix"}
 
-    # ---- configs, shapes and models ----------------------------------------------------------------
-    def config_to_dict(self, cfg: Any) -> dict[str, Any]:
-        return dataclasses.asdict(cfg)
+    def parts(self) -> FamilyParts:
+        from hotloop.families.pi.engines import PiEngineShape, PiPipeline
+        from hotloop.families.pi.recipes import RECIPES
+        from hotloop.models.pi0 import PiModel
 
+        return FamilyParts(PiModel, PiEngineShape, PiPipeline, RECIPES)
+
+    # ---- configs -----------------------------------------------------------------------------------
     def config_from_dict(self, data: dict[str, Any]) -> Any:
         from hotloop.families.pi.config_io import config_from_dict
 
         return config_from_dict(data)
 
-    def config_of(self, model: nn.Module) -> Any:
-        return model.cfg
-
     def variant(self, cfg: Any) -> str:
         return "pi05" if cfg.pi05 else "pi0"
 
-    def empty_model(self, cfg: Any) -> nn.Module:
-        from hotloop.models.pi0 import PiModel
-
-        with torch.device("meta"):
-            return PiModel(cfg)
-
-    def default_shape(self, cfg: Any, batch: int = 1) -> Any:
-        from hotloop.families.pi.engines import PiEngineShape
-
-        return PiEngineShape.of(cfg, batch)
-
-    def shape_from_dict(self, data: dict[str, Any]) -> Any:
-        from hotloop.families.pi.engines import PiEngineShape
-
-        return PiEngineShape(**data)
-
     # ---- sub-engines and the sampler ---------------------------------------------------------------
-    def build_subengines(
-        self, model: nn.Module, shape: Any, dtype: torch.dtype, recipe: str = "plain"
-    ) -> dict[str, SubEngine]:
-        from hotloop.families.pi.recipes import RECIPES
-
-        return RECIPES[recipe](model, shape, dtype)  # type: ignore[arg-type]
-
-    def pipeline(
-        self,
-        cfg: Any,
-        shape: Any,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> Any:
-        from hotloop.families.pi.engines import PiPipeline
-
-        return PiPipeline(cfg, shape, runners, constants, signatures)
-
     def signatures(self, cfg: Any) -> dict[str, Signature]:
         from hotloop.families.pi.engines import engine_signatures
 
@@ -134,20 +81,7 @@ class PiFamily(PolicyFamily):
 
         return validate_observation(cfg, shape, obs)
 
-    def stack(self, observations: list[Any]) -> Any:
-        from hotloop.families.pi.batching import stack
-
-        return stack(observations)
-
-    def select(self, obs: Any, index: slice | list[int]) -> Any:
-        from hotloop.families.pi.batching import select
-
-        return select(obs, index)
-
-    def batch_size(self, obs: Any) -> int:
-        return int(obs.batch)
-
-    # ---- policies, data and measurement ------------------------------------------------------------
+    # ---- policies, compression and measurement -----------------------------------------------------
     def engine_policy(self, engine: Any, info: dict[str, Any], seed: int) -> Any:
         from hotloop.families.pi.engine_policy import engine_policy
 
@@ -175,22 +109,12 @@ class PiFamily(PolicyFamily):
 
         return PiCompression()
 
+    # ---- reference runs and prompt buckets ---------------------------------------------------------
     def reference_inputs(self, cfg: Any, inputs: Any, reference: Any) -> tuple[Any, Tensor]:
         from hotloop.families.pi.reference_inputs import reference_observation
 
         obs = reference_observation(cfg, dict(inputs), reference.where("inputs.npz"))
-        noise = reference.array("noise.npy")
-        if noise is None:
-            noise = inputs.get("noise")
-        if noise is None:
-            raise ConfigError(f"{reference.folder}: noise.npy is missing (the sampler's starting noise)")
-        return obs, torch.from_numpy(noise).float()
-
-    # ---- prompt buckets ----------------------------------------------------------------------------
-    def prompt_length(self, obs: Any) -> int:
-        from hotloop.families.buckets import prompt_length
-
-        return prompt_length(obs.lang_masks)
+        return obs, reference.starting_noise(fallback=inputs.get("noise"))
 
     def reshape_subengines(
         self, cfg: Any, engines: Mapping[str, SubEngine], prompt_slots: int
@@ -198,13 +122,3 @@ class PiFamily(PolicyFamily):
         from hotloop.families.pi.engines import reshape_subengines
 
         return reshape_subengines(cfg, engines, prompt_slots)
-
-    def fill_prompt(self, obs: Any, slots: int) -> Any:
-        masks = obs.lang_masks.clone()
-        masks[:, slots:] = False
-        if not bool(masks.any()):
-            masks[:, 0] = True
-        return dataclasses.replace(obs, lang_masks=masks)
-
-    def with_prompt_slots(self, shape: Any, slots: int) -> Any:
-        return dataclasses.replace(shape, prompt_slots=slots)

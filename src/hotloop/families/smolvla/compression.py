@@ -1,4 +1,5 @@
-"""SmolVLA's own compression step: step distillation (`hotloop compress ... --recipe step-distill:N`).
+"""SmolVLA's own compression steps: step distillation (`hotloop compress ... --recipe step-distill:N`) and
+the calls the `onestep[:K]` student makes (`SmolVLAFlowStudent`; the method: `hotloop.compress.onestep`).
 
 The action expert (and the action / time projections: everything the denoising loop runs) is trained so
 that N Euler steps from a noise land where the teacher's reference steps land from the same noise; vision
@@ -178,8 +179,81 @@ def step_distill(
     }
 
 
+class SmolVLAFlowStudent:
+    """SmolVLA's calls for the `onestep[:K]` student (`hotloop.compress.onestep.FlowStudent`): the prefix
+    K/V of vision + VLM + state (frozen), the action expert's velocity, the denoising side's parameters."""
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.cfg
+        self.chunk_shape = (int(cfg.chunk_size), int(cfg.max_action_dim))
+
+    def prefix(self, model: Any, obs: SmolVLAObservation) -> Any:
+        return prefix_cache(model, obs)
+
+    def velocity(self, model: Any, cache: Any, obs: SmolVLAObservation, x: Tensor, t: Tensor) -> Tensor:
+        k, v, pad = cache
+        return model.denoise_step(k, v, pad, x, t)  # type: ignore[no-any-return]
+
+    def select(self, obs: SmolVLAObservation, index: list[int]) -> SmolVLAObservation:
+        return select(obs, index)
+
+    def concat(self, a: SmolVLAObservation, b: SmolVLAObservation) -> SmolVLAObservation:
+        """One batch of both, the prompts padded (masked) to the wider one's slots: recorded frames come
+        with the engines' slots, a policy's own observations with its preprocessor's."""
+        import dataclasses
+
+        from hotloop.families.batching import stack
+        from hotloop.families.smolvla.observation import pad_prompt
+
+        slots = max(a.lang_tokens.shape[1], b.lang_tokens.shape[1])
+        padded = []
+        for o in (a, b):
+            tokens, masks = pad_prompt(o.lang_tokens, o.lang_masks, slots)
+            padded.append(dataclasses.replace(o, lang_tokens=tokens, lang_masks=masks))
+        return stack(padded)
+
+    def batch_size(self, obs: SmolVLAObservation) -> int:
+        return int(obs.batch)
+
+    def denoising_parameters(self, model: Any) -> list[nn.Parameter]:
+        return expert_parameters(model)
+
+
 class SmolVLACompression:
-    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation."""
+    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation and the
+    `onestep[:K]` student."""
+
+    def check_onestep(
+        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
+    ) -> None:
+        from hotloop.compress.onestep import check_onestep
+
+        check_onestep(student_steps, teacher_steps)
+
+    def flow_student(self, model: Any) -> Any:
+        """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
+        return SmolVLAFlowStudent(model)
+
+    def onestep(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        calib: Any,
+        student_steps: int,
+        teacher_steps: int,
+        config: Any,
+        work: Path,
+        progress: bool,
+        explore: Any = None,
+    ) -> dict[str, Any]:
+        from hotloop.compress.onestep import train_flow_onestep
+
+        return train_flow_onestep(
+            SmolVLAFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
+            work, progress,
+            explore,
+        )  # fmt: skip
 
     def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
         check_step_distill(small_steps, teacher_steps)

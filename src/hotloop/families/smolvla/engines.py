@@ -28,7 +28,6 @@ reproduce `sample_actions` bit for bit.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +38,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
-from hotloop.families.protocol import Signature, SubEngine, as_tuple
+from hotloop.families.examples import model_in, run_examples
+from hotloop.families.flow import EulerLoop
+from hotloop.families.protocol import PositiveShape, Signature, SubEngine
 from hotloop.families.smolvla.observation import example_observation
 from hotloop.families.smolvla.tables import observation_tables, time_rows
 from hotloop.models.smolvla import SmolVLAModel
@@ -50,19 +51,13 @@ SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
 
 
 @dataclass(frozen=True)
-class SmolVLAEngineShape:
+class SmolVLAEngineShape(PositiveShape):
     """The fixed shape a set of sub-engines is built for. prompt_slots <= the tokenizer's max_length."""
 
     batch: int
     views: int
     prompt_slots: int
     num_steps: int
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "views", "prompt_slots", "num_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"SmolVLAEngineShape.{name} must be a positive integer (got {value!r})")
 
     @classmethod
     def of(cls, cfg: SmolVLAConfig, batch: int = 1) -> SmolVLAEngineShape:
@@ -287,15 +282,13 @@ class DenoiseStepEngine(nn.Module):
         return self.run(x_t, tuple(kv), mask > 0.5, cos, sin, time_cond)
 
 
-class DenoiseLoopEngine(nn.Module):
+class DenoiseLoopEngine(EulerLoop):
     """All N Euler steps unrolled: noise -> actions, x <- x + dt * v in float32 after every step."""
 
+    step: DenoiseStepEngine
+
     def __init__(self, step: DenoiseStepEngine, num_steps: int) -> None:
-        super().__init__()
-        self.step = step
-        self.num_steps = num_steps
-        self.dt: Tensor
-        self.register_buffer("dt", torch.tensor(-1.0 / num_steps, dtype=torch.float32), persistent=False)
+        super().__init__(step, num_steps, persistent=False)
 
     def forward(self, noise: Tensor, *args: Tensor) -> Tensor:
         """noise, the K/V, suffix_mask, suffix_cos, suffix_sin, time_table (N, B, S, width)."""
@@ -321,9 +314,7 @@ def build_smolvla_subengines(
     """
     cfg = model.cfg
     check_shape(cfg, shape)
-    if model.dtype != dtype:
-        model = copy.deepcopy(model).to(dtype)
-    model = model.eval()
+    model = cast(SmolVLAModel, model_in(model, dtype))
     step = DenoiseStepEngine(model).eval()
     modules: dict[str, nn.Module] = {
         "vision": VisionEngine(model).eval(),
@@ -357,16 +348,8 @@ def with_examples(
         shape.batch, cfg.chunk_size, cfg.max_action_dim, generator=torch.Generator().manual_seed(1)
     )
     values["noise"] = values["x_t"] = noise
-    engines: dict[str, SubEngine] = {}
-    with torch.no_grad():
-        for name, sig in signatures(cfg).items():
-            inputs = tuple(values[n] for n in sig.input_names)
-            values.update(zip(sig.output_names, as_tuple(modules[name](*inputs)), strict=True))
-            constants = {"time_table": table} if name.startswith("denoise") else {}
-            engines[name] = SubEngine(
-                name, modules[name], inputs, sig.input_names, sig.output_names, constants
-            )
-    return engines
+    constants = {"denoise_step": {"time_table": table}, "denoise_loop": {"time_table": table}}
+    return run_examples(modules, signatures(cfg), values, constants)
 
 
 def reshape_subengines(

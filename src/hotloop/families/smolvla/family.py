@@ -14,41 +14,27 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from hotloop.errors import ConfigError
-from hotloop.families.protocol import (
-    Capabilities,
-    LoopSpec,
-    PolicyFamily,
-    Runner,
-    Signature,
-    StageSpec,
-    SubEngine,
-)
+from hotloop.families.adapter import FamilyAdapter, FamilyParts
+from hotloop.families.flow import VLM_FLOW_CAPABILITIES, VLM_FLOW_STAGES
+from hotloop.families.protocol import Capabilities, Signature, StageSpec, SubEngine
 
 
-class SmolVLAFamily(PolicyFamily):
+class SmolVLAFamily(FamilyAdapter):
     name: ClassVar[str] = "smolvla"
     lerobot_types: ClassVar[tuple[str, ...]] = ("smolvla",)
-    stages: ClassVar[tuple[StageSpec, ...]] = (
-        StageSpec("vision", ("vision",)),
-        StageSpec("prefix", ("prefix",)),
-        StageSpec(
-            "denoise",
-            ("denoise_step", "denoise_loop"),
-            LoopSpec(step="denoise_step", loop="denoise_loop", table="time_table", row_input="time_cond"),
-        ),
-    )
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        rtc=True,
-        prompt_buckets=True,
-        step_reduction=True,
-        step_distillation=True,
-        recipes=("plain",),
-        bucket_stages=("prefix", "denoise"),
-        lean_artifact=True,
-    )
+    stages: ClassVar[tuple[StageSpec, ...]] = VLM_FLOW_STAGES
+    capabilities: ClassVar[Capabilities] = dataclasses.replace(VLM_FLOW_CAPABILITIES, lean_artifact=True)
 
-    # ---- configs, shapes and models ----------------------------------------------------------------
+    def parts(self) -> FamilyParts:
+        from hotloop.families.smolvla.engines import SmolVLAEngineShape, build_smolvla_subengines
+        from hotloop.families.smolvla.pipeline import SmolVLAPipeline
+        from hotloop.models.smolvla import SmolVLAModel
+
+        return FamilyParts(
+            SmolVLAModel, SmolVLAEngineShape, SmolVLAPipeline, {"plain": build_smolvla_subengines}
+        )
+
+    # ---- configs -----------------------------------------------------------------------------------
     def config_to_dict(self, cfg: Any) -> dict[str, Any]:
         from hotloop.families.smolvla.config_io import config_to_dict
 
@@ -59,50 +45,10 @@ class SmolVLAFamily(PolicyFamily):
 
         return config_from_dict(data)
 
-    def config_of(self, model: nn.Module) -> Any:
-        return model.cfg
-
     def variant(self, cfg: Any) -> str:
         return "smolvla"
 
-    def empty_model(self, cfg: Any) -> nn.Module:
-        from hotloop.models.smolvla import SmolVLAModel
-
-        with torch.device("meta"):
-            return SmolVLAModel(cfg)
-
-    def default_shape(self, cfg: Any, batch: int = 1) -> Any:
-        from hotloop.families.smolvla.engines import SmolVLAEngineShape
-
-        return SmolVLAEngineShape.of(cfg, batch)
-
-    def shape_from_dict(self, data: dict[str, Any]) -> Any:
-        from hotloop.families.smolvla.engines import SmolVLAEngineShape
-
-        return SmolVLAEngineShape(**data)
-
-    # ---- sub-engines and the sampler ---------------------------------------------------------------
-    def build_subengines(
-        self, model: nn.Module, shape: Any, dtype: torch.dtype, recipe: str = "plain"
-    ) -> dict[str, SubEngine]:
-        from hotloop.families.smolvla.engines import build_smolvla_subengines
-
-        if recipe != "plain":
-            raise ConfigError(f"the SmolVLA family has the plain recipe only (got {recipe!r})")
-        return build_smolvla_subengines(model, shape, dtype)  # type: ignore[arg-type]
-
-    def pipeline(
-        self,
-        cfg: Any,
-        shape: Any,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> Any:
-        from hotloop.families.smolvla.pipeline import SmolVLAPipeline
-
-        return SmolVLAPipeline(cfg, shape, runners, constants, signatures)
-
+    # ---- signatures and the sampler ----------------------------------------------------------------
     def signatures(self, cfg: Any) -> dict[str, Signature]:
         from hotloop.families.smolvla.engines import signatures
 
@@ -134,20 +80,7 @@ class SmolVLAFamily(PolicyFamily):
 
         return validate_observation(cfg, shape, obs)
 
-    def stack(self, observations: list[Any]) -> Any:
-        from hotloop.families.smolvla.observation import stack
-
-        return stack(observations)
-
-    def select(self, obs: Any, index: slice | list[int]) -> Any:
-        from hotloop.families.smolvla.observation import select
-
-        return select(obs, index)
-
-    def batch_size(self, obs: Any) -> int:
-        return int(obs.batch)
-
-    # ---- policies, data and measurement ------------------------------------------------------------
+    # ---- policies, compression and measurement -----------------------------------------------------
     def engine_policy(self, engine: Any, info: dict[str, Any], seed: int) -> Any:
         from hotloop.families.smolvla.engine_policy import engine_policy
 
@@ -164,7 +97,7 @@ class SmolVLAFamily(PolicyFamily):
 
         return SmolVLACompression()
 
-    # ---- reference runs ----------------------------------------------------------------------------
+    # ---- reference runs and prompt buckets ---------------------------------------------------------
     def reference_inputs(self, cfg: Any, inputs: Mapping[str, Any], reference: Any) -> tuple[Any, Tensor]:
         """inputs.npz (LeRobot's model-space batch) with the prompt padded to the engine's slots, and
         noise.npy."""
@@ -173,20 +106,11 @@ class SmolVLAFamily(PolicyFamily):
         obs = reference_observation(
             cfg, dict(inputs), reference.where("inputs.npz"), cfg.tokenizer.max_length
         )
-        noise = reference.array("noise.npy")
-        if noise is None:
-            raise ConfigError(f"{reference.folder}: noise.npy is missing (the sampler's starting noise)")
-        return obs, torch.from_numpy(noise).float()
+        return obs, reference.starting_noise()
 
     def reference_actions(self, cfg: Any, actions: Tensor) -> Tensor:
         """actions.npy holds predict_action_chunk's output: cropped to the action dimension."""
         return actions[..., : cfg.action_dim]
-
-    # ---- prompt buckets ----------------------------------------------------------------------------
-    def prompt_length(self, obs: Any) -> int:
-        from hotloop.families.buckets import prompt_length
-
-        return prompt_length(obs.lang_masks)
 
     def reshape_subengines(
         self, cfg: Any, engines: Mapping[str, SubEngine], prompt_slots: int
@@ -194,16 +118,6 @@ class SmolVLAFamily(PolicyFamily):
         from hotloop.families.smolvla.engines import reshape_subengines
 
         return reshape_subengines(cfg, engines, prompt_slots)
-
-    def fill_prompt(self, obs: Any, slots: int) -> Any:
-        masks = obs.lang_masks.clone()
-        masks[:, slots:] = False
-        if not bool(masks.any()):
-            masks[:, 0] = True
-        return dataclasses.replace(obs, lang_masks=masks)
-
-    def with_prompt_slots(self, shape: Any, slots: int) -> Any:
-        return dataclasses.replace(shape, prompt_slots=slots)
 
 
 __all__ = ["SmolVLAFamily"]

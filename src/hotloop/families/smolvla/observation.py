@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from hotloop.errors import ConfigError
+from hotloop.families.batching import select as select  # re-exported: the compression steps slice with it
 from hotloop.families.inputs import check_fields, check_finite, check_kind, to_tensor
 from hotloop.models.smolvla import LANG_MASK, LANG_TOKENS, STATE, prepare_images, prepare_state
 from hotloop.models.smolvla_config import SmolVLAConfig
@@ -71,27 +72,6 @@ def batch_observation(
     if slots is not None:
         tokens, lang_masks = pad_prompt(tokens, lang_masks, slots, pad_id)
     return SmolVLAObservation(images, masks, tokens, lang_masks, state.float())
-
-
-def stack(observations: list[SmolVLAObservation]) -> SmolVLAObservation:
-    """Batch-1 observations (the same prompt slots) -> one batch."""
-    return SmolVLAObservation(
-        images=torch.cat([o.images for o in observations]),
-        image_masks=torch.cat([o.image_masks for o in observations]),
-        lang_tokens=torch.cat([o.lang_tokens for o in observations]),
-        lang_masks=torch.cat([o.lang_masks for o in observations]),
-        state=torch.cat([o.state for o in observations]),
-    )
-
-
-def select(obs: SmolVLAObservation, index: slice | list[int]) -> SmolVLAObservation:
-    return SmolVLAObservation(
-        obs.images[index],
-        obs.image_masks[index],
-        obs.lang_tokens[index],
-        obs.lang_masks[index],
-        obs.state[index],
-    )
 
 
 def example_observation(

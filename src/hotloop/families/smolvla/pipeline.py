@@ -7,13 +7,14 @@ step engine once per row of the time table with LeRobot's Euler update x <- x + 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor
 
 from hotloop.errors import ConfigError
-from hotloop.families.protocol import Runner, Signature, run_subengine
+from hotloop.families.buckets import check_views_and_prompt
+from hotloop.families.flow import VLM_FLOW_STAGES
+from hotloop.families.pipeline import StagePipeline
+from hotloop.families.protocol import run_subengine
 from hotloop.families.smolvla.engines import SmolVLAEngineShape
 from hotloop.families.smolvla.observation import SmolVLAObservation
 from hotloop.families.smolvla.tables import observation_tables, step_time, time_embedding
@@ -21,27 +22,13 @@ from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.smolvla_config import SmolVLAConfig
 
 
-class SmolVLAPipeline:
+class SmolVLAPipeline(StagePipeline):
     """Runners (one per stage; the denoise stage's step or loop engine) over fixed shapes."""
 
-    def __init__(
-        self,
-        cfg: SmolVLAConfig,
-        shape: SmolVLAEngineShape,
-        runners: Mapping[str, Runner],
-        constants: Mapping[str, Tensor],
-        signatures: Mapping[str, Signature],
-    ) -> None:
-        missing = [n for n in ("vision", "prefix") if n not in runners]
-        if not ("denoise_loop" in runners or "denoise_step" in runners):
-            missing.append("denoise_step or denoise_loop")
-        if missing:
-            raise ConfigError(f"the SmolVLA pipeline needs runners for {', '.join(missing)}")
-        self.cfg, self.shape = cfg, shape
-        self.runners = dict(runners)
-        self.constants = dict(constants)
-        self.signatures = dict(signatures)
-        self.denoise = "denoise_loop" if "denoise_loop" in runners else "denoise_step"
+    family = "SmolVLA"
+    stages = VLM_FLOW_STAGES
+    cfg: SmolVLAConfig
+    shape: SmolVLAEngineShape
 
     @property
     def has_step(self) -> bool:
@@ -50,16 +37,7 @@ class SmolVLAPipeline:
 
     def check(self, obs: SmolVLAObservation, noise: Tensor) -> None:
         s, cfg = self.shape, self.cfg
-        b, v = obs.images.shape[:2]
-        if (b, v) != (s.batch, s.views):
-            raise ConfigError(
-                f"observation has batch {b} and {v} views; this engine takes {s.batch} and {s.views}"
-            )
-        if obs.lang_masks.shape[1] > s.prompt_slots and bool(obs.lang_masks[:, s.prompt_slots :].any()):
-            raise ConfigError(
-                f"the prompt has real tokens beyond the engine's {s.prompt_slots} prompt slots; "
-                "build the prefix for a larger prompt bucket"
-            )
+        check_views_and_prompt(obs, s)
         if obs.lang_masks.shape[1] < s.prompt_slots:
             raise ConfigError(
                 f"the prompt has {obs.lang_masks.shape[1]} slots; this engine takes {s.prompt_slots} "
@@ -99,7 +77,7 @@ class SmolVLAPipeline:
         values = self.encode(obs, timer)
         table = self.constants["time_table"]
         with timer.stage("denoise"):
-            if self.denoise == "denoise_loop":
+            if self.runs["denoise"] == "denoise_loop":
                 values["noise"], values["time_table"] = noise.float(), table
                 run_subengine(self.runners["denoise_loop"], self.signatures["denoise_loop"], values)
                 return values["actions"]

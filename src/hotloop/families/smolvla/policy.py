@@ -62,13 +62,11 @@ def policy_spec(cfg: SmolVLAConfig, settings: PolicySettings) -> Any:
     from hotloop.policy_spec import ImageSpec, PolicySpec
 
     images = tuple(ImageSpec(camera_name(k), *settings.camera_sizes[k]) for k in cfg.camera_keys)
-    return PolicySpec(
-        images=images,
-        min_views=len(images),
-        images_as="dict",
+    return PolicySpec.named_views(
+        images,
         state_dim=cfg.state_dim,
         action_dim=cfg.action_dim,
-        action_meaning=settings.action_meaning,  # type: ignore[arg-type]
+        action_meaning=settings.action_meaning,
         horizon=cfg.n_action_steps,
         prompt=settings.processors is not None,
     )

@@ -12,7 +12,7 @@ from torch import Tensor
 from hotloop.families.smolvla.observation import SmolVLAObservation
 from hotloop.families.smolvla.rtc import Velocity
 from hotloop.measure.stages import StageTimer, null_timer
-from hotloop.models.smolvla import SmolVLAModel, check_inputs, sincos_time
+from hotloop.models.smolvla import SmolVLAModel, check_inputs, euler, sincos_time
 
 
 def embed_suffix_tokens(model: SmolVLAModel, x_t: Tensor, t: Tensor) -> Tensor:
@@ -67,12 +67,5 @@ def sample_actions(
         )
     timer = timer if timer is not None else null_timer()
     k, v, pad = encode(model, obs, timer)
-    steps = num_steps if num_steps is not None else model.cfg.num_steps
-    b = noise.shape[0]
     with timer.stage("denoise"):
-        dt = -1.0 / steps
-        x = noise.to(torch.float32)
-        for step in range(steps):
-            t = torch.tensor(1.0 + step * dt, dtype=torch.float32, device=x.device).expand(b)
-            x = x + dt * model.denoise_step(k, v, pad, x, t)
-    return x
+        return euler(model, k, v, pad, noise, num_steps if num_steps is not None else model.cfg.num_steps)

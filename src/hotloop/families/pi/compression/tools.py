@@ -81,6 +81,41 @@ class PiCompression:
             options=StepDistillOptions(**options),
         )
 
+    def check_onestep(
+        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
+    ) -> None:
+        from hotloop.compress.onestep import check_onestep
+
+        check_onestep(student_steps, teacher_steps)
+
+    def flow_student(self, model: Any) -> Any:
+        """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
+        from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+        return PiFlowStudent(model)
+
+    def onestep(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        calib: Any,
+        student_steps: int,
+        teacher_steps: int,
+        config: Any,
+        work: Path,
+        progress: bool,
+        explore: Any = None,
+    ) -> dict[str, Any]:
+        from hotloop.compress.onestep import train_flow_onestep
+        from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+        return train_flow_onestep(
+            PiFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config, work,
+            progress,
+            explore,
+        )  # fmt: skip
+
     def qat(
         self,
         model: nn.Module,

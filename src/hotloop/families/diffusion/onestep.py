@@ -1,0 +1,156 @@
+"""`ddim:N,onestep[:K]` on a Diffusion Policy: a 1- or 2-step DDIM student of the policy's own N-step
+DDIM sampler.
+
+The student is the same U-Net with the checkpoint's scheduler switched to DDIM in K steps (what
+`ddim:K` would sample, and what a LeRobot user gets from "noise_scheduler_type": "DDIM",
+"num_inference_steps": K), trained so that its K deterministic steps from a start noise x_T land where
+the teacher's N DDIM steps land from the same x_T. This is knowledge distillation of a deterministic
+sampler (Luhman & Luhman 2021, arXiv:2101.02388), the teacher-ODE distillation that consistency
+distillation builds on (Song et al. 2023, arXiv:2303.01469): a K-step plan evaluates the U-Net at K fixed
+timesteps only, so the consistency condition along the whole trajectory reduces to its endpoints at
+those timesteps. The observation encoder stays the teacher's; only the U-Net trains. As for the flow
+families' student (`hotloop.compress.onestep`), the teacher's samples are computed once before training,
+and the policy's own training loss on the recorded chunks of --data (epsilon regression at uniform
+timesteps) is mixed in as an anchor.
+
+The sampler must be deterministic: DDPM draws fresh noise at every step, so a DDPM policy is refused
+before any work (`ddim:N,onestep:K` distils its DDIM N-step sampler instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hotloop.errors import ConfigError
+
+
+def check_onestep(student_steps: int, teacher_steps: int, earlier: tuple[str, ...], model: Any) -> None:
+    """K in 1..2 below the teacher's steps, and a deterministic (DDIM) sampler to learn from."""
+    from hotloop.compress.onestep import MAX_STUDENT_STEPS
+
+    label = "onestep" if student_steps == 1 else f"onestep:{student_steps}"
+    if not 1 <= student_steps <= MAX_STUDENT_STEPS:
+        raise ConfigError(f"--recipe {label}: the student takes 1 or 2 steps (onestep or onestep:2)")
+    ddim = "ddim" in earlier or (model is not None and model.cfg.noise_scheduler_type == "DDIM")
+    if not ddim:
+        raise ConfigError(
+            f"--recipe {label}: this Diffusion Policy samples with DDPM, which adds fresh noise at every step, "
+            f"so there is no one trajectory to learn; put its DDIM sampler first, e.g. --recipe ddim:10,{label}"
+        )
+    if student_steps >= teacher_steps:
+        raise ConfigError(
+            f"--recipe {label}: the student must take fewer steps than the {teacher_steps} it learns from"
+        )
+
+
+def _rows(obs: Any, index: slice) -> Any:
+    from hotloop.families.diffusion.engines import DiffusionObservation
+
+    pick = lambda x: None if x is None else x[index]  # noqa: E731
+    return DiffusionObservation(obs.state[index], pick(obs.images), pick(obs.env_state))
+
+
+def _encode(model: Any, obs: Any) -> Tensor:
+    return model.encode(obs.images, obs.state, obs.env_state)  # type: ignore[no-any-return]
+
+
+def train_diffusion_onestep(
+    teacher: nn.Module,
+    student: nn.Module,
+    obs: Any,
+    calib: Any,
+    student_steps: int,
+    teacher_steps: int,
+    config: Any,
+    work: Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train `student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `teacher`'s
+    DDIM `teacher_steps`; `config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `work`."""
+    from hotloop.compress.onestep import StageSettings
+    from hotloop.models.diffusion import TableSampler
+    from hotloop.nn.resumable import train_resumable
+
+    t_model: Any = teacher
+    s_model: Any = student
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    n = int(obs.state.shape[0])
+    if n < 1:
+        raise ConfigError("--recipe onestep: no observations to distill on")
+    cfg = t_model.cfg
+    shape = (cfg.horizon, cfg.action_dim)
+    teacher_sampler = TableSampler(t_model, cfg.make_scheduler(), teacher_steps)
+    student_sampler = TableSampler(s_model, s_model.cfg.make_scheduler(), student_steps)
+    import time
+
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(config.seed + 4242)
+    draws = config.noise_draws
+    with torch.no_grad():
+        cond = torch.cat([_encode(t_model, _rows(obs, slice(i, i + 64))) for i in range(0, n, 64)])
+        rows = torch.arange(n).repeat(draws)
+        starts = torch.randn((len(rows), *shape), generator=gen)
+        targets = torch.cat(
+            [teacher_sampler(cond[rows[i : i + 256]], starts[i : i + 256]) for i in range(0, len(rows), 256)]
+        )
+    anchored = calib is not None and config.anchor_weight > 0
+    if anchored:
+        with torch.no_grad():
+            anchor_cond = _encode(t_model, calib.obs)
+        anchor_actions = calib.actions[..., : cfg.action_dim].float()
+        alphas = cfg.make_scheduler().alphas_cumprod
+
+    @torch.no_grad()
+    def fit() -> float:
+        idx = list(range(min(64, len(rows))))
+        return float(F.mse_loss(student_sampler(cond[rows[idx]], starts[idx]), targets[idx]))
+
+    def loss_fn(g: torch.Generator) -> Tensor:
+        idx = torch.randperm(len(rows), generator=g)[: min(config.batch, len(rows))]
+        loss = F.mse_loss(student_sampler(cond[rows[idx]], starts[idx]), targets[idx])
+        if anchored:
+            j = torch.randperm(len(anchor_actions), generator=g)[: min(config.batch, len(anchor_actions))]
+            a = anchor_actions[j]
+            eps = torch.randn(a.shape, generator=g)
+            t = torch.randint(0, cfg.num_train_timesteps, (len(j),), generator=g)
+            abar = alphas[t][:, None, None]
+            pred = s_model.unet(abar**0.5 * a + (1 - abar) ** 0.5 * eps, t, anchor_cond[j])
+            loss = loss + config.anchor_weight * F.mse_loss(
+                pred, eps if cfg.prediction_type == "epsilon" else a
+            )
+        return loss
+
+    before = fit()
+    t_targets = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    params = list(s_model.unet.parameters())
+    stage = StageSettings(config.steps, config.lr, config.seed, config.checkpoint_every)
+    kind = f"diffusion-onestep:{student_steps}:{teacher_steps}:{asdict(config)}"
+    state = train_resumable(student, loss_fn, stage, work, kind, None, progress, params)
+    return {
+        "method": "DDIM sampler distillation (Luhman & Luhman 2021, arXiv:2101.02388)",
+        "student_steps": student_steps,
+        "teacher_steps": teacher_steps,
+        "scheduler": "DDIM",
+        "optimizer_steps": state.step,
+        "loss_first": state.losses[0] if state.losses else None,
+        "loss_last": float(sum(state.losses[-10:]) / max(1, len(state.losses[-10:]))),
+        "trajectories": len(rows),
+        "observations": n,
+        "anchor": None if not anchored else {"weight": config.anchor_weight, "frames": len(anchor_actions)},
+        "chunk_mse_before": before,
+        "chunk_mse_after": fit(),
+        "seconds": {"teacher_samples": round(t_targets, 2), "training": round(time.perf_counter() - t0, 2)},
+        "config": asdict(config),
+    }
+
+
+__all__ = ["check_onestep", "train_diffusion_onestep"]

@@ -1,0 +1,40 @@
+"""What the VLM-conditioned flow-matching families (pi0/pi0.5, SmolVLA) share: their stage layout and the
+capabilities it offers, and the base of their loop engines (the step engine's Euler steps unrolled)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from hotloop.families.protocol import Capabilities
+from hotloop.families.stages import loop_stage, one_engine
+
+# vision -> prefix (fills the K/V cache the action expert reads) -> denoise (the flow's steps, one row of the
+# time table each).
+VLM_FLOW_STAGES = (
+    one_engine("vision"),
+    one_engine("prefix"),
+    loop_stage("denoise", table="time_table", row_input="time_cond"),
+)
+# What that layout offers (a family adds its own): RTC's inputs on the denoise step, prompt buckets over the
+# stages that read the prompt, fewer flow steps, step distillation and one-step students.
+VLM_FLOW_CAPABILITIES = Capabilities(
+    rtc=True,
+    prompt_buckets=True,
+    step_reduction=True,
+    step_distillation=True,
+    one_step=True,
+    bucket_stages=("prefix", "denoise"),
+)
+
+
+class EulerLoop(nn.Module):
+    """All N Euler steps of `step` unrolled: noise -> actions, x <- x + dt * v in float32 after every step,
+    dt = -1/N a float32 buffer (`persistent`: kept in the state dict, as pi's loop engine keeps it)."""
+
+    def __init__(self, step: nn.Module, num_steps: int, persistent: bool = True) -> None:
+        super().__init__()
+        self.step = step
+        self.num_steps = num_steps
+        self.dt: Tensor
+        self.register_buffer("dt", torch.tensor(-1.0 / num_steps, dtype=torch.float32), persistent=persistent)

@@ -1,0 +1,71 @@
+"""The plugin's actions are LeRobot's own: for ACT, Diffusion Policy and SmolVLA checkpoints made by LeRobot's
+code, `select_action` of the plugin's policy of ART (through ART's copy of the processors) against
+`select_action` of LeRobot's own policy of the checkpoint, observation by observation, over 2 episodes of
+22 steps with `reset()` between them (22: not a multiple of any n_action_steps here, so an episode ends
+with actions left in the queue, which reset must drop), at batch 1 and batch 2, within the artifact's
+recorded tolerance; Diffusion's and SmolVLA's noise is drawn by each side from the same seed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lerobot_plugin_helpers import run_json
+
+EPISODES, STEPS, BATCHES = 2, 22, (1, 2)
+# (LeRobot's class, actions per chunk predict_action_chunk returns, action dim) of each checkpoint.
+FAMILIES = {
+    "act": ("ACTPolicy", 10, 2),
+    "diffusion": ("DiffusionPolicy", 6, 2),
+    "smolvla": ("SmolVLAPolicy", 10, 6),
+}
+# The cases, all run by one LeRobot process (its imports paid once): each family's own queue semantics, and
+# ACT's other one, set on both sides as `--policy.temporal_ensemble_coeff` would be.
+CASES = {
+    "act": ("act", ()),
+    "diffusion": ("diffusion", ()),
+    "smolvla": ("smolvla", ()),
+    "act-temporal-ensemble": ("act", ("temporal_ensemble_coeff=0.01", "n_action_steps=1")),
+}
+
+
+@pytest.fixture(scope="module")
+def reports(checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path) -> dict:
+    cases = {
+        name: {"ckpt": str(checkpoints[family]), "art": str(artifacts(family)), "batches": list(BATCHES), "set": list(settings)}
+        for name, (family, settings) in CASES.items()
+    }  # fmt: skip
+    spec = {"episodes": EPISODES, "steps": STEPS, "cases": cases}
+    return run_json(["same_actions.py", json.dumps(spec)], lerobot_home)  # type: ignore[no-any-return]
+
+
+def check(report: dict, family: str) -> None:
+    assert "error" not in report, report.get("error")  # the case crashed (its traceback)
+    their_class, chunk, action_dim = FAMILIES[family]
+    assert report["classes"] == [their_class, "HotloopPolicy"]
+    assert [run["batch"] for run in report["runs"]] == list(BATCHES)
+    for run in report["runs"]:
+        batch = run["batch"]
+        assert len(run["episodes"]) == EPISODES
+        for ep in run["episodes"]:
+            assert ep["shape"] == [STEPS, batch, action_dim]
+            assert ep["violation"] is None, (family, batch, ep["agreement"], report["tolerance"])
+            # The actions are not a constant that any plan would match.
+            assert ep["action_std"] > 0.05, ep
+        assert run["chunk"]["shapes"] == [[batch, chunk, action_dim]] * 2
+        assert run["chunk"]["violation"] is None, (family, batch, run["chunk"])
+    # Two episodes saw different observations: different actions (reset did not replay the first).
+    first = report["runs"][0]["episodes"]
+    assert first[0]["first_actions"][0] != first[1]["first_actions"][0]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_plugin_actions_equal_lerobots(family: str, reports: dict) -> None:
+    check(reports[family], family)
+
+
+def test_act_temporal_ensemble_equals_lerobots(reports: dict) -> None:
+    """ACT's other queue semantics (`--policy.temporal_ensemble_coeff=0.01 --policy.n_action_steps=1`)."""
+    check(reports["act-temporal-ensemble"], "act")
