@@ -196,6 +196,7 @@ def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: P
         assert names["prefix@8"][key] == names["prefix"][key], (key, names)
 
 
+@pytest.mark.slow  # about 30 CPU-s: a whole compress recipe over five OpenVINO precisions
 def test_quantize_compile_plans_straight_on_the_backend(recorded: Path, tmp_path: Path) -> None:
     """`quantize,compile --backends openvino`: one planning pass on OpenVINO's own graphs (static int8,
     int8 weights, int4 weights, bf16, fp32 per stage), never eager torch; a precision that misses the

@@ -17,6 +17,7 @@ from hotloop.targets import TargetOptions, find_target
 pytest.importorskip("openvino")
 
 
+@pytest.mark.slow  # about 16 CPU-s: a whole OpenVINO compile of the checkpoint and two policies
 def test_a_lean_smolvla_artifact_serves_its_policy_without_the_model(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
