@@ -8,6 +8,17 @@ from pathlib import Path
 
 import pytest
 
+# The tests test the checkout they live in, also where the venv's editable install points at another one
+# (git worktrees sharing one venv): its sources first, here and in every child process the tests start.
+_CHECKOUT_SOURCES = [
+    str(Path(__file__).resolve().parents[1] / "src"),
+    str(Path(__file__).resolve().parents[1] / "plugins" / "lerobot_policy_hotloop" / "src"),
+]
+sys.path[:0] = [p for p in _CHECKOUT_SOURCES if p not in sys.path]
+os.environ["PYTHONPATH"] = os.pathsep.join([*_CHECKOUT_SOURCES, os.environ.get("PYTHONPATH", "")]).rstrip(
+    os.pathsep
+)
+
 # MuJoCo reads its GL backend at import: headless EGL on machines without a display.
 os.environ.setdefault("MUJOCO_GL", "egl")
 # `hotloop compile` refuses to time on a busy machine; the tests run beside each other (xdist), and time

@@ -50,6 +50,18 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, follow_syml
     return target
 
 
+def atomic_write_figure(path: str | os.PathLike[str], fig: Any, *, dpi: int = 100) -> Path:
+    """Render a matplotlib figure as PNG and write it with `atomic_write_bytes`; the figure is closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
 def _umask() -> int:
     # Reading the umask means setting it; /proc gives it without the (thread-unsafe) round trip.
     try:

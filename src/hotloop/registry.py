@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 from hotloop.errors import ConfigError, UnknownNameError
@@ -17,6 +17,14 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
+
+    @classmethod
+    def of(cls, kind: str, entries: Iterable[tuple[str, T]]) -> Registry[T]:
+        """A registry holding `entries` (name, entry) in order, each registered (so duplicates are refused)."""
+        registry: Registry[T] = cls(kind)
+        for name, entry in entries:
+            registry.register(name, entry)
+        return registry
 
     def register(self, name: str, entry: T) -> None:
         if name in self._entries:

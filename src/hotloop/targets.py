@@ -451,10 +451,7 @@ def find_target(name: str) -> TargetEntry:
 
 def default_targets() -> Registry[TargetEntry]:
     """A fresh registry holding the built-in targets (callers may register more on their copy)."""
-    registry: Registry[TargetEntry] = Registry("target")
-    for name, entry in _BUILTIN:
-        registry.register(name, entry)
-    return registry
+    return Registry.of("target", _BUILTIN)
 
 
 __all__ = [

@@ -98,6 +98,8 @@ def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_we
     res = compile_tiny(out, "openvino", "fp32", "--json", str(js), "--steps", "2")
     assert res.exit_code == 0, res.output
     assert "released the fp32 vision weights" in res.output and "reference not timed" in res.output
+    # An OpenVINO plan is written lean: the weights' hash is kept, the weights are not saved first.
+    assert "saving the fp32 weights" not in res.output
     result = json.loads(js.read_text())
     assert result["released_for_memory"] == ["vision"]
     assert result["reference_latency_ms"] is None and result["speedup_p50"] is None
@@ -119,3 +121,57 @@ def test_a_stage_with_nothing_that_fits_is_one_error_line_naming_why(
     assert res.exit_code == 2, res.output
     assert "no candidate for stage vision was accepted" in res.output and "unavailable" in res.output
     assert "Traceback" not in res.output and not out.exists()
+
+
+def test_under_pressure_a_finished_stage_keeps_its_fastest_and_most_accurate_runners() -> None:
+    """Before any fp32 weights are released, a finished stage drops the runners the whole-plan check can do
+    without: of its five precisions' runners, the fastest and the most accurate stay."""
+    from hotloop.compile.plan import _keep_two_runners
+    from hotloop.compile.planner import Candidate
+    from hotloop.compile.validate import ActionAgreement
+    from hotloop.measure.stats import LatencyStats
+
+    figures = {"int4-weight": (10.0, 0.990), "int8": (12.0, 0.999), "int8-dynamic": (15.0, 0.998),
+               "bf16": (20.0, 0.9999), "fp32": (40.0, 1.0)}  # fmt: skip
+    cands = []
+    for precision, (ms, cos) in figures.items():
+        c = Candidate("vision", "vision", "openvino", precision, status="accepted")
+        c.latency, c.action = LatencyStats.from_samples([ms]), ActionAgreement(cos, 0.0, 0.0)
+        c.runner = torch.nn.Identity()  # what the planner holds: any object that keeps memory alive
+        cands.append(c)
+    other = Candidate("prefix", "prefix", "openvino", "int8", status="accepted", runner=torch.nn.Identity())
+    assert _keep_two_runners([*cands, other], "vision")
+    assert {c.precision for c in cands if c.runner is not None} == {"int4-weight", "fp32"}
+    assert other.runner is not None  # another stage is not touched
+    assert not _keep_two_runners([*cands, other], "vision")  # nothing more to drop
+
+
+def test_plan_memory_gb_caps_what_planning_may_hold(tmp_path: Path, compile_tiny) -> None:
+    """`--plan-memory-gb` bounds the headroom by the limit less this process's resident set: under a
+    limit nothing fits beside the process, every candidate is refused naming the flag (exit 2, nothing
+    written); a bad value is one line before any work, for compile and compress alike."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+    from hotloop.compile.memory_fit import GIB, available_bytes, headroom
+    from hotloop.compile.peak_memory import resident_bytes
+
+    limit = resident_bytes() / GIB + 2
+    assert abs(headroom(limit) - 2 * GIB) < 0.25 * GIB or headroom(limit) == available_bytes()
+    assert headroom(None) == pytest.approx(available_bytes(), rel=0.1)
+    out = tmp_path / "art"
+    res = compile_tiny(
+        out, "openvino", "fp32", "--quiet", "--plan-memory-gb", f"{resident_bytes() / GIB + 0.5:.2f}"
+    )
+    assert res.exit_code == 2, res.output
+    assert (
+        "no candidate for stage vision was accepted" in res.output and "under --plan-memory-gb" in res.output
+    )
+    assert not out.exists()
+    for command in (
+        ["compile", "pi05:tiny", "--budget-ms", "10"],
+        ["compress", "pi05:tiny", "--recipe", "quantize"],
+    ):
+        res = CliRunner().invoke(app, [*command, "-o", str(out), "--plan-memory-gb", "0"])
+        assert res.exit_code == 2 and "--plan-memory-gb must be > 0 (got 0.0)" in res.output, res.output
+        assert not out.exists()

@@ -184,7 +184,7 @@ def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: P
     out = tmp_path / "art"
     res = runner.invoke(
         app,
-        ["compress", "pi05:tiny", "--recipe", "steps:2,quantize,compile", "--data", str(recorded), "--buckets", "8",
+        ["compress", "pi05:tiny", "--recipe", "quantize,compile", "--data", str(recorded), "--buckets", "8",
          "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends",
          "onnxruntime", "--threads", "1", "--quiet", "--tolerance", "cos:0.9", "-o", str(out)],
     )  # fmt: skip
@@ -194,3 +194,44 @@ def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: P
     names = {e["name"]: e for e in manifest["sub_engines"]}
     for key in ("precision", "backend"):
         assert names["prefix@8"][key] == names["prefix"][key], (key, names)
+
+
+@pytest.mark.slow  # about 30 CPU-s: a whole compress recipe over five OpenVINO precisions
+def test_quantize_compile_plans_straight_on_the_backend(recorded: Path, tmp_path: Path) -> None:
+    """`quantize,compile --backends openvino`: one planning pass on OpenVINO's own graphs (static int8,
+    int8 weights, int4 weights, bf16, fp32 per stage), never eager torch; a precision that misses the
+    tolerance is rejected and its stage falls back; the compile row reuses the plan; the reference row
+    is the teacher in memory (no artifact of it written); the result is a lean artifact. One thread: on a
+    CPU with AMX, OpenVINO bf16 crashes the process there, which the planner survives. The teacher's own
+    weights and steps: the planner takes the recipe's reference actions instead of sampling them again."""
+    out, js = tmp_path / "art", tmp_path / "r.json"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "quantize,compile", "--data", str(recorded),
+         "--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends", "openvino",
+         "--threads", "1", "--quiet", "--tolerance", "cos:0.995", "-o", str(out), "--json", str(js)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    report = json.loads(js.read_text())
+    rows = report["rows"]
+    assert [r["step"] for r in rows] == ["reference", "quantize", "compile"]
+    assert rows[0]["latency_source"].startswith("the fp32 teacher in memory") and rows[0]["candidates"] == []
+    quantize, compile_ = rows[1], rows[2]
+    assert compile_["details"] == {"planned_with": "quantize"} and report["kept_step"] == "compile"
+    assert compile_["precision_plan"] == quantize["precision_plan"]
+    assert {p["backend"] for p in quantize["precision_plan"].values()} == {"openvino"}
+    searched = quantize["candidates"]
+    assert {c["candidate"].split(":")[2] for c in searched} == {"openvino"}  # no eager candidate at all
+    precisions = {c["candidate"].split(":")[3].split("[")[0] for c in searched}
+    assert precisions == {"int8", "int8-dynamic", "int4-weight", "bf16", "fp32"}
+    # The per-stage gate: every candidate outside cos 0.995 is rejected by name, none of them is planned
+    # (on pi05:tiny the step engine's int4 weights, at 0.993: the stage falls back to another precision).
+    gated = [c for c in searched if c["action_cos"] is not None and c["action_cos"] < 0.995]
+    assert gated and all(c["status"] == "rejected" and "0.995" in c["reason"] for c in gated), gated
+    crashed = [c for c in searched if "crashed a probe process" in c["reason"]]
+    assert all(c["status"] == "failed" and ":bf16" in c["candidate"] for c in crashed), crashed
+    assert quantize["action"]["cosine"] >= 0.995
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["layout"] == "lean" and manifest["compression"]["applied"] == ["quantize", "compile"]
+    capture = manifest["memory"]["planning"]["calibration"]
+    assert len(capture) == 1 and 0 < capture[0]["held_mb"] <= capture[0]["estimated_mb"]

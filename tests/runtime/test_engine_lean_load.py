@@ -214,3 +214,69 @@ def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path, compi
     assert manifest.get("layout", "weights") == "weights" and manifest["weights"] in manifest["files"]
     engine = hotloop.Engine.load(out, threads=1)
     assert not any(p.is_meta for p in engine.model.parameters())
+
+
+def test_a_second_load_imports_the_compiled_graphs_from_hotloops_cache(ov_art: Path) -> None:
+    """OpenVINO's compiled blobs go to hotloop's cache folder (never the artifact), keyed by the graph
+    files' hashes, precision and settings: the second load imports them and gives the same actions; a
+    thread count the blobs were not compiled for compiles (and caches) its own."""
+    import os
+
+    import torch
+
+    from hotloop.runtime.engine import Engine
+
+    first = Engine.load(ov_art, threads=1)
+    assert set(first.describe()["compiled_blobs"].values()) == {"compiled, cached"}
+    obs = first.example_observation()
+    noise = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(1))  # pi05:tiny's chunk
+    want = first.infer(obs, noise).clone()
+    blobs = Path(os.environ["HOTLOOP_CACHE_DIR"]) / "openvino-blobs"
+    assert len([p for p in blobs.iterdir() if p.is_dir()]) == len(first.runners)
+    assert not any(p.suffix == ".blob" for p in ov_art.rglob("*"))  # nothing written into the artifact
+    second = Engine.load(ov_art, threads=1)
+    assert set(second.describe()["compiled_blobs"].values()) == {"imported"}
+    assert torch.equal(second.infer(obs, noise), want)
+    other = Engine.load(ov_art, threads=2)
+    assert set(other.describe()["compiled_blobs"].values()) == {"compiled, cached"}
+
+
+def test_edited_graph_weights_are_caught_after_a_load_remembered_their_digests(
+    ov_art: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm load reuses a file's sha256 while its inode, size and times are unchanged
+    (`compile.verified_files`); any write moves its ctime, so edited weights of the same size are still
+    one line, exit 2, and their blob is never imported."""
+    import time
+
+    from hotloop.compile import verified_files
+
+    art = _copy(ov_art, tmp_path / "remembered")
+    time.sleep(0.05)  # past the timestamp tick of the copy
+    monkeypatch.setattr(verified_files, "RACY_S", 0.0)  # remember files written a moment ago
+    hashed: list[Path] = []
+    real = verified_files.sha256_file
+    monkeypatch.setattr(verified_files, "sha256_file", lambda p, *a: hashed.append(p) or real(p, *a))
+    assert _bench(str(art)).exit_code == 0
+    files = len(hashed)
+    assert files >= 4 and _bench(str(art)).exit_code == 0 and len(hashed) == files  # none hashed again
+    graph = next(p for p in art.rglob("model.bin"))
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    time.sleep(0.05)
+    graph.write_bytes(bytes(data))
+    res = _bench(str(art))
+    assert res.exit_code == 2, res.output
+    assert f"{graph}: sha256 does not match" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_file_written_within_the_racy_window_is_not_remembered(tmp_path: Path) -> None:
+    import os
+
+    from hotloop.compile.artifact import sha256_file
+    from hotloop.compile.verified_files import FOLDER, file_sha256
+
+    f = tmp_path / "fresh.bin"
+    f.write_bytes(b"x" * 4096)
+    assert file_sha256(f) == sha256_file(f)
+    assert not (Path(os.environ["HOTLOOP_CACHE_DIR"]) / FOLDER).exists()

@@ -187,7 +187,6 @@ def _eval_panel(ax: Any, series: dict[str, list[tuple[int, float, float, float]]
 def plot_history(runs: list[HistoryRun], path: str | Path) -> Path:
     """p50 and p99 of each bench target's total over its runs (bootstrap 95 % bars), and each eval
     point's success rate over its runs (Wilson 95 % bars), against the run number."""
-    import io
 
     import matplotlib
 
@@ -196,7 +195,7 @@ def plot_history(runs: list[HistoryRun], path: str | Path) -> Path:
     from matplotlib.ticker import MaxNLocator
 
     from hotloop.closedloop.baseline import eval_runs, run_key
-    from hotloop.io import atomic_write_bytes
+    from hotloop.io import atomic_write_figure
     from hotloop.measure.compare import quantile_interval
 
     bench: dict[str, list[tuple[int, Interval, Interval]]] = {}
@@ -227,7 +226,4 @@ def plot_history(runs: list[HistoryRun], path: str | Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_figure(path, fig, dpi=100)

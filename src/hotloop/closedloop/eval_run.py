@@ -402,7 +402,7 @@ def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hotloop.io import atomic_write_bytes
+    from hotloop.io import atomic_write_figure
 
     fig, ax = plt.subplots(figsize=(6, 4))
     by: dict[str, list[tuple[float, float, float, float]]] = {}
@@ -426,9 +426,5 @@ def plot_sweep(runs: list[dict[str, Any]], path: str | Path, title: str | None =
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    import io
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_figure(path, fig, dpi=100)

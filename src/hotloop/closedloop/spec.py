@@ -101,6 +101,18 @@ def read_spec_file(path: Path) -> dict[str, Any]:
     from hotloop.io import read_text_bounded
 
     text = read_text_bounded(path, "SPEC", MAX_SPEC_BYTES)
+    try:
+        data = _parse_spec(path, text)
+    except RecursionError:
+        raise ConfigError(f"SPEC {path}: nested too deep to be a sweep spec") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"SPEC {path}: the top level must be a mapping of option: value or [values]")
+    _count_values(data, f"SPEC {path}")
+    return data
+
+
+def _parse_spec(path: Path, text: str) -> Any:
+    """The YAML or JSON in `text`, read as `path`'s suffix says; bad syntax is named."""
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -109,24 +121,15 @@ def read_spec_file(path: Path) -> dict[str, Any]:
                 f"SPEC {path}: reading YAML needs PyYAML (pip install pyyaml), or write it as JSON"
             ) from None
         try:
-            data = yaml.safe_load(text)
+            return yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"SPEC {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        except RecursionError:
-            raise ConfigError(f"SPEC {path}: nested too deep to be a sweep spec") from None
-    elif path.suffix.lower() == ".json":
+    if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            return json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"SPEC {path}: not valid JSON ({e})") from None
-        except RecursionError:
-            raise ConfigError(f"SPEC {path}: nested too deep to be a sweep spec") from None
-    else:
-        raise ConfigError(f"SPEC {path}: give a .yaml, .yml or .json file")
-    if not isinstance(data, dict):
-        raise ConfigError(f"SPEC {path}: the top level must be a mapping of option: value or [values]")
-    _count_values(data, f"SPEC {path}")
-    return data
+    raise ConfigError(f"SPEC {path}: give a .yaml, .yml or .json file")
 
 
 def expand(data: dict[str, Any], where: str, workers: int = 2) -> list[Cell]:

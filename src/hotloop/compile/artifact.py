@@ -44,6 +44,7 @@ from typing import Any
 
 import hotloop
 from hotloop.compile.cpu_features import machine_class, missing_features
+from hotloop.compile.verified_files import file_sha256, sha256_file  # noqa: F401 - sha256_file: re-exported
 from hotloop.errors import CheckpointError
 
 SCHEMA_VERSION = 2
@@ -73,14 +74,6 @@ class SubEngineEntry:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SubEngineEntry:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sha256_state_dict(state: dict[str, Any]) -> str:
@@ -203,7 +196,7 @@ def read_manifest(
             f = root / rel
             if not f.is_file():
                 raise CheckpointError(f"{f}: file listed in the manifest is missing; recompile the artifact")
-            if sha256_file(f) != digest:
+            if file_sha256(f) != digest:
                 raise CheckpointError(
                     f"{f}: sha256 does not match the manifest (changed or truncated); recompile"
                 )

@@ -14,6 +14,12 @@ from hotloop.output_dir import OVERWRITE_HELP
 EXIT_BUDGET_UNMET = 3
 
 
+PLAN_MEMORY_HELP = (
+    "the most resident memory planning may hold, in GiB (e.g. 20): a candidate whose estimate would pass it "
+    "is not tried, after finished stages make room (default: what the machine has free)"
+)
+
+
 def _split(values: list[str] | None) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
@@ -118,6 +124,7 @@ def compile_cmd(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    plan_memory_gb: Annotated[float | None, typer.Option(help=PLAN_MEMORY_HELP)] = None,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
@@ -159,6 +166,7 @@ def compile_cmd(
         progress=not quiet,
         buckets=parse_buckets(buckets) if buckets is not None else (),
         overwrite=overwrite,
+        plan_memory_gb=plan_memory_gb,
     )
     _check_modes(config.inductor_modes)
     if "int8" in config.precisions and calibration is None and not _has_own_task(target):

@@ -108,13 +108,25 @@ def available_bytes() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def refusal(need: MemoryNeed, available: int) -> str | None:
-    """The candidate's reason when it cannot fit, else None."""
+def headroom(limit_gb: float | None = None) -> int:
+    """What planning may still grow by: MemAvailable, and with `limit_gb` (`--plan-memory-gb`) at most
+    that limit less this process's resident set."""
+    available = available_bytes()
+    if limit_gb is None:
+        return available
+    from hotloop.compile.peak_memory import resident_bytes
+
+    return min(available, int(limit_gb * GIB) - resident_bytes())
+
+
+def refusal(need: MemoryNeed, available: int, limit_gb: float | None = None) -> str | None:
+    """The candidate's reason when it cannot fit in `available` (`headroom(limit_gb)`), else None."""
     if need.bytes + RESERVE <= available:
         return None
+    under = f" under --plan-memory-gb {limit_gb:g}" if limit_gb is not None else ""
     return (
         f"needs about {need.bytes / GIB:.1f} GiB to prepare ({need.why}) and {RESERVE / GIB:g} GiB kept "
-        f"free, {available / GIB:.1f} GiB available: not tried (free memory, or leave it out with "
+        f"free, {available / GIB:.1f} GiB available{under}: not tried (free memory, or leave it out with "
         "--backends/--precisions/--variants)"
     )
 

@@ -75,12 +75,14 @@ class PeakMeter:
         }
 
 
-def planning_memory(candidates: list[Any]) -> dict[str, Any]:
-    """The planner's memory, measured: its peak resident set over the candidates, and per (backend,
-    precision) the largest peak growth against the estimate `memory_fit` made (ratio > 1: it took more
-    than estimated, the reserve covered the difference)."""
+def planning_memory(candidates: list[Any], captures: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The planner's memory, measured: its peak resident set over the candidates and the calibration
+    captures (`captures`: `calibration_memory.ensure_capture`'s figures), and per (backend, precision)
+    the largest peak growth against the estimate `memory_fit` made (ratio > 1: it took more than
+    estimated, the reserve covered the difference)."""
     measured = [c for c in candidates if c.memory is not None]
     peaks = [c.memory["peak_rss_mb"] for c in measured if c.memory["peak_rss_mb"] is not None]
+    peaks += [c["peak_rss_mb"] for c in captures or [] if c["peak_rss_mb"] is not None]
     by_kind: dict[str, dict[str, Any]] = {}
     for c in measured:
         growth, estimate = c.memory["peak_growth_mb"], c.memory["estimated_mb"]
@@ -95,4 +97,5 @@ def planning_memory(candidates: list[Any]) -> dict[str, Any]:
         "peak_rss_mb": max(peaks) if peaks else None,
         "measured": bool(peaks),
         "by_backend": by_kind,
+        "calibration": list(captures or []),
     }

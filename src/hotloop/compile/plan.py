@@ -22,6 +22,7 @@ from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
+from hotloop.compile.calibration_memory import drop_unneeded, ensure_capture
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
 from hotloop.compile.peak_memory import PeakMeter, planning_memory
 from hotloop.compile.planner import (
@@ -96,6 +97,10 @@ class EngineSets:
 
         return weight_bytes(self.model) * torch.finfo(dtype).bits // 32
 
+    def built_keys(self) -> list[tuple[torch.dtype, str]]:
+        """The (dtype, variant) engine sets built so far."""
+        return list(self._sets)
+
     def get(self, dtype: torch.dtype, variant: str = "plain") -> dict[str, SubEngine]:
         if (dtype, variant) not in self._sets:
             self._sets[dtype, variant] = self.family.build_subengines(self.model, self.shape, dtype, variant)
@@ -138,6 +143,11 @@ def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> A
     )
 
 
+# Backends whose candidates are compiled and run once in a forked child before the planner prepares them
+# (`hotloop.compile.crash_probe`): OpenVINO's CPU plugin has killed the process on some graphs.
+PROBED_BACKENDS = ("openvino",)
+
+
 def _is_loop_engine(family: PolicyFamily, sub: str) -> bool:
     loop = family.loop_of(sub)
     return loop is not None and sub == loop.loop
@@ -154,7 +164,7 @@ def check_candidate(
 ) -> None:
     """Numerics (per output, per step for the step engine; then final actions), then latency (cut short
     above `give_up_ms`: the candidate is then rejected as slower than the stage's best)."""
-    from hotloop.compile.memory_fit import available_bytes, refusal
+    from hotloop.compile.memory_fit import headroom, refusal
 
     ref_engines = sets.get(torch.float32)
     dtype = get_backend(cand.backend).graph_dtype(cand.precision)
@@ -165,7 +175,9 @@ def check_candidate(
             f"{', '.join(sorted(sets.released))} weights were released to fit: not tried"
         )
         return
-    too_big = refusal(candidate_need(cand, source, sets), available_bytes())
+    too_big = refusal(
+        candidate_need(cand, source, sets), headroom(config.plan_memory_gb), config.plan_memory_gb
+    )
     if too_big is not None:
         cand.status, cand.reason = "unavailable", too_big
         return
@@ -183,6 +195,8 @@ def check_candidate(
         except BackendError as exc:
             cand.status, cand.reason = "unavailable", str(exc)
             return
+    if cand.backend in PROBED_BACKENDS:
+        extra = {**extra, "probe": True}
     runner = safe_prepare(cand, graph, config.threads, extra)
     if runner is None:
         return
@@ -257,6 +271,17 @@ def _release_runners(candidates: list[Candidate], stage: str) -> None:
     for c in candidates:
         if c.stage == stage and c.runner is not None and id(c) not in keep:
             c.runner = None
+
+
+def _keep_two_runners(candidates: list[Candidate], stage: str) -> bool:
+    """Drop every runner of `stage` but its fastest and its most accurate (the whole-plan check then
+    falls back to the most accurate only); whether any was dropped."""
+    keep = {id(choose(candidates, stage)), id(most_accurate(candidates, stage))}
+    dropped = False
+    for c in candidates:
+        if c.stage == stage and c.runner is not None and id(c) not in keep:
+            c.runner, dropped = None, True
+    return dropped
 
 
 @dataclass
@@ -353,7 +378,7 @@ def _plan(
     checks = source.checks
     # Every reference the plan is judged against, taken now: a full-size model may have to release a
     # finished stage's fp32 weights before the last stages fit (`_make_room`).
-    check_refs = [ref_actions, *(ref_pipeline.sample(o, n).clone() for o, n in checks[1:])]
+    check_refs = [ref_actions, *_check_references(source, ref_pipeline, ref_actions)]
     subs = tuple(s for stage in family.stages for s in stage.sub_engines)
     variants = tuple(v for v in config.variants if v in family.capabilities.recipes) or ("plain",)
     candidates = list(candidate_specs(config, subs, variants, source.stage_of))
@@ -370,6 +395,7 @@ def _plan(
     eta = Eta(len(pending))
     snapshot: WeightsSnapshot | None = None
     skipped_by_cache: list[str] = []
+    calibration_memory: list[dict[str, Any]] = []  # each capture's measured memory
     for i, cand in enumerate(pending):
         why = cannot_win(cand, bounds, best_p99(candidates, cand.stage))
         if why is None and (why := cached_slower(cand, candidates)) is not None:
@@ -384,11 +410,19 @@ def _plan(
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
         t0 = time.perf_counter()
+        captured = ensure_capture(cand, source, sets, config, log)
+        if isinstance(captured, str):
+            cand.status, cand.reason = "unavailable", captured
+            log(f"    {cand.status} {cand.reason}")
+            continue
+        if captured is not None:
+            calibration_memory.append({"before": cand.label, **captured})
         meter = PeakMeter.start(candidate_need(cand, source, sets).bytes)
         check_candidate(
             cand, source, sets, ref_runners, ref_actions, config, give_up_ms(cand, candidates, config.search)
         )
         cand.memory = meter.finish()
+        drop_unneeded(sets, pending[i + 1 :], config, log)
         eta.add(time.perf_counter() - t0)
         if cache is not None and cand.cache_key is not None:
             cache.record(cand.cache_key, cand)
@@ -481,7 +515,7 @@ def _plan(
         "speedup_p50": ref_lat["p50"] / plan_lat["p50"] if ref_lat else None,
         "speedup_p99": ref_lat["p99"] / plan_lat["p99"] if ref_lat else None,
         "released_for_memory": sorted(sets.released),
-        "memory": planning_memory(candidates),
+        "memory": planning_memory(candidates, calibration_memory),
         "action_cos_min": agreement.cosine,
         "action_max_abs_normalized": agreement.max_abs_normalized,
         "plan_checked_observations": len(checks),
@@ -502,6 +536,19 @@ def _plan(
         tables = constants_of(_loop_set(source, sets, chosen) or ref_engines)
         tables = {k: v for k, v in tables.items() if k not in family.lookup_tables}
     return Plan(candidates, chosen, result, buckets, snapshot, tables, lookups)
+
+
+def _check_references(source: PolicySource, ref_pipeline: Pipeline, first: Tensor) -> list[Tensor]:
+    """The fp32 actions for `source.plan_checks`: the caller's (`check_actions`) where given, one per
+    check and of the pipeline's shape (`first`: its actions for `source.obs`), else sampled here."""
+    given = source.check_actions
+    if (
+        given is not None
+        and len(given) == len(source.plan_checks)
+        and all(a.shape == first.shape for a in given)
+    ):
+        return list(given)
+    return [ref_pipeline.sample(o, n).clone() for o, n in source.plan_checks]
 
 
 def _untimed(pipe: Pipeline, source: PolicySource) -> Callable[[], Any]:
@@ -599,10 +646,19 @@ def _make_room(
     compiled (stricter). The reference cannot be timed afterwards."""
     import gc
 
-    from hotloop.compile.memory_fit import GIB, available_bytes, refusal
+    from hotloop.compile.memory_fit import GIB, available_bytes, headroom, refusal
 
+    def fits() -> bool:
+        return refusal(candidate_need(cand, source, sets), headroom(config.plan_memory_gb)) is None
+
+    for stage in [s.name for s in source.family.stages]:  # first the runners the plan can do without
+        if fits():
+            return snapshot
+        if stage in finished and _keep_two_runners(candidates, stage):
+            gc.collect()
+            log(f"    kept only the fastest and the most accurate {stage} runners, to fit")
     for stage in [s.name for s in source.family.stages]:
-        if refusal(candidate_need(cand, source, sets), available_bytes()) is None:
+        if fits():
             break
         best = choose(candidates, stage)
         if stage not in finished or best is None or best.runner is None or best.backend not in FILE_BACKENDS:
@@ -610,8 +666,11 @@ def _make_room(
         if best.sub_engine in sets.released:
             continue
         if snapshot is None:
-            log("    saving the fp32 weights to disk before releasing any (the artifact needs them)")
-            snapshot = WeightsSnapshot.take(source.model.state_dict())
+            # A plan on file backends alone is written lean (no source weights): only their hash is kept.
+            lean = source.family.capabilities.lean_artifact and set(config.backends) <= set(FILE_BACKENDS)
+            if not lean:
+                log("    saving the fp32 weights to disk before releasing any (the artifact needs them)")
+            snapshot = WeightsSnapshot.take(source.model.state_dict(), save=not lean)
         before = available_bytes()
         graph = sets.get(torch.float32)[best.sub_engine]
         # Saved first, then every holder of the old runner and of the converted graph dropped, then the
@@ -660,7 +719,9 @@ class WeightsSnapshot:
         return self.folder / "weights.safetensors"
 
     @classmethod
-    def take(cls, state: dict[str, Tensor]) -> WeightsSnapshot:
+    def take(cls, state: dict[str, Tensor], save: bool = True) -> WeightsSnapshot:
+        """The weights' hash, and with `save` the weights themselves (a lean plan needs only the hash:
+        at pi05:full that skips writing 13.4 GB)."""
         import tempfile
 
         from hotloop.compile.artifact import sha256_state_dict
@@ -668,7 +729,8 @@ class WeightsSnapshot:
 
         folder = Path(tempfile.mkdtemp(prefix="hotloop-plan-"))
         snapshot = cls(folder, sha256_state_dict(state))
-        save_tensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
+        if save:
+            save_tensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(snapshot.weights))
         return snapshot
 
     def discard(self) -> None:
@@ -728,6 +790,8 @@ def write_artifact(
             import shutil
 
             from hotloop.compile.artifact import WEIGHTS
+
+            assert plan.weights.weights.is_file(), "a plan on file backends alone is written lean"
 
             shutil.move(str(plan.weights.weights), str(writer.path(WEIGHTS)))
             writer.path(WEIGHTS).chmod(0o644)  # as the other files (the temporary file was private)

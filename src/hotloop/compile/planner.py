@@ -62,8 +62,15 @@ class PlanConfig:
     # and skip candidates in a fast search, written with every candidate timed; None: neither.
     timing_cache: Any = None
     overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
+    # --plan-memory-gb: the most resident memory planning may hold; a candidate whose estimate would pass
+    # it is not tried (after finished stages make room), as when the machine has too little left.
+    plan_memory_gb: float | None = None
 
     def __post_init__(self) -> None:
+        if self.plan_memory_gb is not None and not 0 < self.plan_memory_gb < float("inf"):
+            raise ConfigError(
+                f"--plan-memory-gb must be > 0 (got {self.plan_memory_gb}); e.g. --plan-memory-gb 20"
+            )
         if self.budget_ms is not None and not self.budget_ms > 0:
             raise ConfigError(f"--budget-ms must be > 0 (got {self.budget_ms}); e.g. --budget-ms 100")
         if self.iterations < 1:

@@ -40,7 +40,6 @@ import platform
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +52,8 @@ _VERSIONED = ("torch", "numpy", "onnxruntime", "openvino", "tensorrt")
 
 def timing_fingerprint(threads: int, pin: tuple[int, ...] | None) -> dict[str, Any]:
     """What two timings must share to be compared: the machine, its libraries, the threads and pinning."""
-    from hotloop.measure.fingerprint import cpu_flags, cpu_model, git_commit
+    from hotloop.measure.fingerprint import cpu_flags, cpu_model, git_commit, package_versions
 
-    versions: dict[str, str | None] = {}
-    for name in _VERSIONED:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
     return {
         "schema": SCHEMA,
         "cpu_model": cpu_model(),
@@ -72,7 +65,7 @@ def timing_fingerprint(threads: int, pin: tuple[int, ...] | None) -> dict[str, A
         "pin": list(pin) if pin else None,
         "hotloop": hotloop.__version__,
         "git_commit": git_commit(),  # a source checkout changes its kernels without a version bump
-        "versions": versions,
+        "versions": package_versions(_VERSIONED),
     }
 
 

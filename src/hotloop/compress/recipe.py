@@ -16,8 +16,12 @@ student (`hotloop.compress.onestep`, docs/onestep.md). `distill` recovers whatev
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
 chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
-backends. A family may add steps of its own (`Capabilities.recipe_steps`, run by its `compression()`):
-Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
+backends. `quantize,compile` quantizes straight to the backends `--backends` names, in one planning pass
+(per stage: each precision checked against the fp32 stage outputs and the final actions, the fastest that
+passes kept, a stage that misses its gate falling back to a higher precision), never on eager torch: the
+compile row then reuses that plan. The first row, `reference`, is the fp32 teacher measured in memory
+(`hotloop.compress.reference_row`). A family may add steps of its own (`Capabilities.recipe_steps`, run
+by its `compression()`): Diffusion Policy's `ddim:N` samples the same weights with DDIM in N steps.
 """
 
 from __future__ import annotations
@@ -220,8 +224,13 @@ class RecipeConfig:
     seed: int = 0
     progress: bool = True
     overwrite: bool = False  # --overwrite: the artifact may replace a folder hotloop did not write
+    plan_memory_gb: float | None = None  # --plan-memory-gb: what each planning pass may hold
 
     def __post_init__(self) -> None:
+        if self.plan_memory_gb is not None and not 0 < self.plan_memory_gb < float("inf"):
+            raise ConfigError(
+                f"--plan-memory-gb must be > 0 (got {self.plan_memory_gb}); e.g. --plan-memory-gb 20"
+            )
         for name, flag in (
             ("episodes", "--episodes"),
             ("calibration_frames", "--calibration-frames"),
@@ -264,6 +273,9 @@ class Candidate:
     sparsity: dict[str, Any] | None = None
     applied: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    # Planned on the backends `--backends` names (by `compile`, or by `quantize` straight to them): a
+    # `compile` step after it has nothing left to plan.
+    on_backends: bool = False
 
 
 @dataclass
@@ -326,15 +338,17 @@ def apply_step(
     work: Path,
     family: Any,
     action_dim: int | None = None,
+    next_step: RecipeStep | None = None,
 ) -> Candidate:
-    """`cand` after `step`; the steps a family has of its own run through `family.compression()`."""
+    """`cand` after `step`; the steps a family has of its own run through `family.compression()`.
+    `next_step`: the step after it (`quantize` followed by `compile` quantizes straight to the backends)."""
     settings = {
         "steps": config.distill_steps,
         "batch": config.distill_batch,
         "lr": config.distill_lr,
         "seed": config.seed,
     }
-    new = dataclasses.replace(cand, applied=[*cand.applied, step.label], details={})
+    new = dataclasses.replace(cand, applied=[*cand.applied, step.label], details={}, on_backends=False)
     if step.name == "prune":
         new.model, new.details = family.compression().prune(
             cand.model, inputs.obs, inputs.actions, step.arg, config.seed
@@ -374,10 +388,18 @@ def apply_step(
         )
     elif step.name == "quantize":
         # compress-quant's precisions through the planner: static int8 needs the recorded calibration set
-        quant = ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
+        quant: tuple[str, ...] = (
+            ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
+        )
+        if next_step is not None and next_step.name == "compile":
+            # Straight to the backends: one planning pass, every stage's int8 candidates on the graphs
+            # that ship (int4 weights too where a backend has them), never eager torch's copies.
+            quant = (*quant, *direct_extra_precisions(config.backends))
+            new.backends, new.on_backends = config.backends, True
+            new.applied = [*new.applied, next_step.label]
         new.precisions = (*quant, "bf16", "fp32")
     elif step.name == "compile":
-        new.backends = config.backends
+        new.backends, new.on_backends = config.backends, True
     elif step.name not in STEPS:  # the family's own (`Capabilities.recipe_steps`)
         new.model, new.num_steps, new.details = family.compression().recipe_step(
             step.name, step.arg, cand.model, cand.num_steps
@@ -386,6 +408,14 @@ def apply_step(
         p.requires_grad_(False)
     new.model.eval()
     return new
+
+
+def direct_extra_precisions(backends: tuple[str, ...]) -> tuple[str, ...]:
+    """The weight-only precisions `quantize,compile` adds where one of `backends` has them (OpenVINO's
+    int4 weights)."""
+    from hotloop.compile.backends import get_backend
+
+    return tuple(p for p in ("int4-weight",) if any(p in get_backend(b).precisions for b in backends))
 
 
 def quantization_aware(
@@ -585,8 +615,14 @@ def write_candidate(
     extra: dict[str, Any],
     inputs: Inputs,
     checks: tuple[tuple[Any, Tensor], ...] = (),
+    check_actions: Tensor | None = None,
+    log: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """Plan (compile's planner, this candidate's backends x precisions) and write its artifact."""
+    """Plan (compile's planner, this candidate's backends x precisions) and write its artifact: the plan
+    per stage (`precision_plan`) and every candidate's outcome (`candidates`: a stage's precision that
+    missed the tolerance is `rejected`, and the stage falls back to one that kept it).
+    `check_actions`: the teacher's actions for `checks`, when the candidate is the teacher's own weights
+    at its step count (the planner then samples none of them again)."""
     from hotloop.compile.plan import plan_policy, write_artifact
     from hotloop.compile.planner import PlanConfig
     from hotloop.families.protocol import PolicySource
@@ -596,7 +632,10 @@ def write_candidate(
     # `checks`: the observations the recipe judges on; the planner checks its whole plan on them too, so
     # that it does not pick a plan that one observation passes and the judge's worst one breaks.
     first = family.select(source.obs, [0])
-    src = PolicySource(source.target, family, cand.model, shape, first, source.noise, source.policy, checks)
+    known = tuple(a.unsqueeze(0) for a in check_actions) if check_actions is not None else None
+    src = PolicySource(
+        source.target, family, cand.model, shape, first, source.noise, source.policy, checks, known
+    )
     plan_config = PlanConfig(
         budget_ms=1e9,
         # Compile-time numerics are judged against this candidate's own fp32 eager run; the recipe's
@@ -611,8 +650,9 @@ def write_candidate(
         calibration=inputs.calibration_set if "int8" in cand.precisions else None,
         fp32_layers=dict(config.fp32_layers),
         buckets=config.buckets if "compile" in cand.applied else (),
+        plan_memory_gb=config.plan_memory_gb,
     )
-    plan = plan_policy(src, plan_config)
+    plan = plan_policy(src, plan_config, lambda line: log(f"  {line}"))
     from hotloop.compile.plan import compression_entry
 
     chosen = {
@@ -628,7 +668,16 @@ def write_candidate(
     # goes into `compression` beside the quantization's calibration entry.
     compression = {**extra["compression"], "quantization": compression_entry(plan_config)}
     write_artifact(src, plan, dest, plan_config, extra={"compression": compression})
-    return chosen
+    searched = [
+        {
+            "candidate": c.label,
+            "status": c.status,
+            "action_cos": c.action.cosine if c.action is not None else None,
+            "reason": c.reason,
+        }
+        for c in plan.candidates
+    ]
+    return {"precision_plan": chosen, "candidates": searched}
 
 
 def judge(
@@ -674,28 +723,7 @@ def judge(
         "latency_ms": {"p50": lat.p50, "p90": lat.p90, "p99": lat.p99, "max": lat.max, "mean": lat.mean},
     }
     if config.episodes and _has_task(config.target):
-        from hotloop.closedloop.eval_run import EvalRequest, run_eval
-
-        run = run_eval(
-            EvalRequest(
-                target=str(art),
-                task=config.task,
-                episodes=config.episodes,
-                workers=config.workers,
-                seed=config.seed,
-                latency=config.eval_latency,
-                strategy=config.eval_strategy,
-            ),
-            progress=config.progress,
-        )
-        figures["success"] = {
-            "latency": config.eval_latency,
-            "strategy": config.eval_strategy,
-            "episodes": run["episodes"],
-            "success_rate": run["success_rate"],
-            "success_ci95": run["success_ci95"],
-            "jerk": run.get("jerk"),
-        }
+        figures["success"] = closed_loop_success(str(art), config)
     return figures
 
 
@@ -729,8 +757,12 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     )
     if source.policy.get("zero_noise"):
         noise.zero_()
-    with torch.no_grad():
-        reference = family.sample_actions(teacher, eval_inputs.obs, noise, source.shape.num_steps)
+    from hotloop.compress.reference_row import reference_figures, reference_plan, teacher_reference
+
+    # The teacher on each judged observation, once: every row is judged against these actions, and
+    # these calls are the reference row's latency (nothing is planned or written for it).
+    teacher_ref = teacher_reference(family, teacher, eval_inputs.obs, noise, source.shape.num_steps)
+    reference = teacher_ref.actions
     action_dim = int(source.policy.get("action_dim") or reference.shape[-1])
     checks = tuple((family.select(eval_inputs.obs, [i]), noise[i : i + 1]) for i in range(n_eval))
 
@@ -741,13 +773,29 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     cand = Candidate(teacher, source.shape.num_steps)
     rows: list[dict[str, Any]] = []
     best: Path | None = None
+    kept = 0  # the row of the last step that passed (a compile row reusing quantize's plan counts)
     stopped: str | None = None
+    unwritten: tuple[Candidate, Path, dict[str, Any]] | None = None  # the reference, written if kept
+    steps = (RecipeStep("reference"), *config.recipe)
     t_all = time.perf_counter()
-    for i, step in enumerate((RecipeStep("reference"), *config.recipe)):
+    for i, step in enumerate(steps):
         t0 = time.perf_counter()
+        if i and step.name == "compile" and cand.on_backends and steps[i - 1].name == "quantize":
+            # quantize planned straight on --backends: nothing is left for compile to plan
+            row = {
+                **rows[-1],
+                "step": step.label,
+                "details": {"planned_with": rows[-1]["step"]},
+                "candidates": [],
+            }
+            rows.append({**row, "seconds": round(time.perf_counter() - t0, 2)})
+            log(_row_line(rows[-1]) + f"  (planned with {rows[-2]['step']})")
+            kept = i
+            continue
         if i:
             log(f"step {i}/{len(config.recipe)}: {step.label}")
-            cand = apply_step(step, cand, teacher, inputs, config, work, family, action_dim)
+            after = steps[i + 1] if i + 1 < len(steps) else None
+            cand = apply_step(step, cand, teacher, inputs, config, work, family, action_dim, after)
         dest = work / f"{i:02d}-{step.name}"
         shutil.rmtree(dest, ignore_errors=True)  # a previous, interrupted run's candidate
         compression = {
@@ -761,8 +809,21 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "tolerance": config.tolerance.spec,
             "teacher_weights_sha256": teacher_sha,  # what `hotloop verify --artifact` checks it against
         }
-        plan = write_candidate(cand, source, config, dest, {"compression": compression}, inputs, checks)
-        figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
+        searched: list[dict[str, Any]] = []
+        if i == 0:
+            plan = reference_plan(family)
+            figures = reference_figures(teacher_ref, action_dim)
+            if config.episodes and _has_task(config.target):
+                figures["success"] = closed_loop_success(config.target, config)
+            unwritten = (cand, dest, compression)
+        else:
+            own = cand.model is teacher and cand.num_steps == source.shape.num_steps
+            planned = write_candidate(
+                cand, source, config, dest, {"compression": compression}, inputs, checks,
+                reference if own else None, log,
+            )  # fmt: skip
+            plan, searched = planned["precision_plan"], planned["candidates"]
+            figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
         row = {
             "step": step.label,
             "num_steps": cand.num_steps,
@@ -770,6 +831,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "precision_plan": plan,
             "details": cand.details,
             **figures,
+            "candidates": searched,
             "seconds": round(time.perf_counter() - t0, 2),
         }
         rows.append(row)
@@ -778,7 +840,16 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             stopped = f"step {step.label} broke the tolerance {config.tolerance.spec}: {figures['violation']}"
             log(stopped)
             break
-        best = dest
+        best, kept = dest, i
+        later = [s for s in steps[i + 1 :] if not (s.name == "compile" and cand.on_backends)]
+        if later and released(cand.model):
+            stopped = (
+                f"planning step {step.label} released the model's fp32 weights to fit in memory; "
+                f"{', '.join(s.label for s in later)} need them: run them separately, on a machine with "
+                "more memory, or recompress with fewer steps"
+            )
+            log(stopped)
+            break
     assert best is not None or stopped is not None
     report = {
         "target": config.target,
@@ -790,12 +861,53 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         "kept_step": None,
         "seconds": round(time.perf_counter() - t_all, 2),
     }
+    if best is not None and unwritten is not None and best == unwritten[1]:
+        # No later step passed: the reference is what is kept, so it is planned and written now.
+        ref_cand, _, compression = unwritten
+        if released(ref_cand.model):
+            report["stopped"] = (
+                f"{stopped}; the reference artifact was not written: its fp32 weights were released to fit"
+            )
+            best = None
+        else:
+            write_candidate(ref_cand, source, config, best, {"compression": compression}, inputs, checks)
     if best is not None:
         _finalize(best, config.out, report)
         report["artifact"] = str(config.out)
-        report["kept_step"] = rows[int(best.name[:2])]["step"]
+        report["kept_step"] = rows[kept]["step"]
     shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def released(model: Any) -> bool:
+    """Whether the planner released some of `model`'s weights to fit (they are meta tensors now)."""
+    return any(p.is_meta for p in model.parameters())
+
+
+def closed_loop_success(target: str, config: RecipeConfig) -> dict[str, Any]:
+    """Closed-loop success of `target` (an artifact, or the recipe's own target for the reference)."""
+    from hotloop.closedloop.eval_run import EvalRequest, run_eval
+
+    run = run_eval(
+        EvalRequest(
+            target=target,
+            task=config.task,
+            episodes=config.episodes,
+            workers=config.workers,
+            seed=config.seed,
+            latency=config.eval_latency,
+            strategy=config.eval_strategy,
+        ),
+        progress=config.progress,
+    )
+    return {
+        "latency": config.eval_latency,
+        "strategy": config.eval_strategy,
+        "episodes": run["episodes"],
+        "success_rate": run["success_rate"],
+        "success_ci95": run["success_ci95"],
+        "jerk": run.get("jerk"),
+    }
 
 
 def _has_task(target: str) -> bool:

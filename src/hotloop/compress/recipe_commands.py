@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from hotloop.cli_errors import user_errors
+from hotloop.compile.commands import PLAN_MEMORY_HELP
 from hotloop.output_dir import OVERWRITE_HELP
 
 
@@ -111,6 +112,7 @@ def compress_cmd(
     seed: Annotated[int, typer.Option(help="seed for weights, noise and data order")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
+    plan_memory_gb: Annotated[float | None, typer.Option(help=PLAN_MEMORY_HELP)] = None,
 ) -> None:
     """Compress TARGET step by step (judged after each step); write the last passing artifact. A learned
     box detector (demo:detector or its folder) takes `--recipe quantize`: an int8 plan gated in its own terms."""
@@ -187,6 +189,7 @@ def compress_cmd(
         seed=seed,
         progress=not quiet,
         overwrite=overwrite,
+        plan_memory_gb=plan_memory_gb,
     )
     inputs = {"TARGET": target, "--data": data, "--mixed-plan": mixed_plan}
     check_output_dir(out, "-o", command="compress", overwrite=overwrite, inputs=inputs)

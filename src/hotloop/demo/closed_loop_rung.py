@@ -99,14 +99,13 @@ def run_rung(out_dir: Path, full: bool, progress: bool = True, workers: int = 2)
 
 def plot_smoothness(runs: list[dict[str, Any]], path: str | Path) -> Path:
     """Chunk-boundary jump (mm) and jerk (m/s³) against latency, one line per strategy."""
-    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hotloop.io import atomic_write_bytes
+    from hotloop.io import atomic_write_figure
 
     fig, (ax_jump, ax_jerk) = plt.subplots(1, 2, figsize=(10, 4))
     by: dict[str, list[tuple[float, float | None, float | None]]] = {}
@@ -131,10 +130,7 @@ def plot_smoothness(runs: list[dict[str, Any]], path: str | Path) -> Path:
         ax.legend()
     fig.suptitle(f"{TARGET}: smoothness against latency")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_figure(path, fig, dpi=100)
 
 
 def _html(table: dict[str, dict[str, Any]], latencies: list[float]) -> str:

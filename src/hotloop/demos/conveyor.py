@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -70,6 +70,12 @@ class DemoConveyorPolicy:
     rtc_from_noise: bool = False
     _cache: Any = field(default=None, repr=False)
     _noise: Any = field(default=None, repr=False)
+
+    @classmethod
+    def around_engine(cls, policy: Any, info: dict[str, Any]) -> Self:
+        """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
+        handled by the engine policy, so the adapter takes its plain path)."""
+        return cls(policy, dict(info.get("meta") or {}), zero_noise=False)
 
     @property
     def horizon(self) -> int:
@@ -282,24 +288,33 @@ def build_policy(config_name: str, options: Any) -> DemoConveyorPolicy:
 def build_bench(config_name: str, options: Any) -> Any:
     """One timed inference of the demo policy on a rendered conveyor-pick observation."""
     from hotloop.sim.tasks import make_task
-    from hotloop.targets import BenchCase
 
     policy = build_policy(config_name, options)
     env = make_task(policy.meta.get("task", "conveyor-pick"), difficulty=policy.meta.get("difficulty"))
     obs, _ = env.reset(seed=options.seed)
+    return demo_bench_case(f"demo:{config_name}", policy, obs, {}, views=1)
+
+
+def demo_bench_case(
+    name: str, policy: DemoConveyorPolicy, obs: Any, stored: dict[str, Any], *, views: int
+) -> Any:
+    """`hotloop bench`'s case for a demo policy: one timed inference on `obs`. `stored` (how the weights are
+    stored) joins the info after the float32 dtype they run in."""
+    from hotloop.targets import BenchCase
+
     pi = policy.pi
 
     def run(timer: Any) -> Any:
         return policy.infer(obs, timer=timer)["actions"]
 
-    params = sum(p.numel() for p in pi.model.parameters())
     return BenchCase(
-        name=f"demo:{config_name}",
+        name=name,
         run=run,
         info={
-            "parameters": params,
+            "parameters": sum(p.numel() for p in pi.model.parameters()),
             "dtype": "float32",
-            "views": 1,
+            **stored,
+            "views": views,
             "image_size": pi.config.vision.image_size,
             "horizon": pi.horizon,
             "num_steps": pi.num_steps or pi.config.num_steps,
@@ -308,6 +323,5 @@ def build_bench(config_name: str, options: Any) -> Any:
 
 
 def wrap_engine_policy(policy: Any, info: dict[str, Any]) -> DemoConveyorPolicy:
-    """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
-    handled by the engine policy, so the adapter takes its plain path)."""
-    return DemoConveyorPolicy(policy, dict(info.get("meta") or {}), zero_noise=False)
+    """The `wrap` of the demo:conveyor targets (`DemoConveyorPolicy.around_engine`)."""
+    return DemoConveyorPolicy.around_engine(policy, info)

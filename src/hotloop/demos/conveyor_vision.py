@@ -11,16 +11,14 @@ end effector at observation time plus an absolute grip; `infer` returns absolute
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy
+from hotloop.demos.conveyor import PROMPT_TOKENS, DemoConveyorPolicy, demo_bench_case
+from hotloop.log_levels import errors_only
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor_vision"
 PROPRIO_DIM = 4  # ee xyz, grip opening: the first four numbers of every gantry task's state
@@ -68,19 +66,6 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
         }
 
 
-@contextmanager
-def _quiet_checkpoint_notes() -> Iterator[None]:
-    # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
-    # float32 as a warning, which would repeat in every evaluation worker.
-    log = logging.getLogger("hotloop.families.pi.checkpoint")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
 def load_vision_policy(
     folder: str | Path | None = None,
     *,
@@ -92,7 +77,9 @@ def load_vision_policy(
     from hotloop.demos.conveyor import load_demo_pi
 
     folder = Path(folder) if folder is not None else ASSET_DIR
-    with _quiet_checkpoint_notes():
+    # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
+    # float32 as a warning, which would repeat in every evaluation worker.
+    with errors_only("hotloop.families.pi.checkpoint"):
         pi, meta = load_demo_pi(
             folder,
             num_steps=num_steps,
@@ -142,33 +129,14 @@ def build_policy(config_name: str, options: Any) -> VisionConveyorPolicy:
 
 def build_bench(config_name: str, options: Any) -> Any:
     """One timed inference of the vision demo policy on a rendered conveyor-pick observation."""
-    from hotloop.targets import BenchCase
-
     policy = build_policy(config_name, options)
     env = make_demo_task(policy.meta)
     obs, _ = env.reset(seed=options.seed)
     env.close()
-    pi = policy.pi
-
-    def run(timer: Any) -> Any:
-        return policy.infer(obs, timer=timer)["actions"]
-
-    return BenchCase(
-        name=f"demo:{config_name}",
-        run=run,
-        info={
-            "parameters": sum(p.numel() for p in pi.model.parameters()),
-            "dtype": "float32",
-            "stored_dtype": policy.meta.get("stored_dtype", "float32"),
-            "views": len(policy.views),
-            "image_size": pi.config.vision.image_size,
-            "horizon": pi.horizon,
-            "num_steps": pi.num_steps or pi.config.num_steps,
-        },
-    )
+    stored = {"stored_dtype": policy.meta.get("stored_dtype", "float32")}
+    return demo_bench_case(f"demo:{config_name}", policy, obs, stored, views=len(policy.views))
 
 
 def wrap_engine_policy(policy: Any, info: dict[str, Any]) -> VisionConveyorPolicy:
-    """A compiled artifact's engine policy inside this demo's transforms (its noise convention is
-    handled by the engine policy, so the adapter takes its plain path)."""
-    return VisionConveyorPolicy(policy, dict(info.get("meta") or {}), zero_noise=False)
+    """The `wrap` of the demo:conveyor-vision target (`DemoConveyorPolicy.around_engine`)."""
+    return VisionConveyorPolicy.around_engine(policy, info)

@@ -42,10 +42,7 @@ CHECKPOINT_TARGETS: dict[str, str] = {
 
 
 def _registry() -> Registry[str]:
-    registry: Registry[str] = Registry("policy family")
-    for name, path in FAMILIES.items():
-        registry.register(name, path)
-    return registry
+    return Registry.of("policy family", FAMILIES.items())
 
 
 def get_family(name: str) -> PolicyFamily:

@@ -169,7 +169,9 @@ class PolicySource:
     observation (batch `shape.batch`) and the noise the final actions are compared under, and the
     `policy` description an artifact needs to drive a robot after loading (norm stats, horizon...).
     `plan_checks`: more (observation, noise) pairs, batch 1 each, that the whole plan's final actions
-    must also keep within tolerance (candidates are screened on `obs` alone)."""
+    must also keep within tolerance (candidates are screened on `obs` alone). `check_actions`: the fp32
+    reference's actions for `plan_checks` when the caller already has them (the compress recipe's teacher
+    made them), so that the planner does not run a full-size fp32 model once more per check."""
 
     target: str
     family: PolicyFamily
@@ -179,6 +181,7 @@ class PolicySource:
     noise: Tensor
     policy: dict[str, Any] = field(default_factory=dict)
     plan_checks: tuple[tuple[Any, Tensor], ...] = ()
+    check_actions: tuple[Tensor, ...] | None = None
 
     @property
     def cfg(self) -> Any:

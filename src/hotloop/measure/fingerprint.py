@@ -73,9 +73,10 @@ def temperatures_c() -> dict[str, float] | None:
     return temps or None
 
 
-def package_versions() -> dict[str, str | None]:
+def package_versions(names: tuple[str, ...] = _VERSIONED_PACKAGES) -> dict[str, str | None]:
+    """Each installed distribution's version; None for one not installed."""
     versions: dict[str, str | None] = {}
-    for name in _VERSIONED_PACKAGES:
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

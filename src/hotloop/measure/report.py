@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from hotloop.io import atomic_write_bytes, atomic_write_json
+from hotloop.io import atomic_write_figure, atomic_write_json
 from hotloop.measure.bench import TOTAL_STAGE, BenchResult
 from hotloop.measure.stats import JITTER_RATIO
 
@@ -109,7 +109,6 @@ def write_json(result: BenchResult, path: str | Path) -> Path:
 
 def plot_latency(result: BenchResult, path: str | Path) -> Path:
     """Histogram and CDF of per-iteration latency, with p50/p99 marked (and the comparison, if any)."""
-    import io
 
     import matplotlib
 
@@ -145,7 +144,4 @@ def plot_latency(result: BenchResult, path: str | Path) -> Path:
     ax_hist.legend(fontsize=8)
     fig.suptitle(f"{result.target} — {result.iterations} iterations")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return atomic_write_figure(path, fig, dpi=110)

@@ -50,7 +50,7 @@ from hotloop.models.checkpoint_meta import (
     MAX_CONFIG_INT,
     MAX_FEATURE_DIM,
     Fields,
-    read_json_object,
+    lerobot_config,
 )
 from hotloop.models.resnet import ResNetConfig, ResNetTrunk, check_backbone
 
@@ -363,12 +363,8 @@ def read_act_config(folder: Path) -> ACTConfig:
     against the tensors, so a config that does not describe the weights is refused naming the key.
     """
     folder = Path(folder)
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(
-            f"missing file 'config.json' in {folder}: an ACT checkpoint needs LeRobot's config"
-        )
-    f = Fields(read_json_object(path), path)
+    f = lerobot_config(folder, "an ACT checkpoint needs LeRobot's config")
+    path = f.file
     kind = f.string("type")
     if kind is not None and kind != "act":
         raise CheckpointError(f"{path}: field 'type' is {kind!r}; this loader reads LeRobot ACT ('act')")

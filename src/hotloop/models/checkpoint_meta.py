@@ -48,6 +48,15 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def lerobot_config(folder: Path, why: str) -> Fields:
+    """`folder`/config.json, a LeRobot policy checkpoint's config, as `Fields`; when it is missing the error
+    ends with `why` (what needs the file)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"missing file 'config.json' in {folder}: {why}")
+    return Fields(read_json_object(path), path)
+
+
 # Bounds on the sizes a config.json states, checked before anything is allocated from them: far above any
 # real policy (and equal to the matching `hotloop bench` option limits), low enough that a typo or a
 # hostile file is refused at once instead of hanging a loader or exhausting memory. A size the tensors

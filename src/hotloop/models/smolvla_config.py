@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.errors import CheckpointError
-from hotloop.models.checkpoint_meta import MAX_CHUNK, MAX_FEATURE_DIM, MAX_STEPS, Fields, read_json_object
+from hotloop.models.checkpoint_meta import MAX_CHUNK, MAX_FEATURE_DIM, MAX_STEPS, Fields, lerobot_config
 from hotloop.models.smolvla_tokenizer import (
     TokenizerSettings,
     load_tokenizer,
@@ -254,12 +254,8 @@ def read_smolvla_config(folder: Path) -> SmolVLAConfig:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint directory {folder} does not exist")
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(
-            f"missing file 'config.json' in {folder}: a SmolVLA checkpoint needs LeRobot's config"
-        )
-    meta = Fields(read_json_object(path), path)
+    meta = lerobot_config(folder, "a SmolVLA checkpoint needs LeRobot's config")
+    path = meta.file
     kind = meta.string("type")
     if kind != "smolvla":
         raise refuse(meta, "type", kind, "this loader runs LeRobot's 'smolvla' policy")

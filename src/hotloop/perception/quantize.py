@@ -95,23 +95,6 @@ def agreement(
     return float(np.percentile(dist, 95))
 
 
-class _Frames:
-    """ONNX Runtime's calibration reader over resampled frames."""
-
-    def __init__(self, batches: list[np.ndarray]) -> None:
-        self.rows = [{"image": b} for b in batches]
-        self.i = 0
-
-    def get_next(self) -> dict[str, Any] | None:
-        if self.i >= len(self.rows):
-            return None
-        self.i += 1
-        return self.rows[self.i - 1]
-
-    def rewind(self) -> None:
-        self.i = 0
-
-
 def conv_nodes(path: Path) -> list[str]:
     import onnx
 
@@ -150,7 +133,7 @@ def quantize_detector(
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from hotloop.compile.backends.quantize import quiet_ort_quantization
+    from hotloop.compile.backends.quantize import CalibrationRows, quiet_ort_quantization
     from hotloop.compile.cpu_features import cpu_flags
     from hotloop.io import atomic_write_json
     from hotloop.perception.detector_eval import learned_outputs
@@ -176,7 +159,7 @@ def quantize_detector(
             quantize_static(
                 str(fp32_path),
                 str(plan),
-                _Frames(calib),
+                CalibrationRows([{"image": b} for b in calib]),  # resampled frames
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
                 reduce_range=reduce_range,

@@ -257,14 +257,13 @@ class BudgetReport:
 
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Horizontal bars: p50 (solid) and p99 (light) per layer, the budget as a black tick."""
-        import io
 
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from hotloop.io import atomic_write_bytes
+        from hotloop.io import atomic_write_figure
 
         rows = (*self.layers, self.total)
         fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.2))
@@ -279,10 +278,7 @@ class BudgetReport:
         ax.grid(axis="x", alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
-        return atomic_write_bytes(path, buf.getvalue())
+        return atomic_write_figure(path, fig, dpi=100)
 
 
 def _layer_report(name: str, budget_ms: float, samples: list[float]) -> LayerReport:

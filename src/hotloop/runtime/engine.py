@@ -108,7 +108,7 @@ class Engine:
         threads: int | None = None,
         pin: tuple[int, ...] | None = None,
         deterministic: bool = False,
-        warmup: int = 2,
+        warmup: int = 1,
         replan: bool = False,
         memory_cap_mb: float | None = None,
         verify_files: bool = True,
@@ -119,6 +119,9 @@ class Engine:
         machine class), re-plan it here into `<path>-replanned` and load that instead of refusing.
         `memory_cap_mb`: the engine's resident-memory cap in MiB, checked at load and after every call
         while running (`MemoryCapError` naming the artifact; what is counted: `hotloop.runtime.memory`).
+        `warmup`: whole calls before returning. One is every graph's first call, which pays its one-time
+        costs (an OpenVINO graph loaded from files is not called at its own load); `bench` and `serve`
+        warm up again on their own, so more here only lengthens `load_s`.
         """
         started = time.perf_counter()
         check_cap(memory_cap_mb)
@@ -162,7 +165,7 @@ class Engine:
                     f"loads onnx and the families {', '.join(FAMILIES)}"
                 )
             engine.family = get_family(engine.kind)
-            engine._load_family(threads)
+            engine._load_family(threads, blob_cache=verify_files)
         for _ in range(warmup):
             engine.infer(engine.example_observation())
             for bucket in list(engine.pipelines)[:-1]:  # the smaller buckets see a prompt that fits them
@@ -171,10 +174,13 @@ class Engine:
         engine.load_s = time.perf_counter() - started
         return engine
 
-    def _load_family(self, threads: int | None) -> None:
+    def _load_family(self, threads: int | None, blob_cache: bool = True) -> None:
+        """`blob_cache`: OpenVINO graphs load through their compiled-blob folders (`runtime.blob_cache`),
+        whose keys are the manifest's hashes: only when the files were checked against them."""
         from hotloop.compile.bucket_plan import split_name
         from hotloop.compile.lean_files import mapped_state_dict
         from hotloop.families.protocol import constants_of
+        from hotloop.runtime.blob_cache import with_blob_key
 
         family, m = self.family, self.manifest
         try:
@@ -186,7 +192,7 @@ class Engine:
                 f"({type(exc).__name__}: {exc}); recompile the artifact"
             ) from None
         if is_lean(m):
-            self._load_lean(threads)
+            self._load_lean(threads, blob_cache)
             return
         model = family.empty_model(self.cfg)
         try:
@@ -231,6 +237,8 @@ class Engine:
             options = dict(entry.options)
             if threads is not None and entry.backend in ("onnxruntime", "openvino"):
                 options["threads"] = threads
+            if blob_cache:
+                options = with_blob_key(options, m, list(entry.files), entry.backend)
             files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
             runner = backend.load(graphs[base], entry.precision, self.path / name, files)
             check_recorded_io(self.path / "manifest.json", name, entry, runner)
@@ -254,14 +262,14 @@ class Engine:
             link_runners(runners)
         self._set_pipelines(pipelines, full)
 
-    def _load_lean(self, threads: int | None) -> None:
+    def _load_lean(self, threads: int | None, blob_cache: bool = True) -> None:
         """A lean artifact's pipeline from its manifest, tables and graph files (`runtime.lean_load`):
         the torch model is never built, and `self.model` stays None."""
         from hotloop.runtime import lean_load
 
         family, full = self.family, getattr(self.shape, "prompt_slots", 0)
         self.runners, per_bucket, signatures = lean_load.load_runners(
-            self.path, self.manifest, family, self.cfg, threads
+            self.path, self.manifest, family, self.cfg, threads, blob_cache
         )
         constants = lean_load.constants(self.path, self.manifest)
         if full not in per_bucket:
@@ -472,7 +480,14 @@ class Engine:
             "load_s": self.load_s,
             "layout": self.kind if self.kind == "onnx" else self.manifest.get("layout", "weights"),
             **({"prompt_buckets": list(self.pipelines)} if len(self.pipelines) > 1 else {}),
+            **({"compiled_blobs": blobs} if (blobs := self._blobs()) else {}),
         }
+
+    def _blobs(self) -> dict[str, str]:
+        """Per OpenVINO sub-engine: its compiled blob imported from hotloop's cache, or compiled at this
+        load (`hotloop.runtime.blob_cache`)."""
+        found = {n: getattr(r, "blob", None) for n, r in self.runners.items()}
+        return {n: str(b) for n, b in found.items() if b}
 
 
 def check_cap_fits_plan(root: Path, manifest: dict[str, Any], cap_mb: float | None) -> None:

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from hotloop.compile.artifact import SubEngineEntry, entries
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
-from hotloop.compile.backends.base import BackendError, PreparedFiles, Runner
+from hotloop.compile.backends.base import BackendCrash, BackendError, PreparedFiles, Runner
 from hotloop.errors import CheckpointError
 from hotloop.families.protocol import PolicyFamily, Signature
 
@@ -76,11 +76,18 @@ def check_signature(
 
 
 def load_runners(
-    root: Path, manifest: dict[str, Any], family: PolicyFamily, cfg: Any, threads: int | None
+    root: Path,
+    manifest: dict[str, Any],
+    family: PolicyFamily,
+    cfg: Any,
+    threads: int | None,
+    blob_cache: bool = True,
 ) -> tuple[dict[str, Runner], dict[int, dict[str, Runner]], dict[str, Signature]]:
     """Every sub-engine's runner from its own files: (by entry name, by prompt bucket then base name,
-    the signatures by base name)."""
+    the signatures by base name). `blob_cache`: OpenVINO graphs load through their compiled-blob folders
+    (`runtime.blob_cache`; only for files checked against the manifest's hashes)."""
     from hotloop.compile.bucket_plan import split_name
+    from hotloop.runtime.blob_cache import with_blob_key
     from hotloop.runtime.recorded_io import check_recorded_io
 
     where = root / "manifest.json"
@@ -100,11 +107,18 @@ def load_runners(
         options = dict(entry.options)
         if threads is not None and entry.backend in ("onnxruntime", "openvino"):
             options["threads"] = threads
+        if blob_cache:
+            options = with_blob_key(options, manifest, list(entry.files), entry.backend)
         files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
         try:
             runner = get_backend(entry.backend).load(
                 entry_graph(where, entry), entry.precision, root / name, files
             )
+        except BackendCrash as exc:
+            raise CheckpointError(
+                f"{where}: sub-engine {name!r}: {exc} on this CPU at these threads; load it with another "
+                f"--threads (it was planned at {manifest.get('threads')}) or recompile it here"
+            ) from None
         except BackendError as exc:
             raise CheckpointError(
                 f"{where}: sub-engine {name!r} does not run with the I/O its entry records "

@@ -21,16 +21,24 @@ METHODS = ("drop_caches", "fadvise")
 def drop_artifact_pages(root: Path, methods: tuple[str, ...] | None = None) -> str:
     """Drop `root`'s files from the page cache by the first method in `methods` (default `METHODS`)
     that is permitted; returns what was done, for the bench JSON's `load_cache`."""
-    files = [p for p in Path(root).rglob("*") if p.is_file()]
+    files = [p for p in Path(root).rglob("*") if p.is_file()] + _blob_files()
     for method in methods if methods is not None else METHODS:
         if method == "drop_caches" and _drop_all():
             return "cold: page cache dropped (/proc/sys/vm/drop_caches)"
         if method == "fadvise" and hasattr(os, "posix_fadvise") and _fadvise(files):
             return (
-                f"cold: the artifact's {len(files)} files dropped with posix_fadvise(DONTNEED) (pages "
-                "another process maps stay cached)"
+                f"cold: the artifact's files and hotloop's compiled OpenVINO blobs ({len(files)} files) "
+                "dropped with posix_fadvise(DONTNEED) (pages another process maps stay cached)"
             )
     return "warm only: this process may not drop the page cache"
+
+
+def _blob_files() -> list[Path]:
+    """Every compiled OpenVINO blob in hotloop's cache (`runtime.blob_cache`): a reboot drops those too."""
+    from hotloop.io import cache_root
+    from hotloop.runtime.blob_cache import FOLDER
+
+    return [p for p in (cache_root() / FOLDER).rglob("*") if p.is_file()]
 
 
 def _drop_all() -> bool:

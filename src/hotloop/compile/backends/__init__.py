@@ -41,10 +41,7 @@ def backend_names() -> list[str]:
 
 
 def _registry() -> Registry[str]:
-    registry: Registry[str] = Registry("backend")
-    for name, path in _TABLE:
-        registry.register(name, path)
-    return registry
+    return Registry.of("backend", _TABLE)
 
 
 def get_backend(name: str) -> Backend:

@@ -26,6 +26,11 @@ class BackendError(HotloopError):
     """A backend cannot compile or run a graph; the message names the backend, the graph and the op."""
 
 
+class BackendCrash(BackendError):
+    """A backend killed a probe process compiling or running a graph (a signal, or no end in time:
+    `hotloop.compile.crash_probe`)."""
+
+
 class Graph(Protocol):
     name: str
     module: Any  # torch.nn.Module, or None when the graph is an ONNX file

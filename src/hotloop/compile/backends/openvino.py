@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from hotloop.compile.backends.base import Graph, PreparedFiles, Runner, input_buffers, op_errors
+from hotloop.compile.backends.base import BackendCrash, Graph, PreparedFiles, Runner, input_buffers, op_errors
 from hotloop.compile.cpu_features import NATIVE_BF16
 
 XML_FILE, BIN_FILE = "model.xml", "model.bin"
@@ -59,13 +59,71 @@ def _reshape(model: Any, examples: Any, names: Any = None) -> None:
     model.reshape(shapes)
 
 
+# Runtime option (never saved): compile the graph and run it once in a forked child first, so that a
+# plugin crash (a signal, not an exception) refuses this candidate instead of killing the planner.
+PROBE = "probe"
+
+
+def _holds_files(folder: Path | None) -> bool:
+    return folder is not None and folder.is_dir() and any(folder.iterdir())
+
+
+def _has_group_norm(model: Any, source: Path | None) -> bool:
+    if model is not None:
+        return any(op.get_type_name() == "GroupNormalization" for op in model.get_ops())
+    return source is not None and 'type="GroupNormalization"' in source.read_text(errors="replace")
+
+
+def _discard(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
+    """Compile `model` and run it once on zeros in a forked child (`hotloop.compile.crash_probe`); the
+    child's seconds, or BackendError naming the signal. With `CACHE_DIR` in `config` the child exports
+    the compiled blob there, and the caller's own compile with the same settings imports it (pi05:small's
+    unrolled loop: 0.9 s against 3.0 s to compile), so the probe costs about one compile, not two."""
+    from hotloop.compile.crash_probe import ProbeFailure, run_isolated
+
+    def trial() -> None:
+        request = _core().compile_model(model, "CPU", config).create_infer_request()
+        request.infer([x.numpy() for x in inputs])
+
+    try:
+        return run_isolated(trial, what)
+    except ProbeFailure as exc:
+        threads = config.get("INFERENCE_NUM_THREADS")
+        raise BackendCrash(
+            f"backend openvino: {exc}"
+            + (f" with INFERENCE_NUM_THREADS={threads}" if threads else "")
+            + "; not used"
+        ) from None
+
+
 class OpenVinoRunner(Runner):
+    """A compiled OpenVINO graph bound to our buffers. Made from an `ov.Model` (the planner), or from a
+    saved graph's path (`source`) with a compiled-blob folder (`blob_dir`, `hotloop.runtime.blob_cache`):
+    OpenVINO then imports the blob it exported at an earlier load instead of compiling, and reads the
+    graph itself only when it is saved or profiled. `first_call`: run it once now (its one-time costs);
+    an engine's own warm-up does that at load."""
+
     backend = "openvino"
 
-    def __init__(self, graph: Graph, precision: str, model: Any, options: dict[str, Any]) -> None:
-        import openvino as ov
+    def __init__(
+        self,
+        graph: Graph,
+        precision: str,
+        model: Any,
+        options: dict[str, Any],
+        source: Path | None = None,
+        blob_dir: Path | None = None,
+        first_call: bool = True,
+    ) -> None:
 
-        self.model = model
+        self._model, self._source = model, source
+        self.blob: str | None = None  # with a blob folder: imported, or compiled (and cached)
         self.options = dict(options)
         config: dict[str, Any] = {
             **openvino_config(precision),
@@ -74,15 +132,64 @@ class OpenVinoRunner(Runner):
         }
         if self.options.get("threads"):
             config["INFERENCE_NUM_THREADS"] = int(self.options["threads"])
-        if any(op.get_type_name() == "GroupNormalization" for op in model.get_ops()):
+        if _has_group_norm(model, source):
             # OpenVINO 2026.4's CPU snippets crash the process (SIGSEGV) compiling a GroupNorm ResNet block
             # under the f32 hint (Diffusion Policy's encoder); without snippets the same graph runs.
             config["SNIPPETS_MODE"] = "DISABLE"
         if self.options.get("profile"):
             config["PERF_COUNT"] = True
         inputs = input_buffers(graph.example_inputs)
+        self.probe_s: float | None = None
+        handoff = None  # the probe's compiled blob, imported below instead of compiling again
+        held = _holds_files(blob_dir)  # a blob from an earlier load
+        what = f"OpenVINO {precision} of graph {graph.name!r}"
+        if self.options.pop(PROBE, False) and model is not None:
+            import tempfile
+
+            handoff = Path(tempfile.mkdtemp(prefix="hotloop-probe-"))
+            config_probed = {**config, "CACHE_DIR": str(handoff)}
+            try:
+                self.probe_s = _probe(model, config_probed, inputs, what)
+            except BaseException:
+                _discard(handoff)
+                raise
+            config = config_probed
+        elif model is None and blob_dir is not None and not held:
+            # A first load (nothing in the blob folder yet): compiled in a child, which exports the blob
+            # this process then imports; a later load imports a blob that compiled and ran here.
+            assert source is not None
+            self.probe_s = _probe(str(source), {**config, "CACHE_DIR": str(blob_dir)}, inputs, what)
+        try:
+            self._compile(graph, model, source, blob_dir, held, config, inputs, first_call)
+        finally:
+            if handoff is not None:
+                _discard(handoff)
+        super().__init__(graph, precision, inputs, self._outputs)
+
+    def _compile(
+        self,
+        graph: Graph,
+        model: Any,
+        source: Path | None,
+        blob_dir: Path | None,
+        held: bool,
+        config: dict[str, Any],
+        inputs: tuple[torch.Tensor, ...],
+        first_call: bool,
+    ) -> None:
+        import openvino as ov
+
         with op_errors(self.backend, graph.name):
-            self.compiled = _core().compile_model(model, "CPU", config)
+            if model is None:
+                assert source is not None, "an OpenVINO runner needs a model or a graph file"
+                cached = {"CACHE_DIR": str(blob_dir)} if blob_dir is not None else {}
+                self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
+                if blob_dir is not None:
+                    self.blob = (
+                        "imported" if held else "compiled, cached" if _holds_files(blob_dir) else "compiled"
+                    )
+            else:
+                self.compiled = _core().compile_model(model, "CPU", config)
             self.request = self.compiled.create_infer_request()
             outputs = []
             for port in self.compiled.outputs:
@@ -93,8 +200,17 @@ class OpenVinoRunner(Runner):
                 self.request.set_input_tensor(i, ov.Tensor(x.numpy(), shared_memory=True))
             for i, y in enumerate(outputs):
                 self.request.set_output_tensor(i, ov.Tensor(y.numpy(), shared_memory=True))
-            self.request.infer()
-        super().__init__(graph, precision, inputs, outputs)
+            if first_call:
+                self.request.infer()
+        self._outputs = outputs
+
+    @property
+    def model(self) -> Any:
+        """The graph (`ov.Model`); a runner made from a file reads it on first use."""
+        if self._model is None:
+            assert self._source is not None
+            self._model = _core().read_model(str(self._source), str(self._source.with_suffix(".bin")))
+        return self._model
 
     def _run(self) -> None:
         self.request.infer()
@@ -110,7 +226,7 @@ class OpenVinoRunner(Runner):
 
         folder.mkdir(parents=True, exist_ok=True)
         ov.save_model(self.model, str(folder / XML_FILE), compress_to_fp16=False)
-        opts = {k: v for k, v in self.options.items() if k not in ("threads", "profile")}
+        opts = {k: v for k, v in self.options.items() if k not in ("threads", "profile", PROBE)}
         return PreparedFiles(files=[XML_FILE, BIN_FILE], options=opts)
 
     def profile(self, iterations: int) -> list[tuple[str, float]]:
@@ -196,6 +312,16 @@ class OpenVinoBackend:
         return OpenVinoRunner(graph, precision, model, options)
 
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
+        """The saved graph compiled for this CPU; with a blob key in the options (`Engine.load` sets it,
+        `hotloop.runtime.blob_cache`), through a compiled-blob folder and without a warm-up call here."""
+        from hotloop.runtime.blob_cache import BLOB_KEY, blob_folder
+
+        options = {k: v for k, v in files.options.items() if k != BLOB_KEY}
+        key = files.options.get(BLOB_KEY)
+        if key is not None:
+            config = {"threads": options.get("threads"), **openvino_config(precision)}
+            blobs = blob_folder(str(key), precision, config)
+            return OpenVinoRunner(graph, precision, None, options, folder / XML_FILE, blobs, first_call=False)
         with op_errors(self.name, graph.name):
             model = _core().read_model(str(folder / XML_FILE), str(folder / BIN_FILE))
-        return OpenVinoRunner(graph, precision, model, files.options)
+        return OpenVinoRunner(graph, precision, model, options)

@@ -21,15 +21,15 @@ never saved) and `fp32_layers` (saved in the manifest).
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor, nn
 
+from hotloop.log_levels import errors_only
 from hotloop.nn.fake_quant import PROTECTED
 
 QUANT_PRECISIONS = ("int8", "int8-dynamic", "int8-weight", "int4-weight")
@@ -134,11 +134,11 @@ def _onnx_excluded(path: Path, fp32_layers: Sequence[str]) -> list[str]:
     return out
 
 
-class _Reader:
-    """ONNX Runtime's CalibrationDataReader over captured sub-engine inputs."""
+class CalibrationRows:
+    """ONNX Runtime's CalibrationDataReader over prepared feeds: one {input name: array} dict per row."""
 
-    def __init__(self, names: Sequence[str], data: list[tuple[Tensor, ...]]) -> None:
-        self.rows = [{n: x.detach().cpu().numpy() for n, x in zip(names, row, strict=True)} for row in data]
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
         self.i = 0
 
     def get_next(self) -> dict[str, Any] | None:
@@ -168,7 +168,12 @@ def quantize_onnx(
             quantize_static(
                 str(src),
                 str(dst),
-                _Reader(input_names, data),
+                CalibrationRows(  # captured sub-engine inputs
+                    [
+                        {n: x.detach().cpu().numpy() for n, x in zip(input_names, row, strict=True)}
+                        for row in data
+                    ]
+                ),
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
                 reduce_range=reduce_range,
@@ -219,13 +224,6 @@ def quantize_torchao(module: nn.Module, precision: str, options: dict[str, Any])
     return out
 
 
-@contextlib.contextmanager
-def quiet_ort_quantization() -> Iterator[None]:
+def quiet_ort_quantization() -> contextlib.AbstractContextManager[None]:
     """ONNX Runtime's quantizer logs a pre-processing hint on the root logger for every model."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
+    return errors_only()

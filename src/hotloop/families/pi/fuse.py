@@ -105,6 +105,25 @@ def _rewrite(
     return out
 
 
+def _rewrite_decoder_blocks(
+    engines: Mapping[str, SubEngine],
+    block_fn: Callable[[DecoderBlock], None],
+    then_step: Callable[[DenoiseStepEngine], None] = lambda step: None,
+) -> dict[str, SubEngine]:
+    """`_rewrite` with `block_fn` on every decoder block of the prefix (VLM) and of the step (expert), then
+    `then_step` on the step."""
+
+    def each_block(engine: PrefixEngine | DenoiseStepEngine) -> None:
+        for block in engine.blocks:
+            block_fn(cast(DecoderBlock, block))
+
+    def step_fn(step: DenoiseStepEngine) -> None:
+        each_block(step)
+        then_step(step)
+
+    return _rewrite(engines, each_block, step_fn)
+
+
 def replace_module(engine: SubEngine, module: nn.Module) -> SubEngine:
     return SubEngine(
         engine.name, module, engine.example_inputs, engine.input_names, engine.output_names, engine.constants
@@ -148,31 +167,17 @@ def with_step(
 def fold_norms(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
     """Move every plain RMSNorm's (1 + w) into the following linear(s) (see module docstring)."""
 
-    def prefix_fn(prefix: PrefixEngine) -> None:
-        for block in prefix.blocks:
-            _fold_block(cast(DecoderBlock, block))
-
-    def step_fn(step: DenoiseStepEngine) -> None:
-        for block in step.blocks:
-            _fold_block(cast(DecoderBlock, block))
+    def fold_final_norm(step: DenoiseStepEngine) -> None:
         step.action_out_proj = cast(nn.Linear, _fold(step.final_norm, [step.action_out_proj])[0])
 
-    return _rewrite(engines, prefix_fn, step_fn)
+    return _rewrite_decoder_blocks(engines, _fold_block, fold_final_norm)
 
 
 def fuse_projections(engines: Mapping[str, SubEngine]) -> dict[str, SubEngine]:
     """One q/k/v linear and one gate/up linear per decoder block (prefix and expert), one q/k/v linear
     per SigLIP block (vision)."""
 
-    def prefix_fn(prefix: PrefixEngine) -> None:
-        for block in prefix.blocks:
-            _fuse_block(cast(DecoderBlock, block))
-
-    def step_fn(step: DenoiseStepEngine) -> None:
-        for block in step.blocks:
-            _fuse_block(cast(DecoderBlock, block))
-
-    out = _rewrite(engines, prefix_fn, step_fn)
+    out = _rewrite_decoder_blocks(engines, _fuse_block)
     vision = cast(VisionEngine, shallow_clone(engines["vision"].module))
     for block in vision.blocks:
         cast(VisionBlock, block).qkv = _concat(cast(VisionBlock, block).qkv)

@@ -7,6 +7,7 @@ modules beside it is which.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -15,14 +16,14 @@ from torch import Tensor, nn
 
 from hotloop.families.adapter import FamilyAdapter, FamilyParts
 from hotloop.families.flow import VLM_FLOW_CAPABILITIES, VLM_FLOW_STAGES
-from hotloop.families.protocol import Capabilities, StageSpec, SubEngine
+from hotloop.families.protocol import Capabilities, Signature, StageSpec, SubEngine
 
 
 class SmolVLAFamily(FamilyAdapter):
     name: ClassVar[str] = "smolvla"
     lerobot_types: ClassVar[tuple[str, ...]] = ("smolvla",)
     stages: ClassVar[tuple[StageSpec, ...]] = VLM_FLOW_STAGES
-    capabilities: ClassVar[Capabilities] = VLM_FLOW_CAPABILITIES
+    capabilities: ClassVar[Capabilities] = dataclasses.replace(VLM_FLOW_CAPABILITIES, lean_artifact=True)
 
     def parts(self) -> FamilyParts:
         from hotloop.families.smolvla.engines import SmolVLAEngineShape, build_smolvla_subengines
@@ -47,7 +48,12 @@ class SmolVLAFamily(FamilyAdapter):
     def variant(self, cfg: Any) -> str:
         return "smolvla"
 
-    # ---- the sampler -------------------------------------------------------------------------------
+    # ---- signatures and the sampler ----------------------------------------------------------------
+    def signatures(self, cfg: Any) -> dict[str, Signature]:
+        from hotloop.families.smolvla.engines import signatures
+
+        return signatures(cfg)
+
     def sample_actions(
         self, model: nn.Module, obs: Any, noise: Tensor, num_steps: int | None = None
     ) -> Tensor:

@@ -80,10 +80,7 @@ SIZES: dict[str, SmolVLASizes] = {
 
 
 def smolvla_configs() -> Registry[SmolVLASizes]:
-    registry: Registry[SmolVLASizes] = Registry("SmolVLA config")
-    for name, sizes in SIZES.items():
-        registry.register(name, sizes)
-    return registry
+    return Registry.of("SmolVLA config", SIZES.items())
 
 
 def make_config(name: str, s: SmolVLASizes) -> SmolVLAConfig:

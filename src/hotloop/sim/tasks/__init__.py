@@ -61,10 +61,7 @@ _BUILTIN: tuple[tuple[str, TaskEntry], ...] = (
 
 
 def default_tasks() -> Registry[TaskEntry]:
-    registry: Registry[TaskEntry] = Registry("task")
-    for name, entry in _BUILTIN:
-        registry.register(name, entry)
-    return registry
+    return Registry.of("task", _BUILTIN)
 
 
 def _resolve(path: str) -> Any:
