@@ -133,6 +133,9 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, tmp_path: Pat
         ("onestep", [], "--recipe onestep trains on recorded episodes: give --data DIR"),
         ("steps:1,onestep", data, "--recipe onestep: the student must take fewer steps than the 1"),
         ("steps:5,onestep:2", data, "--recipe onestep: 2 steps do not divide the teacher's 5"),
+        ("onestep", [*data, "--onestep-rounds-under", "warp@fixed:0"], "strategy 'warp' is not known"),
+        ("onestep", [*data, "--onestep-rounds-under", "async"], "give STRATEGY@LATENCY pairs"),
+        ("onestep", [*data, "--onestep-rounds-under", "sync@slow"], "--onestep-rounds-under: "),
     ):
         res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", recipe, "-o", str(out), *extra, *FAST])
         assert res.exit_code == 2, (recipe, res.output)
@@ -182,3 +185,128 @@ def test_closed_loop_observations_play_the_given_weights() -> None:
     assert own.batch > 1 and still.batch > 1 and wins == 1 and still_wins == 0
     assert torch.equal(own.state[0], still.state[0])  # the same start, then other states
     assert not torch.equal(own.state[1], still.state[1])
+
+
+def test_prefix_cache_rows_are_the_prefix_of_those_observations(tiny: tuple) -> None:
+    """The prefix is computed once per observation and gathered per batch: the gathered rows give the
+    velocities the prefix of just those observations gives."""
+    from hotloop.compress.onestep import prefixes
+    from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+    model, obs = tiny
+    flow = PiFlowStudent(model)
+    cache = prefixes(flow, model, obs, rows=4)  # two pieces, stacked
+    rows = [5, 1, 3]
+    part = flow.select(obs, rows)
+    x, t = (
+        torch.randn(3, *flow.chunk_shape, generator=torch.Generator().manual_seed(0)),
+        torch.full((3,), 0.7),
+    )
+    with torch.no_grad():
+        want = flow.velocity(model, flow.prefix(model, part), part, x, t)
+        got = flow.velocity(model, flow.select_prefix(cache, rows), part, x, t)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_smolvla_prefixes_of_other_prompt_widths_stack_to_the_same_velocities() -> None:
+    """A SmolVLA prefix from a prompt of fewer slots, padded with masked positions to stack with a wider
+    one, gives the velocities of the observation padded to the wider prompt (what `concat` batches)."""
+    import dataclasses
+
+    from hotloop.families.smolvla.compression import SmolVLAFlowStudent
+    from hotloop.families.smolvla.observation import pad_prompt, random_observation
+    from hotloop.families.smolvla.targets import SIZES, build_model, make_config
+
+    cfg = make_config("tiny", dataclasses.replace(SIZES["tiny"], text_layers=2))
+    model = build_model(cfg, torch.float32, 0).eval()
+    flow = SmolVLAFlowStudent(model)
+    narrow, wide = random_observation(cfg, 2, 4, 1), random_observation(cfg, 2, 9, 2)
+    with torch.no_grad():
+        stacked = flow.stack_prefix([flow.prefix(model, narrow), flow.prefix(model, wide)])
+        tokens, masks = pad_prompt(narrow.lang_tokens, narrow.lang_masks, 9)
+        padded = dataclasses.replace(narrow, lang_tokens=tokens, lang_masks=masks)
+        x = torch.randn(2, *flow.chunk_shape, generator=torch.Generator().manual_seed(0))
+        t = torch.full((2,), 0.6)
+        want = flow.velocity(model, flow.prefix(model, padded), padded, x, t)
+        got = flow.velocity(model, flow.select_prefix(stacked, [0, 1]), padded, x, t)
+    assert stacked[2].shape[0] == 4
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_final_chunk_is_judged_on_the_executed_dimensions(tiny: tuple) -> None:
+    """With `action_dim`, the padded dimensions of the final chunk (which the plan drops) leave the loss
+    alone; without it they count."""
+    from hotloop.compress.onestep import prefixes, trajectory_loss
+    from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+    model, obs = tiny
+    flow = PiFlowStudent(model)
+    traj = teacher_trajectories(flow, model, obs, 10, OnestepConfig(noise="zero"))
+    moved = traj.states.clone()
+    moved[:, -1, :, 3:] += 1.0  # only the padding of the chunk (dimensions 3..) differs
+    cache = prefixes(flow, model, obs)
+    with torch.no_grad():
+        loss = [trajectory_loss(flow, model, obs, cache, traj.starts, target, 1, 10, dim)
+                for target in (traj.states, moved) for dim in (3, None)]  # fmt: skip
+    assert torch.equal(loss[0], loss[2]) and loss[3] > loss[1] + 0.5
+
+
+def test_a_learning_rate_schedule_scales_every_step() -> None:
+    """`lr_at` sets the rate of each step from the step alone: a factor 0 leaves the weights as they were,
+    and the cosine ends at its floor."""
+    from hotloop.compress.onestep import StageSettings, cosine_lr
+    from hotloop.nn.resumable import train_resumable
+
+    net = torch.nn.Linear(3, 1)
+    before = [p.detach().clone() for p in net.parameters()]
+
+    def loss_fn(gen: torch.Generator) -> torch.Tensor:
+        return net(torch.randn(4, 3, generator=gen)).square().mean()
+
+    train_resumable(net, loss_fn, StageSettings(3, 0.1, 0, 10), None, "t", lr_at=lambda i: 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    train_resumable(net, loss_fn, StageSettings(3, 0.1, 0, 10), None, "t", lr_at=lambda i: 1.0)
+    assert not all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    schedule = cosine_lr(100, floor=0.1)
+    assert schedule(0) == 1.0 and abs(schedule(50) - 0.55) < 1e-9 and abs(schedule(100) - 0.1) < 1e-9
+
+
+def test_closed_loop_observations_every_control_period_under_async() -> None:
+    """Under async at 200 ms an episode asks for a chunk every few periods; `every_period` records the
+    observation of each period the robot went through instead (the first one is the start, as before)."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.families import get_family
+
+    pi = get_family("pi")
+    condition = ("async", "fixed:200")
+    asked, _ = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7, 2, None, condition)
+    every, _ = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7, 2, None, condition, True)
+    assert every.batch > 2 * asked.batch
+    assert torch.equal(every.state[0], asked.state[0]) and torch.equal(every.images[0], asked.images[0])
+
+
+def test_student_rounds_play_each_execution_in_turn() -> None:
+    """Round r of the student's own episodes runs under the r-th of `--onestep-rounds-under` (in turn),
+    with every control period's observation where the strategy is not sync."""
+    from hotloop.compile.validate import parse_tolerance
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.compress.recipe import RecipeConfig, parse_recipe, student_rollouts
+    from hotloop.demos.conveyor import build_demo
+    from hotloop.families import get_family
+    from hotloop.targets import TargetOptions
+
+    pi = get_family("pi")
+    config = RecipeConfig(
+        target="demo:conveyor", recipe=parse_recipe("steps:2"), tolerance=parse_tolerance("cos:0.5"),
+        out=Path("unused"), distill_episodes=1, seed=7,
+        onestep_rounds_under=(("async", "fixed:200"), ("sync", "fixed:0")),
+    )  # fmt: skip
+    student = build_demo("demo:conveyor", TargetOptions()).pi.model
+    explore = student_rollouts(config, pi, 2)
+    first, second = explore(student, 1), explore(student, 2)
+    want, _ = closed_loop_observations(
+        "demo:conveyor", "conveyor-pick", pi, 1, 7 + 1000, 2, None, ("async", "fixed:200"), every_period=True
+    )
+    assert torch.equal(first.state, want.state)
+    sync, _ = closed_loop_observations("demo:conveyor", "conveyor-pick", pi, 1, 7 + 2000, 2)
+    assert torch.equal(second.state, sync.state)

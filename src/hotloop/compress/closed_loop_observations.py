@@ -15,11 +15,6 @@ from typing import Any
 from hotloop.compress.rollouts import ROLLOUT_SEED_BASE
 from hotloop.errors import ConfigError
 
-# The executions a student's rounds are played under, in turn: replanning every control period at 0 ms.
-# Alternating it with async at 200 ms was tried (docs/onestep.md): async asks for few inferences (102
-# observations a round against 636), and that demo:conveyor student lost 11 points at sync 0 ms.
-CONDITIONS: tuple[tuple[str, str], ...] = (("sync", "fixed:0"),)
-
 
 def _model_policy(policy: Any) -> Any:
     inner = getattr(policy, "pi", policy)
@@ -31,6 +26,11 @@ def _model_policy(policy: Any) -> Any:
     return inner
 
 
+class _Observed(Exception):
+    """Raised by the recording hook once it has the model observation of a frame that is only observed:
+    the policy's preprocessing ran, its model does not."""
+
+
 def closed_loop_observations(
     target: str,
     task: str,
@@ -39,11 +39,15 @@ def closed_loop_observations(
     first_seed: int,
     num_steps: int,
     weights: dict[str, Any] | None = None,
-    condition: tuple[str, str] = CONDITIONS[0],
+    condition: tuple[str, str] = ("sync", "fixed:0"),
+    every_period: bool = False,
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
     batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model
-    (None: the target's own); `num_steps`: the policy's denoising steps."""
+    (None: the target's own); `num_steps`: the policy's denoising steps. `every_period`: the observation
+    at every control period instead of those the policy was asked about: under `async` at 200 ms an
+    episode asks for 3 to 5 chunks, yet each period's state is one a chunk may start from (another
+    phase of the trigger, another delay), and each is a state that execution met."""
     from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
 
     if episodes < 1:
@@ -51,6 +55,7 @@ def closed_loop_observations(
     strategy, latency = condition
     runner = EpisodeRunner(EpisodeJob(target, task, None, strategy, latency, num_steps=num_steps))
     store: list[Any] = []
+    observing = False  # True while a frame is only observed (`every_period`)
     try:
         inner = _model_policy(runner.policy.policy)
         if weights is not None:
@@ -58,10 +63,31 @@ def closed_loop_observations(
         observe = inner.observation
 
         def recording(obs: Any) -> Any:
-            store.append(observe(obs))
-            return store[-1]
+            model_obs = observe(obs)
+            if every_period and not observing:
+                return model_obs  # an inference: its frame was recorded as the period's
+            store.append(model_obs)
+            if observing:
+                raise _Observed
+            return model_obs
 
         inner.observation = recording
+        if every_period:
+            policy = runner.policy
+
+            def on_frame(frame: dict[str, Any]) -> None:
+                nonlocal observing
+                observing = True
+                try:
+                    policy.infer(frame)  # the task's observation through the adapter and the policy's own
+                except _Observed:  # preprocessing, up to the model observation (recorded)
+                    pass
+                finally:
+                    observing = False
+
+            # the episode runner's camera-rate hook (a perception pipeline's): a frame every control period
+            policy.frame_ticks = runner.env.config.ticks_per_control
+            policy.on_frame = on_frame
         wins = sum(
             int(runner.run(ROLLOUT_SEED_BASE + first_seed + i).get("success", False)) for i in range(episodes)
         )
@@ -72,4 +98,4 @@ def closed_loop_observations(
     return family.stack(store), wins
 
 
-__all__ = ["CONDITIONS", "closed_loop_observations"]
+__all__ = ["closed_loop_observations"]

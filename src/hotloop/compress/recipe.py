@@ -207,6 +207,10 @@ class RecipeConfig:
     step_distill_first_action: float = 0.0  # extra weight on the chunk's first action (what sync executes)
     # onestep on a pi demo: training rounds, each after the first on the student's own closed-loop states
     onestep_rounds: int = 3
+    # ... played under these (strategy, latency) in turn: a student judged at 0 and 200 ms must have met
+    # both's states. Async-only rounds cost 37 points at sync 0 ms, sync-only ones 7 at async 200 ms; in
+    # turn, neither (demo:conveyor, seeds 3000-3099; docs/onestep.md).
+    onestep_rounds_under: tuple[tuple[str, str], ...] = (("async", "fixed:200"), ("sync", "fixed:0"))
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
@@ -247,6 +251,7 @@ class RecipeConfig:
             raise ConfigError(
                 f"--distill-target {self.distill_target!r} is unknown; use {' or '.join(DISTILL_TARGETS)}"
             )
+        check_rounds_under(self.onestep_rounds_under)
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
         trains = next((s for s in self.recipe if s.name in ("qat", "onestep")), None)
@@ -371,7 +376,9 @@ def apply_step(
         )  # fmt: skip
         new.details["data"] = source
     elif step.name == "onestep":
-        new.model, new.num_steps, new.details = one_step_student(step, cand, inputs, config, work, family)
+        new.model, new.num_steps, new.details = one_step_student(
+            step, cand, inputs, config, work, family, action_dim
+        )
     elif step.name == "sparse24":
         new.model, new.details = family.compression().sparse24(cand.model)
         new.sparsity = new.details
@@ -457,13 +464,20 @@ def step_distill_observations(
 
 
 def one_step_student(
-    step: RecipeStep, cand: Candidate, inputs: Inputs, config: RecipeConfig, work: Path, family: Any
+    step: RecipeStep,
+    cand: Candidate,
+    inputs: Inputs,
+    config: RecipeConfig,
+    work: Path,
+    family: Any,
+    action_dim: int | None = None,
 ) -> tuple[Any, int, dict[str, Any]]:
     """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
     itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
     --data frames (their recorded chunks anchor the flow) and, for a flow demo target, on the teacher's
-    own closed-loop observations (`--distill-episodes`, as step-distill does) and, in later rounds, on the
-    student's (`--onestep-rounds`; not after `prune`, whose shapes the demo's own policy cannot load)."""
+    own closed-loop observations (`--distill-episodes`) and, in later rounds, on the student's
+    (`--onestep-rounds` under `--onestep-rounds-under`; not after `prune`, whose shapes the demo's own
+    policy cannot load: its teacher episodes are then the target's own)."""
     from hotloop.compress.onestep import OnestepConfig
 
     calib = inputs.calibration_set
@@ -475,16 +489,18 @@ def one_step_student(
     pruned = any(label.startswith("prune") for label in cand.applied)
     if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
         # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
-        if family.name == "pi":
-            rollouts, source = step_distill_observations(inputs, config, family)
-        else:
-            from hotloop.compress.closed_loop_observations import closed_loop_observations
+        from hotloop.compress.closed_loop_observations import closed_loop_observations
 
-            rollouts, wins = closed_loop_observations(
-                config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps
-            )
-            source = {"source": "teacher rollouts (sync, fixed:0)", "episodes": config.distill_episodes,
-                      "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
+        # The teacher's episodes under the rounds' first execution, every period kept off sync: at async
+        # 200 ms the teacher is asked 3 to 5 times an episode instead of every period (about 30), so they
+        # cost a fraction of sync's for as many observations.
+        played = config.onestep_rounds_under[0]
+        rollouts, wins = closed_loop_observations(
+            config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps,
+            None if pruned else cand.model.state_dict(), played, every_period=played[0] != "sync",
+        )  # fmt: skip
+        source = {"source": f"teacher rollouts ({played[0]}, {played[1]})", "episodes": config.distill_episodes,
+                  "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
         explore = None if pruned else student_rollouts(config, family, steps)
@@ -496,6 +512,8 @@ def one_step_student(
         noise="zero" if inputs.zero_noise else "random",
         rounds=config.onestep_rounds if explore is not None else 1,
     )
+    if explore is not None:
+        source["rounds_under"] = [f"{s}@{lat}" for s, lat in config.onestep_rounds_under]
     # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
     model = (
         tools.student_model(cand.model, steps)
@@ -504,20 +522,56 @@ def one_step_student(
     )
     details = tools.onestep(
         cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress, *((explore,) if explore is not None else ()),
+        config.progress, explore, action_dim=action_dim,
     )  # fmt: skip
     details["data"] = source
     return model, steps, details
 
 
+def parse_rounds_under(text: str) -> tuple[tuple[str, str], ...]:
+    """`--onestep-rounds-under async@fixed:200,sync@fixed:0` -> ((strategy, latency), ...)."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",")):
+        strategy, at, latency = part.partition("@")
+        if not (strategy and at and latency):
+            raise ConfigError(
+                f"--onestep-rounds-under {text!r}: give STRATEGY@LATENCY pairs, e.g. async@fixed:200,sync@fixed:0"
+            )
+        pairs.append((strategy.strip(), latency.strip()))
+    check_rounds_under(tuple(pairs))
+    return tuple(pairs)
+
+
+def check_rounds_under(pairs: tuple[tuple[str, str], ...]) -> None:
+    from hotloop.closedloop.latency import parse_latency
+    from hotloop.realtime.strategies import default_strategies
+
+    names = default_strategies().names()
+    if not pairs:
+        raise ConfigError("--onestep-rounds-under needs at least one STRATEGY@LATENCY, e.g. sync@fixed:0")
+    for strategy, latency in pairs:
+        if strategy not in names:
+            raise ConfigError(
+                f"--onestep-rounds-under: strategy {strategy!r} is not known; use one of {', '.join(names)}"
+            )
+        try:
+            parse_latency(latency)
+        except ConfigError as e:
+            raise ConfigError(f"--onestep-rounds-under: {e}") from None
+
+
 def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
     """For onestep's on-policy rounds on a demo target: the observations the student meets when it
-    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r under
-    `CONDITIONS[r - 1]` in turn (sync at 0 ms)."""
-    from hotloop.compress.closed_loop_observations import CONDITIONS, closed_loop_observations
+    drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r
+    played under `--onestep-rounds-under`'s (r - 1)-th execution in turn. Under any strategy but sync,
+    which asks at every period anyway, each control period's observation is kept, not only those the
+    policy was asked about (async at 200 ms asks 3 to 5 times an episode)."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+
+    conditions = config.onestep_rounds_under
 
     def explore(student: Any, round_: int) -> Any:
-        condition = CONDITIONS[(round_ - 1) % len(CONDITIONS)]
+        condition = conditions[(round_ - 1) % len(conditions)]
         seed = config.seed + 1000 * round_  # apart from the teacher's rollouts (seed + 0..episodes-1)
         return closed_loop_observations(
             config.target,
@@ -528,6 +582,7 @@ def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[
             steps,
             student.state_dict(),
             condition,
+            every_period=condition[0] != "sync",
         )[0]
 
     return explore

@@ -85,6 +85,13 @@ def compress_cmd(
             "closed-loop observations (--distill-episodes a round), labelled by the teacher"
         ),
     ] = 3,
+    onestep_rounds_under: Annotated[
+        str,
+        typer.Option(
+            help="onestep on a pi or SmolVLA demo: how the student's rounds execute, STRATEGY@LATENCY in turn "
+            "(the conditions it will be judged at)"
+        ),
+    ] = "async@fixed:200,sync@fixed:0",
     bench_iters: Annotated[
         int | None,
         typer.Option(
@@ -133,6 +140,7 @@ def compress_cmd(
         RecipeConfig,
         family_recipe_steps,
         parse_recipe,
+        parse_rounds_under,
         plot_recipe,
         run_recipe,
     )
@@ -173,6 +181,7 @@ def compress_cmd(
         buckets=parse_buckets(buckets) if buckets is not None else (),
         step_distill_first_action=first_action_weight,
         onestep_rounds=onestep_rounds,
+        onestep_rounds_under=parse_rounds_under(onestep_rounds_under),
         bench_iters=bench_iters if bench_iters is not None else 20,
         backends=names,
         fp32_layers=fp32_layers,

@@ -48,10 +48,13 @@ def train_resumable(
     on_step: Callable[[int, float], None] | None = None,
     progress: bool = False,
     params: list[nn.Parameter] | None = None,
+    lr_at: Callable[[int], float] | None = None,
 ) -> TrainState:
     """Adam on `loss_fn(generator)` for `config.steps` steps (`config`: a frozen dataclass with steps, lr,
     seed and checkpoint_every; it is part of the checkpoint's identity), resuming from `checkpoint_dir` if it holds one.
-    `params`: the parameters to train (default: all of `student`'s); the others stay frozen."""
+    `params`: the parameters to train (default: all of `student`'s); the others stay frozen. `lr_at`: the
+    learning rate's factor at each step (None: `config.lr` throughout); a function of the step alone, so a
+    resumed run follows the same schedule."""
     trained = list(student.parameters()) if params is None else list(params)
     ids = {id(p) for p in trained}
     for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
@@ -96,6 +99,9 @@ def train_resumable(
         bar = tqdm(total=config.steps, initial=state.step, desc=kind, unit="step", leave=False)
     try:
         while state.step < config.steps:
+            if lr_at is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = config.lr * lr_at(state.step)
             loss = loss_fn(step_generator(config.seed, state.step))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

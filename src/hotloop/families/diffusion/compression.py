@@ -46,9 +46,13 @@ class DiffusionCompression:
         config: Any,
         work: Any,
         progress: bool,
+        explore: Any = None,
+        action_dim: int | None = None,
     ) -> dict[str, Any]:
         """`onestep[:K]`: `student` becomes a DDIM K-step copy of `teacher` (its weights are replaced in
-        place, its config switched to DDIM K), trained on `teacher`'s DDIM `teacher_steps` samples."""
+        place, its config switched to DDIM K), trained on `teacher`'s DDIM `teacher_steps` samples.
+        `explore` and `action_dim` are the flow families' (closed-loop rounds, padded action dimensions):
+        the recipe gives no rounds to Diffusion, and its samples have the executed dimensions only."""
         from hotloop.families.diffusion.onestep import train_diffusion_onestep
 
         self.check_onestep(student_steps, teacher_steps, (), teacher)

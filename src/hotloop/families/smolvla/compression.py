@@ -215,6 +215,26 @@ class SmolVLAFlowStudent:
     def batch_size(self, obs: SmolVLAObservation) -> int:
         return int(obs.batch)
 
+    def stack_prefix(self, caches: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+        """(k, v, pad) of several batches as one. Batches whose prompts had fewer slots have shorter
+        prefixes; they are padded at the end with masked positions, which the expert never attends to and
+        which do not move its positions (they count the valid ones): the same velocities."""
+        width = max(pad.shape[1] for _, _, pad in caches)
+        ks, vs, pads = [], [], []
+        for k, v, pad in caches:
+            extra = width - pad.shape[1]
+            ks.append(F.pad(k, (0, 0, 0, extra)))
+            vs.append(F.pad(v, (0, 0, 0, extra)))
+            pads.append(F.pad(pad, (0, extra), value=False))
+        return torch.cat(ks, dim=1), torch.cat(vs, dim=1), torch.cat(pads)
+
+    def select_prefix(
+        self, cache: tuple[Tensor, Tensor, Tensor], index: list[int]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        k, v, pad = cache
+        rows = torch.tensor(index, dtype=torch.long)
+        return k.index_select(1, rows), v.index_select(1, rows), pad.index_select(0, rows)
+
     def denoising_parameters(self, model: Any) -> list[nn.Parameter]:
         return expert_parameters(model)
 
@@ -246,13 +266,13 @@ class SmolVLACompression:
         work: Path,
         progress: bool,
         explore: Any = None,
+        action_dim: int | None = None,
     ) -> dict[str, Any]:
         from hotloop.compress.onestep import train_flow_onestep
 
         return train_flow_onestep(
             SmolVLAFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
-            work, progress,
-            explore,
+            work, progress, explore, action_dim,
         )  # fmt: skip
 
     def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:

@@ -106,14 +106,14 @@ class PiCompression:
         work: Path,
         progress: bool,
         explore: Any = None,
+        action_dim: int | None = None,
     ) -> dict[str, Any]:
         from hotloop.compress.onestep import train_flow_onestep
         from hotloop.families.pi.compression.onestep import PiFlowStudent
 
         return train_flow_onestep(
             PiFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config, work,
-            progress,
-            explore,
+            progress, explore, action_dim,
         )  # fmt: skip
 
     def qat(
