@@ -109,7 +109,9 @@ def test_an_episode_that_kills_its_worker_twice_is_an_error_row_and_the_sweep_go
     )
     cells = [Cell.of(request)]
     rows: list[dict] = []
-    options = ExecOptions(cluster=cluster, progress=False, max_workers=1)  # one worker: CI's CPU time
+    # Two workers, one episode each: on one worker seed 3 would be in flight behind seed 4's crash, and a
+    # reply not yet sent when os._exit runs is lost with the process (seen under load: both seeds errors).
+    options = ExecOptions(cluster=cluster, progress=False, max_workers=2)
     result = execute(cells, episodes_of(cells, set(), options), rows.append, options)
     assert not result.interrupted and sorted(r["seed"] for r in rows) == [3, 4]
     by_seed = {r["seed"]: r for r in rows}
