@@ -37,14 +37,14 @@ def closed_loop_observations(
     family: Any,
     episodes: int,
     first_seed: int,
-    num_steps: int,
+    num_steps: int | None,
     weights: dict[str, Any] | None = None,
     condition: tuple[str, str] = ("sync", "fixed:0"),
     every_period: bool = False,
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
     batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model
-    (None: the target's own); `num_steps`: the policy's denoising steps. `every_period`: the observation
+    (None: the target's own); `num_steps`: the policy's denoising steps (None: its own). `every_period`: the observation
     at every control period instead of those the policy was asked about: under `async` at 200 ms an
     episode asks for 3 to 5 chunks, yet each period's state is one a chunk may start from (another
     phase of the trigger, another delay), and each is a state that execution met."""

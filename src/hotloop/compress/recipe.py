@@ -457,10 +457,27 @@ def step_distill_observations(
         from hotloop.targets import TargetOptions
 
         demo = build_demo(config.target, TargetOptions(seed=config.seed))
-        inputs.rollouts = rollout_observations(
-            demo, config.task, config.distill_episodes, config.seed, family
-        )
+        if hasattr(demo, "meta"):  # a pi conveyor demo: its own recorder
+            inputs.rollouts = rollout_observations(
+                demo, config.task, config.distill_episodes, config.seed, family
+            )
+        else:  # a checkpoint-backed demo (SmolVLA): played by eval's episode runner, as onestep's rounds are
+            inputs.rollouts = teacher_rollouts(config, family)
     return inputs.rollouts.obs, inputs.rollouts.manifest_entry()
+
+
+def teacher_rollouts(config: RecipeConfig, family: Any) -> Any:
+    """The teacher's own `--distill-episodes` (sync, 0 ms, its own steps) for a demo target whose policy
+    is not a pi conveyor demo, through eval's episode runner."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.compress.rollouts import ROLLOUT_SEED_BASE, RolloutSet
+
+    obs, wins = closed_loop_observations(
+        config.target, config.task, family, config.distill_episodes, config.seed, num_steps=None
+    )
+    first = ROLLOUT_SEED_BASE + config.seed
+    episodes = config.distill_episodes
+    return RolloutSet(obs, episodes, wins, (first, first + episodes - 1), family.batch_size(obs))
 
 
 def one_step_student(

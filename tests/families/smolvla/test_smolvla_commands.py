@@ -193,6 +193,23 @@ def test_compress_step_distillation_trains_the_expert(make_checkpoint: Any, tmp_
     )
 
 
+def test_step_distillation_of_the_smolvla_demo_learns_on_its_own_rollouts(tmp_path: Path) -> None:
+    """`--distill-episodes` on demo:conveyor-smolvla rolls the teacher out through eval's episode runner
+    (it crashed looking for a pi demo's `meta`) and trains on those observations."""
+    out, js = tmp_path / "d", tmp_path / "d.json"
+    res = runner.invoke(
+        app,
+        ["compress", "demo:conveyor-smolvla", "--recipe", "step-distill:2", "--distill-episodes", "1",
+         "--distill-steps", "2", "--distill-batch", "2", "--backends", "eager", "--bench-iters", "2",
+         "--eval-observations", "2", "--calibration-frames", "4", "--threads", "1", "--tolerance", "cos:0.1",
+         "-o", str(out), "--json", str(js), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(js.read_text())["rows"][-1]["details"]["data"]
+    assert data["source"].startswith("teacher rollouts") and data["episodes"] == 1
+    assert data["observations"] > 0 and data["seeds"][0] == data["seeds"][1]
+
+
 def test_compress_onestep_student_on_recorded_frames(make_checkpoint: Any, tmp_path: Path) -> None:
     """`onestep:2` on a SmolVLA folder: trained on --data frames (their chunks anchor the flow), written
     as a 2-step plan whose fit to the teacher's 10-step chunks improved."""

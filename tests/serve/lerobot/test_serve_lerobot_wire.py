@@ -4,8 +4,10 @@ pickled reply, the robot-key mapping, the instructions' checks and one client's 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import fake_lerobot
@@ -17,7 +19,7 @@ from hotloop.policy_spec import ArraySpec
 from hotloop.serve.lerobot import wire
 from hotloop.serve.lerobot.execution import ClientQueue, ClientSession, ExecutionConfig, Pending
 from hotloop.serve.lerobot.features import Mismatch, map_features
-from hotloop.serve.lerobot.instructions import ServedTarget, check_instructions
+from hotloop.serve.lerobot.instructions import ServedTarget, _lerobot_type, check_instructions
 from hotloop.serve.lerobot.reply import encode_actions
 from hotloop.serve.lerobot.unpickle import Refused, load_policy_config, load_timed_observation
 from hotloop.serve.server import ServedPolicy
@@ -376,3 +378,19 @@ def test_mutated_pickles_are_refused_or_read_never_anything_else(monkeypatch):
         assert isinstance(timed.observation, dict) and isinstance(timed.timestep, int)
 
     check()
+
+
+def test_an_artifact_accepts_its_source_checkpoints_type(tmp_path):
+    """A compiled artifact holds a config.json of type `hotloop` (LeRobot's plugin reads it): the server
+    still accepts the type of the checkpoint it was compiled from, which a stock client names."""
+    source = tmp_path / "ckpt"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"type": "act"}))
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "manifest.json").write_text(json.dumps({"target": str(source), "kind": "act"}))
+    (art / "config.json").write_text(json.dumps({"type": "hotloop", "source_type": "act"}))
+    assert _lerobot_type(str(art)) == "act"
+    shutil.rmtree(source)  # the source gone: the plugin config's source_type says it
+    (art / "manifest.json").write_text(json.dumps({"target": str(source)}))
+    assert _lerobot_type(str(art)) == "act"

@@ -55,9 +55,9 @@ class ClientSetup:
     device: str
 
 
-def _config_type(folder: Path) -> str | None:
+def _config_type(folder: Path, key: str = "type") -> str | None:
     try:
-        value = json.loads((folder / "config.json").read_text()).get("type")
+        value = json.loads((folder / "config.json").read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
@@ -67,8 +67,8 @@ def _lerobot_type(target: str) -> str | None:
     """The LeRobot `type` behind a target: a checkpoint folder's config.json, an artifact's source
     checkpoint (its manifest's `source`), a shipped checkpoint demo's folder."""
     path = Path(target)
-    if (path / "config.json").is_file():
-        return _config_type(path)
+    # An artifact first: the config.json a compile writes beside its manifest (for LeRobot's plugin) says
+    # "hotloop", which the server accepts anyway; the client names the source's type.
     if (path / "manifest.json").is_file():
         try:
             manifest: Any = json.loads((path / "manifest.json").read_text())
@@ -79,7 +79,10 @@ def _lerobot_type(target: str) -> str | None:
         source = manifest.get("target")
         found = _lerobot_type(source) if isinstance(source, str) and source != target else None
         kind = manifest.get("kind")  # the family it was compiled from, when its source is gone
-        return found or (kind if isinstance(kind, str) else None)
+        # the source's type as the plugin's config.json records it, when the source folder is gone
+        return found or _config_type(path, "source_type") or (kind if isinstance(kind, str) else None)
+    if (path / "config.json").is_file():
+        return _config_type(path)
     if target.startswith("demo:conveyor-"):
         from hotloop.demos.checkpoints import asset_dir
         from hotloop.errors import ConfigError
