@@ -1,6 +1,6 @@
 """A PushT checkpoint at LeRobot's own default size, made by LeRobot's code, for `lerobot_eval_ab.py`.
 
-    .venv-lerobot/bin/python benchmarks/lerobot_pusht_checkpoint.py act OUT [--seed 0]
+    .venv-lerobot/bin/python benchmarks/lerobot_pusht_checkpoint.py act OUT [--seed 0] [--n-action-steps 10]
     .venv-lerobot/bin/python benchmarks/lerobot_pusht_checkpoint.py diffusion OUT [--num-inference-steps 10]
 
 Every size is LeRobot's default for the policy (ACT: dim_model 512, 4 encoder layers, chunk 100; Diffusion
@@ -48,6 +48,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-inference-steps", type=int, default=None)
     parser.add_argument("--noise-scheduler", choices=["DDPM", "DDIM"], default="DDPM")
+    parser.add_argument(
+        "--n-action-steps",
+        type=int,
+        default=None,
+        help="actions run per inference (LeRobot's default if not set)",
+    )
     args = parser.parse_args()
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"OUT {args.out} is not empty: name a new folder")
@@ -55,7 +61,8 @@ def main() -> None:
     if args.family == "act":
         from lerobot.policies.act.configuration_act import ACTConfig
 
-        cfg = ACTConfig(**common, pretrained_backbone_weights=None)
+        steps = {} if args.n_action_steps is None else {"n_action_steps": args.n_action_steps}
+        cfg = ACTConfig(**common, pretrained_backbone_weights=None, **steps)
     else:
         from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
@@ -64,6 +71,7 @@ def main() -> None:
             pretrained_backbone_weights=None,
             noise_scheduler_type=args.noise_scheduler,
             num_inference_steps=args.num_inference_steps,
+            **({} if args.n_action_steps is None else {"n_action_steps": args.n_action_steps}),
         )
     torch.manual_seed(args.seed)
     policy = get_policy_class(args.family)(cfg)
