@@ -44,9 +44,11 @@ def child(policy_path: str, record: Path, output_dir: Path, lerobot_args: list[s
             start = time.perf_counter()
             action = select(batch, *a, **kw)
             steps.append(
-                {"ms": (time.perf_counter() - start) * 1e3, "action": action.detach().cpu().tolist()}
+                {"ms": (time.perf_counter() - start) * 1e3, "action": action.detach().cpu().float().tolist()}
             )
-            return action
+            # LeRobot 0.4.4's rollout hands the action to numpy, which has no bf16: under
+            # --policy.use_amp=true (its bf16 autocast on CPU, its fastest setting) it crashes there.
+            return action.float() if action.dtype == torch.bfloat16 else action
 
         policy.select_action = timed
         return policy
