@@ -14,7 +14,8 @@ import torch
 from hotloop.compile.lean_files import FileRows, mapped_state_dict
 from hotloop.errors import CheckpointError
 from hotloop.families.lookup import lookup_dtype, lookup_rows, stored_table
-from hotloop.runtime.memory import MIB, resident_bytes
+from hotloop.process_memory import resident_bytes
+from hotloop.runtime.memory import MIB
 
 ROWS, WIDTH = 32768, 1024  # float16: 64 MiB
 

@@ -154,7 +154,7 @@ def test_plan_memory_gb_caps_what_planning_may_hold(tmp_path: Path, compile_tiny
 
     from hotloop.cli import app
     from hotloop.compile.memory_fit import GIB, available_bytes, headroom
-    from hotloop.compile.peak_memory import resident_bytes
+    from hotloop.process_memory import resident_bytes
 
     limit = resident_bytes() / GIB + 2
     assert abs(headroom(limit) - 2 * GIB) < 0.25 * GIB or headroom(limit) == available_bytes()

@@ -114,7 +114,7 @@ def headroom(limit_gb: float | None = None) -> int:
     available = available_bytes()
     if limit_gb is None:
         return available
-    from hotloop.compile.peak_memory import resident_bytes
+    from hotloop.process_memory import resident_bytes
 
     return min(available, int(limit_gb * GIB) - resident_bytes())
 

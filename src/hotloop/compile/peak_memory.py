@@ -9,10 +9,11 @@ refused (another OS, a locked-down /proc), the figures are None and the JSON say
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hotloop.process_memory import resident_bytes
 
 MIB = 2**20
 CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -26,17 +27,6 @@ def reset_peak() -> bool:
     except OSError:
         return False
     return True
-
-
-def resident_bytes() -> int:
-    """This process's resident set now (/proc/self/statm; psutil elsewhere)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
 
 
 def peak_bytes() -> int | None:

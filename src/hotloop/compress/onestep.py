@@ -457,8 +457,41 @@ class StageSettings:
     checkpoint_every: int
 
 
+class FlowOnestepSteps:
+    """`onestep[:K]` as a flow family's compression steps (pi, SmolVLA): the check and the training are
+    the method's own; a family states only its `FlowStudent` (`flow_student`)."""
+
+    def flow_student(self, model: Any) -> FlowStudent:
+        raise NotImplementedError
+
+    def check_onestep(
+        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
+    ) -> None:
+        check_onestep(student_steps, teacher_steps)
+
+    def onestep(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        calib: Any,
+        student_steps: int,
+        teacher_steps: int,
+        config: Any,
+        work: Path,
+        progress: bool,
+        explore: Any = None,
+        action_dim: int | None = None,
+    ) -> dict[str, Any]:
+        return train_flow_onestep(
+            self.flow_student(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
+            work, progress, explore, action_dim,
+        )  # fmt: skip
+
+
 __all__ = [
     "MAX_STUDENT_STEPS",
+    "FlowOnestepSteps",
     "FlowStudent",
     "OnestepConfig",
     "check_onestep",

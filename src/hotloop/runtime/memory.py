@@ -24,24 +24,13 @@ Limits, stated plainly:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hotloop.errors import MemoryCapError
+from hotloop.process_memory import resident_bytes
 from hotloop.targets import CAP_FLAG, check_cap
 
 MIB = 2**20
-
-
-def resident_bytes() -> int:
-    """This process's resident set size now (Linux: /proc/self/statm, a few µs; elsewhere psutil)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
 
 
 class MemoryAccount:

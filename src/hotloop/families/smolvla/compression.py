@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hotloop.compress.onestep import FlowOnestepSteps
 from hotloop.errors import ConfigError
+from hotloop.families.flow_distill import check_step_distill, matched_states
 from hotloop.families.smolvla.observation import SmolVLAObservation, select
 from hotloop.models.smolvla import SmolVLAModel
 
@@ -63,28 +65,6 @@ class StepDistillOptions:
                 raise ConfigError(f"{name.replace('_', ' ')} must be >= 0 (got {getattr(self, name)})")
 
 
-def check_step_distill(small_steps: int, teacher_steps: int) -> None:
-    for value in (small_steps, teacher_steps):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"--recipe step-distill takes positive step counts (got {(small_steps, teacher_steps)!r})"
-            )
-    if small_steps >= teacher_steps:
-        raise ConfigError(
-            f"--recipe step-distill:{small_steps}: the student must take fewer steps than the teacher's "
-            f"{teacher_steps}; use step-distill:N with 1 <= N < {teacher_steps}"
-        )
-
-
-def shared_times(small_steps: int, teacher_steps: int) -> list[tuple[int, int]]:
-    """(student state index, teacher state index) at the same flow time, the final chunk last."""
-    return [
-        (k, k * teacher_steps // small_steps)
-        for k in range(1, small_steps + 1)
-        if k * teacher_steps % small_steps == 0
-    ]
-
-
 def expert_parameters(model: SmolVLAModel) -> list[nn.Parameter]:
     return [p for n, p in model.named_parameters() if not n.startswith(FROZEN)]
 
@@ -123,17 +103,7 @@ def step_distill(
     from hotloop.nn.resumable import train_resumable
 
     opts = options or StepDistillOptions()
-    check_step_distill(small_steps, teacher_steps)
-    if obs.batch < 1:
-        raise ConfigError("--recipe step-distill: no observations to distill on")
-    teacher.eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    matched = [
-        (k, j, 1.0 if k == small_steps else opts.intermediate_weight)
-        for k, j in shared_times(small_steps, teacher_steps)
-    ]
-    matched = [m for m in matched if m[2] > 0]
+    matched = matched_states(teacher, obs.batch, small_steps, teacher_steps, opts.intermediate_weight)
     cfg = teacher.cfg
     shape = (cfg.chunk_size, cfg.max_action_dim)
 
@@ -239,41 +209,13 @@ class SmolVLAFlowStudent:
         return expert_parameters(model)
 
 
-class SmolVLACompression:
+class SmolVLACompression(FlowOnestepSteps):
     """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation and the
     `onestep[:K]` student."""
-
-    def check_onestep(
-        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
-    ) -> None:
-        from hotloop.compress.onestep import check_onestep
-
-        check_onestep(student_steps, teacher_steps)
 
     def flow_student(self, model: Any) -> Any:
         """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
         return SmolVLAFlowStudent(model)
-
-    def onestep(
-        self,
-        teacher: nn.Module,
-        student: nn.Module,
-        obs: Any,
-        calib: Any,
-        student_steps: int,
-        teacher_steps: int,
-        config: Any,
-        work: Path,
-        progress: bool,
-        explore: Any = None,
-        action_dim: int | None = None,
-    ) -> dict[str, Any]:
-        from hotloop.compress.onestep import train_flow_onestep
-
-        return train_flow_onestep(
-            SmolVLAFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
-            work, progress, explore, action_dim,
-        )  # fmt: skip
 
     def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
         check_step_distill(small_steps, teacher_steps)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hotloop.errors import ConfigError
+from hotloop.families.flow_distill import check_step_distill, matched_states, shared_times
 from hotloop.families.pi.compression.distill import DistillConfig, teacher_actions
 from hotloop.families.pi.sampling import PiObservation
 from hotloop.models.pi0 import PiModel
@@ -79,28 +80,6 @@ def expert_parameters(model: PiModel) -> list[torch.nn.Parameter]:
     return [p for n, p in model.named_parameters() if n.split(".")[0] not in PREFIX_MODULES]
 
 
-def shared_times(small_steps: int, teacher_steps: int) -> list[tuple[int, int]]:
-    """(student state index, teacher state index) pairs at the same flow time, final chunk last."""
-    return [
-        (k, k * teacher_steps // small_steps)
-        for k in range(1, small_steps + 1)
-        if k * teacher_steps % small_steps == 0
-    ]
-
-
-def check_step_distill(small_steps: int, teacher_steps: int) -> None:
-    for value in (small_steps, teacher_steps):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"--recipe step-distill takes positive step counts, e.g. 10,5,3,2,1 (got {(small_steps, teacher_steps)!r})"
-            )
-    if small_steps >= teacher_steps:
-        raise ConfigError(
-            f"--recipe step-distill:{small_steps}: the student must take fewer steps than the teacher's "
-            f"{teacher_steps}; use step-distill:N with 1 <= N < {teacher_steps}"
-        )
-
-
 def step_distill(
     teacher: PiModel,
     student: PiModel,
@@ -117,18 +96,7 @@ def step_distill(
     `teacher_steps`-step chunk from the same start; the loss is the chunk MSE through the whole integral,
     plus (optionally) the MSE to the teacher's states at the times both integrators share."""
     opts = options or StepDistillOptions()
-    check_step_distill(small_steps, teacher_steps)
-    if obs.batch < 1:
-        raise ConfigError("--recipe step-distill: no observations to distill on")
-    teacher.eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    # (student state, teacher state, weight) at the flow times both visit; the final chunk has weight 1
-    matched = [
-        (k, j, 1.0 if k == small_steps else opts.intermediate_weight)
-        for k, j in shared_times(small_steps, teacher_steps)
-    ]
-    matched = [m for m in matched if m[2] > 0]
+    matched = matched_states(teacher, obs.batch, small_steps, teacher_steps, opts.intermediate_weight)
     shape = (teacher.cfg.chunk_size, teacher.cfg.max_action_dim)
     frozen_prefix = opts.train == "expert"
     params = expert_parameters(student) if frozen_prefix else None

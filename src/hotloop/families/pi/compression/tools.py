@@ -8,10 +8,12 @@ from typing import Any, cast
 
 from torch import Tensor, nn
 
+from hotloop.compress.onestep import FlowOnestepSteps
 
-class PiCompression:
+
+class PiCompression(FlowOnestepSteps):
     """The steps `hotloop compress` runs for a pi model that no other family has: structured pruning,
-    2:4 sparsity, distillation recovery, step distillation and QAT."""
+    2:4 sparsity, distillation recovery, step distillation and QAT; `onestep[:K]` (FlowOnestepSteps)."""
 
     @staticmethod
     def _distill_config(settings: dict[str, Any]) -> Any:
@@ -81,40 +83,11 @@ class PiCompression:
             options=StepDistillOptions(**options),
         )
 
-    def check_onestep(
-        self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None
-    ) -> None:
-        from hotloop.compress.onestep import check_onestep
-
-        check_onestep(student_steps, teacher_steps)
-
     def flow_student(self, model: Any) -> Any:
         """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
         from hotloop.families.pi.compression.onestep import PiFlowStudent
 
         return PiFlowStudent(model)
-
-    def onestep(
-        self,
-        teacher: nn.Module,
-        student: nn.Module,
-        obs: Any,
-        calib: Any,
-        student_steps: int,
-        teacher_steps: int,
-        config: Any,
-        work: Path,
-        progress: bool,
-        explore: Any = None,
-        action_dim: int | None = None,
-    ) -> dict[str, Any]:
-        from hotloop.compress.onestep import train_flow_onestep
-        from hotloop.families.pi.compression.onestep import PiFlowStudent
-
-        return train_flow_onestep(
-            PiFlowStudent(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config, work,
-            progress, explore, action_dim,
-        )  # fmt: skip
 
     def qat(
         self,
