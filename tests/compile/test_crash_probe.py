@@ -1,49 +1,105 @@
 """A native crash in a planner candidate refuses that candidate and the planner goes on.
 
-`run_isolated` is checked on real crashes (a NULL read through ctypes: SIGSEGV; SIGFPE raised by the
-process on itself), an exception, a success and a hang. The planner is checked on OpenVINO bf16 at one
-thread, which OpenVINO 2026.4 crashes (SIGFPE at compile) on a CPU with AMX for every gated MLP."""
+`run_child` is checked on real crashes (a NULL read through ctypes: SIGSEGV; SIGFPE raised by the
+process on itself), an exception, a success and a hang; the OpenVINO probe's child on a real graph. The
+planner is checked on OpenVINO bf16 at one thread, which OpenVINO 2026.4 crashes (SIGFPE at compile) on
+a CPU with AMX for every gated MLP."""
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
-import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from hotloop.compile.crash_probe import ProbeFailure, run_isolated
+from hotloop.compile.crash_probe import ProbeFailure, run_child
 
 
-def _segfault() -> None:
-    ctypes.string_at(0)
-
-
-def _fpe() -> None:
-    os.kill(os.getpid(), signal.SIGFPE)
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
 
 
 def test_a_crashing_call_is_a_probe_failure_naming_the_signal_and_the_caller_lives_on() -> None:
-    for fn, name in ((_segfault, "SIGSEGV"), (_fpe, "SIGFPE")):
+    segfault = "import ctypes; ctypes.string_at(0)"
+    fpe = "import os, signal; os.kill(os.getpid(), signal.SIGFPE)"
+    for code, name in ((segfault, "SIGSEGV"), (fpe, "SIGFPE")):
         with pytest.raises(ProbeFailure, match=f"graph x crashed a probe process \\({name}\\)") as info:
-            run_isolated(fn, "graph x")
+            run_child(_python(code), "graph x")
         assert info.value.signal_name == name
-    assert run_isolated(lambda: None, "fine") >= 0.0  # this process still runs, and so do its probes
+    assert run_child(_python("pass"), "fine") >= 0.0  # this process still runs, and so do its probes
 
 
 def test_an_exception_is_left_to_the_callers_own_call_and_a_hang_is_cut_off() -> None:
-    def raises() -> None:
-        raise ValueError("the caller's own call says this")
-
-    assert run_isolated(raises, "raises") >= 0.0
+    assert run_child(_python("raise ValueError('the caller says this')"), "raises") >= 0.0
     t0 = time.perf_counter()
     with pytest.raises(ProbeFailure, match="did not finish in 1 s") as info:
-        run_isolated(lambda: time.sleep(30), "a hang", timeout_s=1.0)
+        run_child(_python("import time; time.sleep(30)"), "a hang", timeout_s=1.0)
     assert info.value.signal_name is None and time.perf_counter() - t0 < 10
+
+
+def _relu_graph(folder: Path) -> Path:
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 8], np.float32)
+    weight = ops.constant(np.eye(8, dtype=np.float32))
+    model = ov.Model([ops.relu(ops.matmul(x, weight, False, False))], [x])
+    ov.save_model(model, str(folder / "g.xml"), compress_to_fp16=False)
+    return folder / "g.xml"
+
+
+def test_the_openvino_probe_child_is_a_fresh_interpreter_that_exports_the_blob(tmp_path: Path) -> None:
+    """The child compiles and runs the saved graph, exports the compiled blob the parent imports, and says
+    by its exit status when OpenVINO raised. It imports neither torch nor hotloop: a fork of a process
+    that ran OpenVINO can hang on the TBB state it copied (CI saw one hang for 30 minutes)."""
+    import numpy as np
+
+    from hotloop.compile.backends import openvino as backend
+
+    xml = _relu_graph(tmp_path)
+    np.savez(tmp_path / "in.npz", **{"0": np.ones((1, 8), np.float32)})
+    child = Path(backend.__file__).with_name("openvino_probe_child.py")
+    blobs = tmp_path / "blobs"
+    spec = {"xml": str(xml), "config": {"CACHE_DIR": str(blobs)}, "inputs": str(tmp_path / "in.npz")}
+    (tmp_path / "ok.json").write_text(json.dumps(spec))
+    import subprocess
+
+    def run(spec_file: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-P", "-X", "importtime", str(child), str(spec_file)]
+        return subprocess.run(argv, check=False, capture_output=True, text=True)
+
+    ok = run(tmp_path / "ok.json")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in ok.stderr.splitlines() if "|" in line}
+    assert "openvino" in imported and not {m.split(".")[0] for m in imported} & {"torch", "hotloop"}
+    assert any(p.suffix == ".blob" for p in blobs.iterdir())
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "xml": str(tmp_path / "missing.xml")}))
+    assert run(tmp_path / "bad.json").returncode == 3
+
+
+def test_the_planners_compile_imports_the_probes_blob_and_gives_the_same_outputs(tmp_path: Path) -> None:
+    """A planner's candidate is compiled once in the probe's child and imported here, after this process
+    has already run OpenVINO (the case a fork could hang on): same outputs as an unprobed compile."""
+    import openvino as ov
+    import torch
+
+    from hotloop.compile.backends.base import OnnxGraph
+    from hotloop.compile.backends.openvino import OpenVinoRunner
+
+    model = ov.Core().read_model(str(_relu_graph(tmp_path)))
+    x = torch.linspace(-1, 1, 8).reshape(1, 8)
+    graph = OnnxGraph(name="g", path=tmp_path / "g.xml", example_inputs=(x,), input_names=(), output_names=())
+    plain = OpenVinoRunner(graph, "fp32", model.clone(), {"threads": 1})
+    for threads in (1, 2):
+        probed = OpenVinoRunner(graph, "fp32", model.clone(), {"threads": threads, "probe": True})
+        assert probed.probe_s is not None and probed.probe_blob_imported is True
+        assert probed.blob is None
+        assert torch.equal(probed(x)[0], plain(x)[0])
+        assert torch.equal(probed(x)[0], x.clamp(min=0))
 
 
 def test_openvino_bf16_at_one_thread_is_refused_not_fatal(tmp_path: Path) -> None:

@@ -228,6 +228,8 @@ def test_a_second_load_imports_the_compiled_graphs_from_hotloops_cache(ov_art: P
 
     first = Engine.load(ov_art, threads=1)
     assert set(first.describe()["compiled_blobs"].values()) == {"compiled, cached"}
+    # compiled once, in the probe's child (a fresh interpreter); this process imported the child's blob
+    assert all(r.loaded_from_cache for r in first.runners.values())
     obs = first.example_observation()
     noise = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(1))  # pi05:tiny's chunk
     want = first.infer(obs, noise).clone()

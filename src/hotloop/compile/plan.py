@@ -143,7 +143,7 @@ def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> A
     )
 
 
-# Backends whose candidates are compiled and run once in a forked child before the planner prepares them
+# Backends whose candidates are compiled and run once in a child process before the planner prepares them
 # (`hotloop.compile.crash_probe`): OpenVINO's CPU plugin has killed the process on some graphs.
 PROBED_BACKENDS = ("openvino",)
 

@@ -59,7 +59,7 @@ def _reshape(model: Any, examples: Any, names: Any = None) -> None:
     model.reshape(shapes)
 
 
-# Runtime option (never saved): compile the graph and run it once in a forked child first, so that a
+# Runtime option (never saved): compile the graph and run it once in a child process first, so that a
 # plugin crash (a signal, not an exception) refuses this candidate instead of killing the planner.
 PROBE = "probe"
 
@@ -80,19 +80,30 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _probe(model: Any, config: dict[str, Any], inputs: Any, what: str) -> float:
-    """Compile `model` and run it once on zeros in a forked child (`hotloop.compile.crash_probe`); the
-    child's seconds, or BackendError naming the signal. With `CACHE_DIR` in `config` the child exports
-    the compiled blob there, and the caller's own compile with the same settings imports it (pi05:small's
-    unrolled loop: 0.9 s against 3.0 s to compile), so the probe costs about one compile, not two."""
-    from hotloop.compile.crash_probe import ProbeFailure, run_isolated
+def _probe(source: Path, config: dict[str, Any], inputs: Any, what: str) -> float:
+    """Compile the saved graph `source` and run it once on `inputs` in a child process
+    (`openvino_probe_child.py` through `hotloop.compile.crash_probe`); the child's seconds, or BackendCrash
+    naming the signal. With `CACHE_DIR` in `config` the child exports the compiled blob there, and the
+    caller's own compile with the same settings imports it (pi05:small's unrolled loop: 0.9 s against
+    3.0 s to compile), so the probe costs about one compile, not two. The child's inputs go to a temporary
+    folder of their own (never the blob folder, which another process loading the same plan may read)."""
+    import json
+    import sys
+    import tempfile
 
-    def trial() -> None:
-        request = _core().compile_model(model, "CPU", config).create_infer_request()
-        request.infer([x.numpy() for x in inputs])
+    import numpy as np
 
+    from hotloop.compile.crash_probe import ProbeFailure, run_child
+
+    child = Path(__file__).with_name("openvino_probe_child.py")
     try:
-        return run_isolated(trial, what)
+        with tempfile.TemporaryDirectory(prefix="hotloop-probe-") as held:
+            workdir = Path(held)
+            np.savez(workdir / "inputs.npz", **{str(i): x.numpy() for i, x in enumerate(inputs)})
+            spec = {"xml": str(source), "config": config, "inputs": str(workdir / "inputs.npz")}
+            (workdir / "probe.json").write_text(json.dumps(spec))
+            # -P: the script's folder (this one, which holds a module named openvino) stays off sys.path.
+            return run_child([sys.executable, "-P", str(child), str(workdir / "probe.json")], what)
     except ProbeFailure as exc:
         threads = config.get("INFERENCE_NUM_THREADS")
         raise BackendCrash(
@@ -140,56 +151,72 @@ class OpenVinoRunner(Runner):
             config["PERF_COUNT"] = True
         inputs = input_buffers(graph.example_inputs)
         self.probe_s: float | None = None
-        handoff = None  # the probe's compiled blob, imported below instead of compiling again
+        self.probe_blob_imported: bool | None = None  # the planner's probe only
+        self.loaded_from_cache: bool | None = None  # compiled through a blob folder: did OpenVINO import
         held = _holds_files(blob_dir)  # a blob from an earlier load
         what = f"OpenVINO {precision} of graph {graph.name!r}"
         if self.options.pop(PROBE, False) and model is not None:
+            # The planner's candidate: saved to a temporary folder, compiled there by the probe's child,
+            # whose blob this process's compile of the same file imports; the folder goes after.
             import tempfile
 
+            import openvino as ov
+
             handoff = Path(tempfile.mkdtemp(prefix="hotloop-probe-"))
-            config_probed = {**config, "CACHE_DIR": str(handoff)}
             try:
-                self.probe_s = _probe(model, config_probed, inputs, what)
-            except BaseException:
+                ov.save_model(model, str(handoff / XML_FILE), compress_to_fp16=False)
+                blobs = handoff / "blobs"
+                self.probe_s = _probe(handoff / XML_FILE, {**config, "CACHE_DIR": str(blobs)}, inputs, what)
+                self._compile(graph, handoff / XML_FILE, blobs, False, config, inputs, first_call)
+            finally:
                 _discard(handoff)
-                raise
-            config = config_probed
-        elif model is None and blob_dir is not None and not held:
-            # A first load (nothing in the blob folder yet): compiled in a child, which exports the blob
-            # this process then imports; a later load imports a blob that compiled and ran here.
-            assert source is not None
-            self.probe_s = _probe(str(source), {**config, "CACHE_DIR": str(blob_dir)}, inputs, what)
-        try:
-            self._compile(graph, model, source, blob_dir, held, config, inputs, first_call)
-        finally:
-            if handoff is not None:
-                _discard(handoff)
+            # Whether the compile here imported the child's blob (else it compiled the graph a second time).
+            self.probe_blob_imported = self.loaded_from_cache
+            self.blob = None  # a planner's blob is not kept: nothing to report at load
+        else:
+            if model is None and blob_dir is not None and not held:
+                # A first load (nothing in the blob folder yet): compiled in a child, which exports the blob
+                # this process then imports; a later load imports a blob that compiled and ran here.
+                assert source is not None
+                self.probe_s = _probe(source, {**config, "CACHE_DIR": str(blob_dir)}, inputs, what)
+            self._compile(
+                graph,
+                source if model is None else model,
+                blob_dir if model is None else None,
+                held,
+                config,
+                inputs,
+                first_call,
+            )
         super().__init__(graph, precision, inputs, self._outputs)
 
     def _compile(
         self,
         graph: Graph,
-        model: Any,
-        source: Path | None,
+        what: Any,
         blob_dir: Path | None,
         held: bool,
         config: dict[str, Any],
         inputs: tuple[torch.Tensor, ...],
         first_call: bool,
     ) -> None:
+        """Compile `what` (an `ov.Model`, or a saved graph's path), through `blob_dir` when given:
+        `self.blob` then says whether this load imported an earlier load's blob (`held`) or compiled (and
+        cached) one; `self.loaded_from_cache` whether OpenVINO imported a blob at all."""
         import openvino as ov
 
         with op_errors(self.backend, graph.name):
-            if model is None:
-                assert source is not None, "an OpenVINO runner needs a model or a graph file"
+            if isinstance(what, Path):
                 cached = {"CACHE_DIR": str(blob_dir)} if blob_dir is not None else {}
-                self.compiled = _core().compile_model(str(source), "CPU", {**config, **cached})
+                self.compiled = _core().compile_model(str(what), "CPU", {**config, **cached})
                 if blob_dir is not None:
-                    self.blob = (
-                        "imported" if held else "compiled, cached" if _holds_files(blob_dir) else "compiled"
-                    )
+                    self.loaded_from_cache = bool(self.compiled.get_property("LOADED_FROM_CACHE"))
+                    # Imported: a blob from an earlier load; a first load's blob was compiled here (the
+                    # probe's child compiled it, this process imported it): "compiled, cached".
+                    cached_now = "compiled, cached" if _holds_files(blob_dir) else "compiled"
+                    self.blob = "imported" if held else cached_now
             else:
-                self.compiled = _core().compile_model(model, "CPU", config)
+                self.compiled = _core().compile_model(what, "CPU", config)
             self.request = self.compiled.create_infer_request()
             outputs = []
             for port in self.compiled.outputs:
