@@ -162,7 +162,13 @@ class OpenVinoRunner(Runner):
 
             import openvino as ov
 
-            handoff = Path(tempfile.mkdtemp(prefix="hotloop-probe-"))
+            from hotloop.io import cache_root
+
+            # In hotloop's cache folder, not /tmp: the graph is as large as its weights (a full-size
+            # prefix is gigabytes), and /tmp is often a RAM-backed tmpfs.
+            probes = cache_root() / "openvino-probe"
+            probes.mkdir(parents=True, exist_ok=True)
+            handoff = Path(tempfile.mkdtemp(prefix="candidate-", dir=probes))
             try:
                 ov.save_model(model, str(handoff / XML_FILE), compress_to_fp16=False)
                 blobs = handoff / "blobs"
