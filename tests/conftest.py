@@ -48,6 +48,9 @@ def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HOTLOOP_CACHE_DIR", _fresh_cache_dir(tmp_path_factory))
 
 
+DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
 @pytest.fixture
 def run_in_child() -> Callable[..., str]:
     """Run `function()` of a test module in a fresh interpreter and return its stderr.
@@ -61,7 +64,13 @@ def run_in_child() -> Callable[..., str]:
         here = Path(test_file).parent
         module = Path(test_file).stem
         child = subprocess.run(
-            [sys.executable, "-c", f"import {module} as t; t.{function}(); print('scenario ok')"],
+            # SIGINT as a terminal leaves it: a suite started in the background of a non-interactive shell
+            # inherits SIGINT ignored, and Python then installs no handler of its own to restore.
+            [
+                sys.executable,
+                "-c",
+                f"{DEFAULT_SIGINT}import {module} as t; t.{function}(); print('scenario ok')",
+            ],
             cwd=here,
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])},
             capture_output=True,
