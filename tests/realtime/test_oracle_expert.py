@@ -94,4 +94,6 @@ def test_oracle_reproduces_the_expert_under_every_strategy(name):
         assert rec["success"] and env.tick == expert_ticks
         np.testing.assert_array_equal(rec["actions_by_tick"], expert_actions)
     assert oracle.prefix_mismatch == 0.0  # rtc: the tail sent is exactly the plan's continuation
-    assert (oracle.guided_calls > 0) == (name in ("rtc", "rtc-prefix", "rtc-soft", "lerobot-rtc-soft"))
+    assert (oracle.guided_calls > 0) == (
+        name in ("rtc", "rtc-prefix", "rtc-soft", "draft", "lerobot-rtc-soft")
+    )

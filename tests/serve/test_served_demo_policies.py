@@ -77,6 +77,29 @@ def test_rtc_keys_reach_the_served_policy() -> None:
         assert client.infer(obs)["actions"].shape == plain.shape  # and the connection still serves
 
 
+def test_a_draft_is_checked_by_the_served_policy() -> None:
+    """`--strategy draft` on a robot: the executing rows go out as a draft with the tolerance, the reply is
+    the local policy's (the accepted rows, or the full path's chunk) with its statistics."""
+    from hotloop.realtime.draft import DRAFT_KEY, TOLERANCE_KEY
+
+    served, local = _served("demo:conveyor")
+    assert TOLERANCE_KEY in served.observation_spec
+    obs = _env_observation(local)
+    plain = local.infer(obs)["actions"]
+    with (
+        ServerThread(PolicyServer(served, ServeConfig(port=0))) as server,
+        PolicyClient(port=server.port) as client,
+    ):
+        for prev in (plain, plain[2:] + np.array([0.05, 0.0, 0.0, 0.0], dtype=np.float32)):
+            draft_obs = {**obs, PREV_ACTIONS_KEY: prev, DELAY_KEY: 2, MODE_KEY: "draft", TOLERANCE_KEY: 0.15}
+            reply, expected = client.infer(draft_obs), local.infer(draft_obs)
+            assert bool(reply[GUIDED_KEY]) and reply[MODE_KEY] == "draft"
+            assert dict(reply[DRAFT_KEY]) == expected[DRAFT_KEY]
+            np.testing.assert_allclose(reply["actions"], expected["actions"], rtol=1e-5, atol=1e-5)
+        with pytest.raises(ServerError, match="'draft_tolerance'.*must be > 0"):
+            client.infer({**obs, PREV_ACTIONS_KEY: plain, MODE_KEY: "draft", TOLERANCE_KEY: -1.0})
+
+
 def test_a_compiled_demo_artifact_refuses_rtc_instead_of_sampling_eagerly(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """RTC keys sent to a compiled demo artifact: locally the answer carries no `rtc_guided` (the engine's
     plain chunk, bit for bit), over the wire the keys are unknown; never the eager model behind it."""

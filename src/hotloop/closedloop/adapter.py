@@ -156,6 +156,11 @@ class AdaptedPolicy:
         """The wrapped policy's declared execution (`hotloop.realtime.strategies.apply_defaults`)."""
         return dict(getattr(self.policy, "strategy_defaults", None) or {})
 
+    @property
+    def supports_draft(self) -> bool:
+        """Whether the wrapped policy can check a draft chunk (`--strategy draft`)."""
+        return bool(getattr(self.policy, "supports_draft", False))
+
     def observation(self, obs: dict[str, Any]) -> dict[str, Any]:
         a = self.adaptation
         out: dict[str, Any] = {}
@@ -195,6 +200,7 @@ class AdaptedPolicy:
         """RTC's inputs (`hotloop.realtime.rtc`) carried over: the previous chunk's actions, which the
         scheduler keeps in the task's action space, mapped back into the policy's (the inverse of
         `actions`). Without this the policy never sees them and `--strategy rtc` cannot run."""
+        from hotloop.realtime.draft import TOLERANCE_KEY
         from hotloop.realtime.rtc import DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY, MODE_KEY, PREV_ACTIONS_KEY
 
         if PREV_ACTIONS_KEY not in obs:
@@ -210,19 +216,21 @@ class AdaptedPolicy:
         if a.ee_delta:
             prev[:, :3] -= np.asarray(obs["state"], dtype=np.float64)[list(a.ee_delta)]
         out: dict[str, Any] = {PREV_ACTIONS_KEY: prev.astype(np.float32)}
-        for key in (DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY, MODE_KEY):
+        for key in (DELAY_KEY, MAX_GUIDANCE_WEIGHT_KEY, MODE_KEY, TOLERANCE_KEY):
             if key in obs:
                 out[key] = obs[key]
         return out
 
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        from hotloop.realtime.draft import DRAFT_KEY
         from hotloop.realtime.rtc import GUIDED_KEY, MODE_KEY
 
         out = self.policy.infer({**self.observation(obs), **self.guidance(obs)})
         if not isinstance(out, dict) or "actions" not in out:
             raise ConfigError("policy.infer must return a dict with an 'actions' array (horizon, action_dim)")
         result: dict[str, Any] = {"actions": self.actions(out["actions"], obs.get("state"))}
-        for key in (GUIDED_KEY, MODE_KEY):  # the scheduler checks that the guidance was applied, and how
+        # The scheduler checks that the guidance was applied, and how; a draft check's statistics are counted.
+        for key in (GUIDED_KEY, MODE_KEY, DRAFT_KEY):
             if key in out:
                 result[key] = out[key]
         return result

@@ -34,7 +34,8 @@ def eval_cmd(
         list[str],
         typer.Option(
             help="sync, chunk, async, rtc, rtc-prefix, rtc-soft, ensemble (ACT's temporal ensembling), "
-            "lerobot-async or lerobot-rtc-soft (LeRobot's stock async client); repeat or comma-separate for several"
+            "draft (speculative chunks checked by the model), lerobot-async or lerobot-rtc-soft (LeRobot's stock "
+            "async client); repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
     latency: Annotated[
@@ -84,6 +85,13 @@ def eval_cmd(
         typer.Option(
             help="ensemble: m in the weights exp(-m i), i = 0 the oldest prediction (default: the "
             "policy's own, an ACT checkpoint's temporal_ensemble_coeff, else 0.01)"
+        ),
+    ] = None,
+    draft_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            help="draft: how far (normalized action units, the largest coordinate of a row) the model's "
+            "prediction may move a draft row that it still accepts (default 0.1)"
         ),
     ] = None,
     json_path: Annotated[
@@ -182,6 +190,7 @@ def eval_cmd(
             deadline_ms=deadline_ms,
             guidance_weight=guidance_weight,
             ensemble_coeff=ensemble_coeff,
+            draft_tolerance=draft_tolerance,
             json_path=json_path,
             plot=plot,
             quiet=quiet,

@@ -15,6 +15,11 @@ strategies or a latency sweep)::
      over completed episodes), "interrupted", "wall_s", "seeds" (those that ran, each with a record),
      "simulated_latency": {"requested_ms", "simulated_ms", "simulated_max_ms", "step_ms", "note"} (the
      latency asked for and the one simulated, in whole task steps, per inference; `note` when they differ),
+     "inference": {"inferences", "simulated_ms": {mean, p50, p99, max} (per inference, what the robot
+     waited), "wall_ms": {...} (the calls' wall time on this machine), and with --strategy draft
+     "by_path": {"speculative" | "full": {...}}}, "draft" (--strategy draft only: "calls",
+     "speculative_calls", "full_calls", "call_acceptance", "rows_verified", "rows_accepted",
+     "row_acceptance", "mean_accepted", "mean_work"; `hotloop.realtime.draft`),
      "per_episode": [...], "env": {machine fingerprint}}
 """
 
@@ -64,6 +69,7 @@ class EvalRequest:
     pipeline: str | None = None
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
+    draft_tolerance: float | None = None  # --draft-tolerance (None: hotloop.realtime.draft's default)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
     fit_state: bool = False  # --fit-state (hotloop.closedloop.adapter.plan)
 
@@ -165,6 +171,7 @@ def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
         pipeline=request.pipeline,
         memory_cap_mb=request.memory_cap_mb,
         ensemble_coeff=request.ensemble_coeff,
+        draft_tolerance=request.draft_tolerance,
         perturb=request.perturb,
         fit_state=request.fit_state,
     )
@@ -334,6 +341,22 @@ def _simulated_cell(run: dict[str, Any]) -> str:
     return f"[yellow]{text}[/yellow]" if (run.get("simulated_latency") or {}).get("note") else text
 
 
+def _inference_cell(run: dict[str, Any]) -> str:
+    """The simulated latency per inference, mean / p99 (what the robot waited for each chunk)."""
+    lat = ((run.get("inference") or {}).get("simulated_ms")) or {}
+    if lat.get("mean") is None:
+        return "-"
+    return f"{lat['mean']:.0f} / {lat['p99']:.0f}"
+
+
+def _draft_cell(run: dict[str, Any]) -> str:
+    """A `--strategy draft` run's acceptance: the calls answered by the checked draft, the rows accepted."""
+    d = run.get("draft")
+    if not d or not d.get("calls"):
+        return "-"
+    return f"{100 * d['call_acceptance']:.0f}% / {100 * d['row_acceptance']:.0f}%"
+
+
 def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation") -> None:
     """The results table, on stdout (it is the command's output; progress and errors go to stderr).
     Success counts are over completed episodes; crashed ones are in their own column."""
@@ -352,9 +375,12 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
         "jerk",
         "chunk jump",
         "jump / s",
+        "infer ms mean / p99",
         "wall s",
     ):
         table.add_column(col, no_wrap=True)
+    if any(r.get("draft") for r in runs):
+        table.add_column("draft accepted: calls / rows", no_wrap=True)
     for r in runs:
         tt = r["task_time_s"]
         lo, hi = r["success_ci95"]
@@ -373,9 +399,12 @@ def print_table(runs: list[dict[str, Any]], title: str = "closed-loop evaluation
             "-"
             if r.get("chunk_jump_per_s") is None
             else _with_unit(r["chunk_jump_per_s"], r.get("length_unit"), "/s"),
+            _inference_cell(r),
             f"{r['wall_s']:.0f}",
+            *([_draft_cell(r)] if any(x.get("draft") for x in runs) else []),
         )
-    Console(width=max(140, Console().width)).print(table)
+    wide = 160 + (30 if any(r.get("draft") for r in runs) else 0)  # the columns stay whole in a pipe too
+    Console(width=max(wide, Console().width)).print(table)
     # The task's and the policy's, not a run's: each once, wherever the episodes ran (pool or cluster).
     task_notes = [r.get("success_note") for r in runs] + [
         (r.get("adaptation") or {}).get("note") for r in runs

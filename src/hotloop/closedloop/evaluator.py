@@ -124,8 +124,14 @@ def run_episode(
         fallback_policy=fallback_policy,
         action_bounds=(np.asarray(env.action_space.low), np.asarray(env.action_space.high)),
     )
+    from hotloop.closedloop.latency import charges_work
+
     engine = SimulatedEngine(
-        policy, dt, lambda real_ms: latency.sample_ms(real_ms, rng), check_output=_refuse_non_finite(dt)
+        policy,
+        dt,
+        lambda real_ms: latency.sample_ms(real_ms, rng),
+        check_output=_refuse_non_finite(dt),
+        scale_by_work=charges_work(latency),
     )
     plant = SimPlant(
         env,
@@ -172,7 +178,15 @@ def run_episode(
             "mean": float(np.mean(simulated)) if simulated else 0.0,
             "max": float(np.max(simulated)) if simulated else 0.0,
         },
-        "infer_wall_ms": {"mean": float(np.mean(measured)) if measured else 0.0},
+        # The wall time of the calls on this machine (every one, for the run's percentiles): the one part of
+        # a record that differs between two runs of the same episode.
+        "infer_wall_ms": {
+            "mean": float(np.mean(measured)) if measured else 0.0,
+            "per_inference": [round(float(x), 3) for x in measured],
+        },
+        # Every inference's simulated latency (whole ticks), and for a `--strategy draft` run which path
+        # each took.
+        "per_inference": per_inference(simulated, engine.draft_calls),
         "jerk": None if plant.ee[0] is None else rms_jerk(np.asarray(plant.ee), plant.sample * dt),
         "chunk_discontinuity": float(np.mean(jumps)) if jumps else None,
         "boundaries": len(jumps),
@@ -181,6 +195,11 @@ def run_episode(
         "info": env.info(),
         "error": None,
     }
+    draft_calls = [c for c in engine.draft_calls if c is not None]
+    if draft_calls:
+        from hotloop.realtime.draft import summarize_calls
+
+        record["draft"] = summarize_calls(draft_calls)
     report = getattr(env, "success_report", None)  # a gymnasium env: did it say success where we read it?
     if report is not None:
         record["success_report"] = report()
@@ -190,6 +209,93 @@ def run_episode(
         record["actions_by_tick"] = np.asarray(by_tick)
         record["events"] = list(scheduler.watchdog.events)
     return record
+
+
+def per_inference(simulated: list[float], draft_calls: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """An episode's inferences one by one: the simulated latency (ms, whole ticks), and with `--strategy
+    draft` each call's path ("speculative": the checked rows were the answer; "full": the denoising loop
+    ran; None: a call with no draft, the episode's first). Their wall times are `infer_wall_ms`'s."""
+    out: dict[str, Any] = {"simulated_ms": [round(float(x), 3) for x in simulated]}
+    if any(c is not None for c in draft_calls):
+        out["path"] = [
+            None if c is None else ("speculative" if c.get("speculative") else "full") for c in draft_calls
+        ]
+    return out
+
+
+def latency_percentiles(values: list[float]) -> dict[str, float | None]:
+    """mean, p50, p99 and max of per-inference latencies (None for each when there are none)."""
+    if not values:
+        return {"mean": None, "p50": None, "p99": None, "max": None}
+    arr = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "max": float(arr.max()),
+    }
+
+
+def inference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-inference latency over a run's completed episodes: the simulated latency (what the robot
+    waited) and the wall time of the calls on this machine, each as mean, p50, p99 and max; with
+    `--strategy draft` also split by the path each call took. Records that predate `per_inference`
+    add nothing."""
+    simulated: list[float] = []
+    wall: list[float] = []
+    by_path: dict[str, tuple[list[float], list[float]]] = {}
+    for r in records:
+        p = r.get("per_inference")
+        if r.get("error") or not isinstance(p, dict):
+            continue
+        sim = list(p.get("simulated_ms") or [])
+        w = list((r.get("infer_wall_ms") or {}).get("per_inference") or [])
+        simulated += sim
+        wall += w
+        for i, path in enumerate(p.get("path") or []):
+            if path is not None and i < len(sim) and i < len(w):
+                pair = by_path.setdefault(str(path), ([], []))
+                pair[0].append(sim[i])
+                pair[1].append(w[i])
+    out: dict[str, Any] = {
+        "inferences": len(simulated),
+        "simulated_ms": latency_percentiles(simulated),
+        "wall_ms": latency_percentiles(wall),
+    }
+    if by_path:
+        out["by_path"] = {
+            path: {
+                "inferences": len(sim),
+                "simulated_ms": latency_percentiles(sim),
+                "wall_ms": latency_percentiles(w),
+            }
+            for path, (sim, w) in sorted(by_path.items())
+        }
+    return out
+
+
+def draft_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Acceptance over a run's draft calls (`hotloop.realtime.draft.summarize_calls`, summed over its
+    completed episodes), or None for a run without any."""
+    per = [r["draft"] for r in records if not r.get("error") and isinstance(r.get("draft"), dict)]
+    if not per:
+        return None
+    calls = sum(int(d.get("calls") or 0) for d in per)
+    spec = sum(int(d.get("speculative_calls") or 0) for d in per)
+    rows = sum(int(d.get("rows_verified") or 0) for d in per)
+    accepted = sum(int(d.get("rows_accepted") or 0) for d in per)
+    work = sum(float(d.get("mean_work") or 0.0) * int(d.get("calls") or 0) for d in per)
+    return {
+        "calls": calls,
+        "speculative_calls": spec,
+        "full_calls": calls - spec,
+        "call_acceptance": spec / calls if calls else None,
+        "rows_verified": rows,
+        "rows_accepted": accepted,
+        "row_acceptance": accepted / rows if rows else None,
+        "mean_accepted": accepted / calls if calls else None,
+        "mean_work": work / calls if calls else None,
+    }
 
 
 def independent_trials(records: list[dict[str, Any]]) -> int:
@@ -305,6 +411,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     total_jump = sum((r["chunk_discontinuity"] or 0.0) * r["boundaries"] for r in ran)
     boundaries = sum(r["boundaries"] for r in ran)
     seconds = sum(r.get("sim_time_s") or 0.0 for r in ran)
+    extra: dict[str, Any] = {}
+    draft = draft_summary(ran)
+    if draft is not None:
+        extra["draft"] = draft
     return {
         "episodes": len(records),
         "completed": n,
@@ -320,4 +430,6 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "jerk": float(np.mean(jerks)) if jerks else None,
         "chunk_discontinuity": total_jump / boundaries if boundaries else None,
         "chunk_jump_per_s": total_jump / seconds if boundaries and seconds > 0 else None,
+        "inference": inference_summary(ran),
+        **extra,
     }

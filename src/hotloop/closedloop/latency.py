@@ -9,6 +9,10 @@
   distributions are skewed to the right, their lower half is tight), so the replay never invents a
   faster machine than the file shows.
 Draws use the episode's generator, so replayed runs are repeatable per seed.
+
+A `--strategy draft` call reports its work as a fraction of a full inference's (a checked draft runs no
+denoising loop; a rejected one runs the check and the loop): `fixed:` and `replay:` then stand for a full
+inference and charge the call that fraction of their value (`charges_work`); `measured` is its wall time.
 """
 
 from __future__ import annotations
@@ -62,6 +66,17 @@ class LatencyModel:
         if self.kind == "replay":
             return f"replay:{self.source}"
         return "measured"
+
+
+def charges_work(latency: Any) -> bool:
+    """Whether `latency` (a `LatencyModel`, or a wrapper around one with `base`) stands for a full
+    inference, so that a call reporting a fraction of one's work (`--strategy draft`) is charged that
+    fraction: `fixed:` and `replay:` do; `measured` is the call's own wall time already."""
+    kind = getattr(latency, "kind", None)
+    while kind is None and getattr(latency, "base", None) is not None:
+        latency = latency.base
+        kind = getattr(latency, "kind", None)
+    return kind in ("fixed", "replay")
 
 
 def parse_latency(spec: str) -> LatencyModel:

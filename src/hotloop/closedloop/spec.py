@@ -42,12 +42,13 @@ KEYS = {
     "deadline_ms": "deadline_ms",
     "guidance_weight": "guidance_weight",
     "ensemble_coeff": "ensemble_coeff",
+    "draft_tolerance": "draft_tolerance",
     "pipeline": "pipeline",
     "memory_cap_mb": "memory_cap_mb",
 }
 SEED_KEYS = ("episodes", "seed")
 INT_KEYS = ("trigger_remaining", "execute_steps", "steps")
-FLOAT_KEYS = ("deadline_ms", "guidance_weight", "ensemble_coeff", "memory_cap_mb")
+FLOAT_KEYS = ("deadline_ms", "guidance_weight", "ensemble_coeff", "draft_tolerance", "memory_cap_mb")
 
 
 def _typed(key: str, value: Any, shown: str, where: str) -> Any:

@@ -76,6 +76,7 @@ def _check_strategy_options(
     guidance_weight: float | None = None,
     trigger_flag: str = "--trigger-remaining",
     ensemble_coeff: float | None = None,
+    draft_tolerance: float | None = None,
 ) -> None:
     """An option no chosen strategy reads is an error, not silently ignored. A strategy reads an option
     when two values of it give two different strategies (their descriptions differ), or when it checks
@@ -108,6 +109,12 @@ def _check_strategy_options(
             ensemble_coeff,
             None if ensemble_coeff is None else ensemble_coeff + 1,
         ),
+        (
+            "--draft-tolerance",
+            "draft_tolerance",
+            draft_tolerance,
+            None if draft_tolerance is None else draft_tolerance / 2,
+        ),
     )
     horizon = 2 + max(int(v) for v in (execute_steps, trigger_remaining, 0) if v is not None)
     for flag, field, value, other in options:
@@ -119,6 +126,7 @@ def _check_strategy_options(
                 "--execute-steps": "chunk",
                 trigger_flag: "async, rtc, rtc-prefix, rtc-soft or lerobot-async",
                 "--ensemble-coeff": "ensemble",
+                "--draft-tolerance": "draft",
             }.get(flag, "rtc")
             raise ConfigError(
                 f"{flag} {value:g} does nothing with --strategy {','.join(names)}; it is for {readers}: "
@@ -133,6 +141,7 @@ def _check_realtime_options(
     guidance_weight: float | None,
     names: list[str] | None = None,
     ensemble_coeff: float | None = None,
+    draft_tolerance: float | None = None,
 ) -> None:
     from hotloop.realtime.blending import BlendConfig
     from hotloop.realtime.strategies import StrategyConfig
@@ -147,6 +156,8 @@ def _check_realtime_options(
         StrategyConfig(1, max_guidance_weight=guidance_weight)
     if ensemble_coeff is not None:
         StrategyConfig(1, ensemble_coeff=ensemble_coeff)
+    if draft_tolerance is not None:
+        StrategyConfig(1, draft_tolerance=draft_tolerance)
     if blend != "latest" and "ensemble" in (names or []):
         from hotloop.errors import ConfigError
 
@@ -190,6 +201,7 @@ class EvalSweep:
     deadline_ms: float | None = None
     guidance_weight: float | None = None
     ensemble_coeff: float | None = None
+    draft_tolerance: float | None = None
     json_path: Path | None = None
     plot: Path | None = None
     quiet: bool = False
@@ -263,7 +275,13 @@ class EvalSweep:
         for spec in latencies:
             parse_latency(spec)  # bad specs and files fail before any episode runs
         _check_realtime_options(
-            self.blend, self.fallback, self.deadline_ms, self.guidance_weight, names, self.ensemble_coeff
+            self.blend,
+            self.fallback,
+            self.deadline_ms,
+            self.guidance_weight,
+            names,
+            self.ensemble_coeff,
+            self.draft_tolerance,
         )
         if self.pipeline is not None:
             from hotloop.perception.pipeline import parse_pipeline
@@ -287,6 +305,7 @@ class EvalSweep:
                 self.guidance_weight,
                 trigger_flag=flag,
                 ensemble_coeff=self.ensemble_coeff,
+                draft_tolerance=self.draft_tolerance,
             )
         check_difficulty(self.task, self.difficulty)
         readers = trigger_readers(names)
@@ -312,6 +331,7 @@ class EvalSweep:
                 pipeline=self.pipeline,
                 memory_cap_mb=self.memory_cap_mb,
                 ensemble_coeff=self.ensemble_coeff,
+                draft_tolerance=self.draft_tolerance,
                 perturb=perturb,
                 fit_state=self.fit_state,
             )

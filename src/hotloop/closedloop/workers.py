@@ -38,6 +38,7 @@ class EpisodeJob:
     deadline_ms: float | None = None
     guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
     ensemble_coeff: float | None = None  # ensemble's coefficient (None: the policy's, else the default)
+    draft_tolerance: float | None = None  # draft's per-row tolerance (None: the strategy's default)
 
     def scheduler_config(self) -> Any:
         from hotloop.realtime.blending import BlendConfig
@@ -53,7 +54,12 @@ class EpisodeJob:
 
         extra = {} if self.guidance_weight is None else {"max_guidance_weight": self.guidance_weight}
         config = StrategyConfig(
-            horizon, self.execute_steps, self.trigger_remaining, ensemble_coeff=self.ensemble_coeff, **extra
+            horizon,
+            self.execute_steps,
+            self.trigger_remaining,
+            ensemble_coeff=self.ensemble_coeff,
+            draft_tolerance=self.draft_tolerance,
+            **extra,
         )
         return apply_defaults(self.strategy, config, defaults)
 
@@ -76,6 +82,7 @@ _PLAY_FIELDS: dict[str, Any] = {
     "deadline_ms": None,
     "guidance_weight": None,
     "ensemble_coeff": None,
+    "draft_tolerance": None,
 }
 
 
@@ -110,6 +117,7 @@ class EpisodeRunner:
         self.policy = build_policy(
             job, self.env
         )  # adapted to the task; a pipeline feeds it task observations
+        self._check_policy(job)
         # What the run reports beside its figures: how the policy was fitted to the task, and the unit of
         # the positions its jump and jerk figures are in.
         adaptation = getattr(self.policy, "adaptation", None)
@@ -161,6 +169,18 @@ class EpisodeRunner:
         # --execute-steps / --trigger-remaining need the policy's horizon and are checked at its first chunk.
         job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
 
+    def _check_policy(self, job: EpisodeJob) -> None:
+        """A strategy the policy cannot serve fails here, before any episode: `draft` needs a policy that
+        says it checks drafts (`supports_draft`: a velocity network it can call)."""
+        from hotloop.realtime.strategies import make_strategy
+
+        mode = getattr(make_strategy(job.strategy, job.strategy_config(16)), "mode", None)
+        if mode == "draft" and not getattr(self.policy, "supports_draft", False):
+            from hotloop.errors import ConfigError
+            from hotloop.realtime.draft import draft_refusal
+
+            raise ConfigError(draft_refusal(job.policy_factory or job.target))
+
     def _play(self, job: EpisodeJob) -> None:
         """How `job`'s episodes are played: its watchdog, latency model and strategy."""
         from hotloop.closedloop.latency import parse_latency
@@ -186,6 +206,7 @@ class EpisodeRunner:
             raise ValueError("EpisodeRunner.use: a job of another build")
         self._check(job)
         self._play(job)
+        self._check_policy(job)
         # A new dict: records already handed out keep the description of the job they ran.
         self.describe = dict(self._described)
 

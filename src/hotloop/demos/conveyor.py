@@ -181,9 +181,23 @@ class DemoConveyorPolicy:
         from_zero = self.zero_noise and (guidance is None or mode != "guided" or not self.rtc_from_noise)
         noise = self._noise if from_zero else None
         generator = None if from_zero else pi.generator
+        draft: Any = None
         if guidance is None:
             chunk = sample_actions(
                 pi.model, model_obs, noise=noise, num_steps=pi.num_steps, timer=timer, cache=self._cache
+            )
+        elif mode == "draft":  # checked from the sampler's own start (x = 0 for this demo), held from it too
+            from hotloop.realtime.draft import tolerance_of
+
+            chunk, draft = pi.draft_sample(
+                model_obs,
+                guidance,
+                lambda a: self.to_model(a, raw),
+                tolerance_of(obs),
+                noise=noise,
+                generator=generator,
+                timer=timer,
+                verify_noise=noise,
             )
         else:  # the RTC modes take the same arguments (the prefix modes: soft or not)
             sampler = pi.guided_sample if mode == "guided" else pi.prefix_sample
@@ -196,12 +210,23 @@ class DemoConveyorPolicy:
                 timer=timer,
                 **({"soft": True} if mode == "soft-prefix" else {}),
             )
-        rel = pi.norm_stats.unnormalize(chunk[0, : pi.horizon, : pi.action_dim].detach().numpy(), "actions")
+        rows = pi.horizon if draft is None else draft.kept
+        rel = pi.norm_stats.unnormalize(chunk[0, :rows, : pi.action_dim].detach().numpy(), "actions")
         out: dict[str, Any] = {"actions": self.to_env(rel, raw)}
         if guidance is not None:
             out[GUIDED_KEY] = True
             out[MODE_KEY] = mode
+        if draft is not None:
+            from hotloop.realtime.draft import DRAFT_KEY
+
+            out[DRAFT_KEY] = draft.stats()
         return out
+
+    @property
+    def supports_draft(self) -> bool:
+        """Whether `--strategy draft` can check a chunk with this policy's velocity network (the PyTorch
+        model: yes; a compiled artifact's engine: no)."""
+        return bool(getattr(self.pi, "supports_draft", False))
 
 
 def load_demo_pi(

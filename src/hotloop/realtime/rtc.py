@@ -24,7 +24,9 @@ A fourth key, `MODE_KEY`, picks how: "guided" (the default when absent: the samp
 model trained to continue them) or "soft-prefix" (the same conditioning over the whole soft mask: the
 tail's tokens start part-way along the flow from the executing actions, `soft_prefix_sample_actions`).
 A policy that applied a prefix mode answers it in `MODE_KEY` too, so a policy that only knows guidance
-cannot be taken for one that conditioned on the prefix.
+cannot be taken for one that conditioned on the prefix. "draft" (`--strategy draft`,
+`hotloop.realtime.draft`) sends the same rows as a draft for the policy to check and keep where its model
+agrees (with an optional `draft_tolerance`); the answer may then be shorter than the horizon.
 
 A family implements the samplers (pi: `hotloop.families.pi.rtc`); this module holds what the wire, the
 scheduler and every family share, and imports torch only inside `model_space_guidance`.
@@ -46,7 +48,7 @@ DELAY_KEY = "rtc_delay"
 MAX_GUIDANCE_WEIGHT_KEY = "rtc_max_guidance_weight"
 GUIDED_KEY = "rtc_guided"
 MODE_KEY = "rtc_mode"
-MODES = ("guided", "prefix", "soft-prefix")
+MODES = ("guided", "prefix", "soft-prefix", "draft")
 
 # The clip on the guidance weight (beta): the paper uses 5, LeRobot defaults to 10. On demo:conveyor
 # (20 episodes, docs/realtime.md) 20 was the best trade: at 300 ms async's success (15/20) with half its
@@ -168,10 +170,12 @@ def rtc_observation_spec(action_dim: int) -> dict[str, Any]:
     executing chunk (any number of rows), the delay d in control periods, the guidance clip and the mode.
     All optional: a robot sends them only while a chunk is executing."""
     from hotloop.policy_spec import ArraySpec
+    from hotloop.realtime.draft import TOLERANCE_KEY
 
     return {
         PREV_ACTIONS_KEY: ArraySpec((-1, action_dim), "float32", optional=True),
         DELAY_KEY: ArraySpec((), "int64", optional=True),
         MAX_GUIDANCE_WEIGHT_KEY: ArraySpec((), "float32", optional=True),
         MODE_KEY: ArraySpec((), "str", optional=True),
+        TOLERANCE_KEY: ArraySpec((), "float32", optional=True),
     }

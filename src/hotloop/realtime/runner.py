@@ -138,7 +138,10 @@ class SimulatedEngine:
     """Calls the policy at once and releases the result `latency_ms(measured_ms)` later in clock ticks
     (rounded up to a whole tick: a chunk can only take effect at a tick). `latencies_ms` holds each
     latency asked for, `simulated_ms` the one that ran (whole ticks); they differ where the tick is
-    coarse (a gymnasium env's step: `fixed:50` runs as 100 ms at 10 Hz). `catch_errors`: an exception is
+    coarse (a gymnasium env's step: `fixed:50` runs as 100 ms at 10 Hz). `scale_by_work`: the latency asked
+    for stands for a full inference, and an answer that reports doing a fraction of one (a `--strategy
+    draft` call, `hotloop.realtime.draft.work_of`) is released after that fraction of it; `draft_calls`
+    holds each inference's draft statistics (None for any other answer). `catch_errors`: an exception is
     a fault the watchdog handles (a robot's choice) instead of propagating (the evaluator's: it is an
     error, not a policy failure). `check_output(output, tick)`: called on every output before it is
     released; what it raises propagates (the evaluator stops the run on non-finite actions there)."""
@@ -148,10 +151,12 @@ class SimulatedEngine:
     latency_ms: Callable[[float], float] = lambda measured: measured
     catch_errors: bool = False
     check_output: Callable[[Any, int], None] | None = None
+    scale_by_work: bool = False
     latencies_ms: list[float] = field(default_factory=list)
     measured_ms: list[float] = field(default_factory=list)
     simulated_ms: list[float] = field(default_factory=list)
     inference_ticks: list[tuple[int, int]] = field(default_factory=list)
+    draft_calls: list[dict[str, Any] | None] = field(default_factory=list)
     _pending: Completion | None = None
 
     @property
@@ -182,6 +187,12 @@ class SimulatedEngine:
             self.check_output(output, now)
         real_ms = (time.perf_counter() - t0) * 1e3
         lat_ms = self.latency_ms(real_ms)
+        from hotloop.realtime.draft import outcome_of, work_of
+
+        work = work_of(output)
+        if work is not None and self.scale_by_work:
+            lat_ms *= work
+        self.draft_calls.append(outcome_of(output))
         self.measured_ms.append(real_ms)
         self.latencies_ms.append(lat_ms)
         ready = now + math.ceil(lat_ms / (self.tick_s * 1e3) - 1e-9)

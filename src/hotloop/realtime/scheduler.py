@@ -188,12 +188,18 @@ class ChunkScheduler:
             return {}
         if a.start_tick(a.next_index, self.period) != now:
             return {}  # not on the chunk's grid (only right after a hold): nothing to align to
-        return {
+        out: dict[str, Any] = {
             PREV_ACTIONS_KEY: a.actions[a.next_index :].copy(),
             DELAY_KEY: self.expected_delay(),
             MAX_GUIDANCE_WEIGHT_KEY: float(getattr(s, "max_guidance_weight", 0.0)),
             MODE_KEY: self._mode(),
         }
+        tolerance = getattr(s, "draft_tolerance", None)
+        if tolerance is not None:  # `draft`: the rows are a draft to check, within this tolerance
+            from hotloop.realtime.draft import TOLERANCE_KEY
+
+            out[TOLERANCE_KEY] = float(tolerance)
+        return out
 
     def _mode(self) -> str:
         return str(getattr(self.strategy, "mode", "guided"))
@@ -235,6 +241,10 @@ class ChunkScheduler:
             self.strategy = self.make_strategy(len(actions))
             self._strategy_blender()
         assert done.output is not None
+        if self._guided and self._mode() == "draft" and done.output.get(MODE_KEY) != "draft":
+            from hotloop.realtime.draft import draft_refusal
+
+            raise ConfigError(draft_refusal("this policy") + " (it answered without checking the draft)")
         if self._guided and not done.output.get(GUIDED_KEY):
             raise ConfigError(
                 f"--strategy {self.strategy.name} sends the unexecuted actions to the policy to inpaint, "

@@ -40,6 +40,13 @@ Built in:
 - `lerobot-rtc-soft`: the same client and merge, with the server conditioning each chunk on the client's
   queue (soft-prefix, as `rtc-soft`): what a stock client gets from `hotloop serve --protocol lerobot
   --strategy rtc-soft`. The client still asks at its threshold, not every max(d, 2) periods.
+- `draft`: speculative chunks (FLASH-like, `hotloop.realtime.draft`): `rtc-soft`'s schedule (a new plan
+  every max(d, 2) periods), and each inference first sends the executing chunk, shifted to the
+  observation's time and padded to the horizon, as a draft: the policy checks it with a few evaluations
+  of its velocity network and, where at least half a chunk agrees with the model within
+  `draft_tolerance`, answers those rows only (the denoising loop does not run); otherwise it runs
+  `rtc-soft`'s sampler. Needs a policy with a velocity network it can call (pi0/pi0.5 in PyTorch,
+  SmolVLA eager or with the step engine).
 - `ensemble`: ACT's temporal ensembling (Zhao et al. 2023; LeRobot's `ACTTemporalEnsembler`): infer at
   every control period the accelerator is free, keep executing meanwhile, and execute at each period the
   exponentially weighted average of every prediction for it among the chunks that have arrived by then
@@ -65,6 +72,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.realtime.draft import DEFAULT_TOLERANCE, check_tolerance
 from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT, MAX_GUIDANCE_WEIGHT
 from hotloop.realtime.temporal_ensemble import TimedEnsembler, checked_weights
 from hotloop.registry import Registry
@@ -93,6 +101,7 @@ class StrategyConfig:
     trigger_remaining: int | None = None  # k for async and rtc
     max_guidance_weight: float = DEFAULT_MAX_GUIDANCE_WEIGHT  # beta for rtc
     ensemble_coeff: float | None = None  # the ensemble's exp(-coeff * i) (None: DEFAULT_ENSEMBLE_COEFF)
+    draft_tolerance: float | None = None  # draft: the per-row error accepted (None: DEFAULT_TOLERANCE)
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
@@ -112,6 +121,8 @@ class StrategyConfig:
             isinstance(self.ensemble_coeff, bool) or not math.isfinite(self.ensemble_coeff)
         ):
             raise ConfigError(f"--ensemble-coeff must be a finite number (got {self.ensemble_coeff})")
+        if self.draft_tolerance is not None:
+            check_tolerance(self.draft_tolerance)
 
 
 class Strategy(Protocol):
@@ -208,6 +219,35 @@ class RealTimeChunking:
         if self.mode == "guided":  # the prefix mode has no guidance weight (--guidance-weight is an error)
             out["max_guidance_weight"] = self.max_guidance_weight
         return out
+
+
+@dataclass(frozen=True)
+class SpeculativeDraft:
+    """`rtc-soft`'s schedule and splice; each inference is sent the executing chunk as a draft to check
+    (`hotloop.realtime.draft`, `MODE_KEY` "draft") with the tolerance, and may answer fewer rows than the
+    horizon (the accepted prefix)."""
+
+    trigger_remaining: int
+    draft_tolerance: float = DEFAULT_TOLERANCE
+    name: str = "draft"
+    overlaps: bool = True
+    guided: bool = True
+    mode: str = "draft"
+
+    def wants_inference(self, chunk: ActiveChunk | None) -> bool:
+        return chunk is None or chunk.remaining <= self.trigger_remaining
+
+    def splice(self, obs_tick: int, ready_tick: int, period: int) -> tuple[int, int]:
+        return splice_by_time(obs_tick, ready_tick, period)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "trigger_remaining": self.trigger_remaining,
+            "overlaps": True,
+            "mode": self.mode,
+            "draft_tolerance": self.draft_tolerance,
+        }
 
 
 LEROBOT_THRESHOLD = 0.5  # the stock client's chunk_size_threshold
@@ -364,6 +404,11 @@ def _rtc_soft(cfg: StrategyConfig) -> Strategy:
     return RealTimeChunking(frequent_trigger(cfg), name="rtc-soft", mode="soft-prefix")
 
 
+def _draft(cfg: StrategyConfig) -> Strategy:
+    tolerance = cfg.draft_tolerance if cfg.draft_tolerance is not None else DEFAULT_TOLERANCE
+    return SpeculativeDraft(frequent_trigger(cfg), tolerance)
+
+
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry: Registry[Callable[[StrategyConfig], Strategy]] = Registry("strategy")
     registry.register("sync", _sync)
@@ -373,6 +418,7 @@ def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:
     registry.register("rtc-prefix", _rtc_prefix)
     registry.register("rtc-soft", _rtc_soft)
     registry.register("ensemble", _ensemble)
+    registry.register("draft", _draft)
     registry.register("lerobot-async", _lerobot_async)
     registry.register("lerobot-rtc-soft", _lerobot_rtc_soft)
     return registry

@@ -197,6 +197,14 @@ def _check_rtc(checked: Mapping[str, Any]) -> None:
     mode = checked.get(MODE_KEY)
     if mode is not None and mode not in MODES:
         raise ObservationError(f"{MODE_KEY!r} is {_show(mode)}; send one of {', '.join(MODES)}")
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.draft import TOLERANCE_KEY, tolerance_of
+
+    if TOLERANCE_KEY in checked:
+        try:
+            tolerance_of(dict(checked))
+        except ConfigError as e:
+            raise ObservationError(str(e).removeprefix("observation ")) from None
 
 
 def _rebuild(obs: Mapping[str, Any], checked: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

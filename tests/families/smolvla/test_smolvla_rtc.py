@@ -158,6 +158,31 @@ def test_the_policy_answers_the_rtc_keys(checkpoint: Path) -> None:
         policy.infer({**obs, PREV_ACTIONS_KEY: prev[:, :3], DELAY_KEY: 1})
 
 
+def test_the_policy_checks_a_draft(checkpoint: Path) -> None:
+    """`--strategy draft` on SmolVLA: a tolerance nothing exceeds keeps the draft itself (the rows sent,
+    through the normalization and back); one everything exceeds runs the full path (the check, then the
+    soft-prefix loop, the executed rows held); a compiled plan checks where it runs RTC."""
+    from hotloop.realtime.draft import DRAFT_KEY, TOLERANCE_KEY
+
+    policy = find_target(str(checkpoint)).build_policy(str(checkpoint), TargetOptions())
+    assert policy.supports_draft
+    obs = _raw_obs()
+    plain = policy.infer(obs)["actions"]
+    prev = plain[1:].copy() + 0.05
+    keys = {PREV_ACTIONS_KEY: prev, DELAY_KEY: 2, MODE_KEY: "draft"}
+    kept = policy.infer({**obs, **keys, TOLERANCE_KEY: 100.0})
+    stats = kept[DRAFT_KEY]
+    assert kept[MODE_KEY] == "draft" and stats["speculative"] and stats["evals"] == 1
+    assert stats["accepted"] == len(plain) and 0 < stats["work"] < 1
+    np.testing.assert_allclose(kept["actions"][: len(prev)], prev, atol=1e-4)
+    np.testing.assert_allclose(kept["actions"][len(prev) :], prev[-1:], atol=1e-4)  # the padding
+    full = policy.infer({**obs, **keys, TOLERANCE_KEY: 1e-9})
+    stats = full[DRAFT_KEY]
+    assert not stats["speculative"] and stats["accepted"] == 0 and stats["evals"] == 1 + policy.num_steps
+    assert full["actions"].shape == plain.shape and stats["work"] > 1
+    np.testing.assert_allclose(full["actions"][:2], prev[:2], atol=1e-5)  # executed meanwhile: held
+
+
 def test_a_compiled_plan_runs_rtc_through_its_step_engine(checkpoint: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -179,9 +204,16 @@ def test_a_compiled_plan_runs_rtc_through_its_step_engine(checkpoint: Path, tmp_
         DELAY_KEY: 1,
         MODE_KEY: "soft-prefix",
     }
+    assert policy.supports_draft == pipeline.has_step
     if pipeline.has_step:
         eager.reset()
         np.testing.assert_allclose(policy.infer(rtc)["actions"], eager.infer(rtc)["actions"], atol=1e-5)
+        draft = {**rtc, MODE_KEY: "draft"}
+        eager.reset()
+        policy.reset()
+        got, want = policy.infer(draft), eager.infer(draft)
+        assert got["draft"] == want["draft"]
+        np.testing.assert_allclose(got["actions"], want["actions"], atol=1e-5)
     else:
         with pytest.raises(ConfigError, match="cannot take RTC guidance"):
             policy.infer(rtc)

@@ -16,6 +16,9 @@ class EnginePiPolicy(PiPolicy):
     # `rtc_guided`, and the scheduler stops with a configuration error) rather than served by the eager
     # model behind the engine, which would be a silent fall back to the slow path.
     supports_rtc = False
+    # Nor a draft check: the compiled plan's time conditioning is a table of its own grid's steps, with no
+    # velocity at an arbitrary flow time (`--strategy draft` is refused before any episode).
+    supports_draft = False
 
     def __init__(self, engine: Any, zero_noise: bool = False, **kwargs: Any) -> None:
         super().__init__(engine.model, engine.cfg, **kwargs)

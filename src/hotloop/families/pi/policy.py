@@ -97,8 +97,10 @@ class PiPolicy:
     (`state_prompt_tokens`). `seed` makes the noise reproducible: `reset()` restarts the generator.
     """
 
-    # It samples with RTC guidance or a given prefix (`guided_sample`, `prefix_sample`) when asked.
+    # It samples with RTC guidance or a given prefix (`guided_sample`, `prefix_sample`) when asked, and
+    # checks a draft chunk with its velocity network (`draft_sample`, `--strategy draft`).
     supports_rtc = True
+    supports_draft = True
 
     def __init__(
         self,
@@ -137,6 +139,7 @@ class PiPolicy:
         self.device = torch.device("cpu") if weight is None or weight.is_meta else weight.device
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache = model.allocate_cache(batch=1) if model is not None else None
+        self._verify_noise: torch.Tensor | None = None  # `_fixed_noise`, drawn at the first draft check
 
     @property
     def generator(self) -> torch.Generator:
@@ -306,7 +309,14 @@ class PiPolicy:
         model_obs = self.observation(obs)
         guidance = guidance_inputs(obs)
         mode = guidance_mode(obs)
-        if guidance is not None and mode == "prefix":
+        draft: Any = None
+        if guidance is not None and mode == "draft":
+            from hotloop.realtime.draft import tolerance_of
+
+            chunk, draft = self.draft_sample(
+                model_obs, guidance, lambda a: a, tolerance_of(obs), generator=self._generator
+            )
+        elif guidance is not None and mode == "prefix":
             chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
         elif guidance is not None and mode == "soft-prefix":
             chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator, soft=True)
@@ -322,12 +332,118 @@ class PiPolicy:
             )
         else:
             chunk = self.guided_sample(model_obs, guidance, lambda a: a, generator=self._generator)
-        actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy()
+        rows = self.horizon if draft is None else draft.kept
+        actions = chunk[0, :rows, : self.action_dim].cpu().numpy()
         out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
         if guidance is not None:
             out[GUIDED_KEY] = True
             out[MODE_KEY] = mode
+        if draft is not None:
+            from hotloop.realtime.draft import DRAFT_KEY
+
+            out[DRAFT_KEY] = draft.stats()
         return out
+
+    def draft_cost(self, num_steps: int) -> Any:
+        """What a `--strategy draft` call's work is counted in (`hotloop.realtime.draft.DraftCost`): the
+        analytic FLOPs of `hotloop.families.pi.roofline`, machine-independent. A check evaluation has one
+        flow time for the chunk; the loop's (`soft_prefix_sample_actions`) has one per token, which
+        pi0.5 runs through its time MLP and adaRMS projections once per token (pi0's time MLP runs on
+        every chunk row anyway)."""
+        from hotloop.families.pi.roofline import pi_stage_work
+        from hotloop.realtime.draft import DraftCost
+
+        work = pi_stage_work(self.config, "float32", num_steps=1)
+        bare = pi_stage_work(self.config, "float32", num_steps=1, time_conditioning=False)["denoise"].flops
+        step = work["denoise"].flops
+        token_step = bare + self.config.chunk_size * (step - bare) if self.config.pi05 else step
+        return DraftCost(work["vision"].flops + work["prefix"].flops, step, token_step, num_steps)
+
+    def draft_sample(
+        self,
+        model_obs: PiObservation,
+        guidance: tuple[np.ndarray, int, float],
+        to_policy_actions: Any,
+        tolerance: float,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        timer: Any = None,
+        verify_noise: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """`--strategy draft` (`hotloop.realtime.draft`): the executing chunk's rows (robot space, mapped
+        by `to_policy_actions` like `guided_sample`), padded to the horizon, are checked by the velocity
+        network at `VERIFY_TIMES` from `verify_noise` (default: a fixed draw, the same every call); with
+        enough rows accepted they are the answer, else the loop runs as `rtc-soft`'s with the accepted rows
+        held. Vision and prefix run once. Returns (chunk (1, chunk_size, max_action_dim), model space;
+        `DraftOutcome`, whose `kept` rows of the chunk are the answer)."""
+        from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
+        from hotloop.families.pi.sampling import encode_observation, sampling_defaults
+        from hotloop.realtime.draft import DraftOutcome, draft_rows, min_rows, verify
+        from hotloop.realtime.rtc import prefix_weights
+
+        prev, delay, _ = guidance
+        horizon = self.horizon
+        n = max(1, min(len(prev), horizon))
+        d = max(0, min(int(delay), n, horizon))
+        model = self.eager_model
+        steps = self.num_steps if self.num_steps is not None else self.config.num_steps
+        timer, _, noise = sampling_defaults(model, model_obs, noise, steps, generator, timer)
+        draft, _ = self._model_space_guidance(draft_rows(prev, horizon), d, to_policy_actions)
+        draft = draft.to(self.device)
+        if verify_noise is None:
+            verify_noise = self._fixed_noise()
+        with torch.no_grad():
+            cache = encode_observation(model, model_obs, timer, self._cache)
+            with timer.stage("verify"):
+                check = verify(
+                    lambda x, t: model.denoise_step(cache, x, t, model_obs.state),
+                    draft,
+                    verify_noise,
+                    horizon,
+                    self.action_dim,
+                    tolerance,
+                )
+        accepted = check.accepted
+        speculative = accepted >= min_rows(horizon, d)
+        evals = check.evals + (0 if speculative else steps)
+        outcome = DraftOutcome(
+            offered=min(len(prev), horizon),
+            horizon=horizon,
+            accepted=accepted,
+            speculative=speculative,
+            evals=evals,
+            work=self.draft_cost(steps).fraction(check.evals, loop=not speculative),
+            kept=accepted if speculative else horizon,
+        )
+        if speculative:
+            return draft, outcome
+        # The full path: rtc-soft's sampler over the executing chunk, its hard part grown to the accepted rows.
+        hold = max(d, min(accepted, n))
+        target, _ = self._model_space_guidance(prev[:n], hold, to_policy_actions)
+        mask = torch.zeros(self.config.chunk_size)
+        mask[:horizon] = torch.from_numpy(prefix_weights(hold, n, horizon)).float()
+        chunk = soft_prefix_sample_actions(
+            model,
+            model_obs,
+            target.to(self.device),
+            mask.to(self.device),
+            noise=noise,
+            num_steps=steps,
+            timer=timer,
+            cache=cache,
+            encoded=True,
+        )
+        return chunk, outcome
+
+    def _fixed_noise(self) -> torch.Tensor:
+        """The draft check's start: one fixed draw (seed 0), the same for every call and every policy seed."""
+        noise = self._verify_noise
+        if noise is None:
+            cfg = self.config
+            gen = torch.Generator(device=self.device).manual_seed(0)
+            noise = torch.randn(1, cfg.chunk_size, cfg.max_action_dim, generator=gen, device=self.device)
+            self._verify_noise = noise
+        return noise
 
     def _model_space_guidance(
         self, prev: np.ndarray, delay: int, to_policy_actions: Any

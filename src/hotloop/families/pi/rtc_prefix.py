@@ -87,6 +87,7 @@ def soft_prefix_sample_actions(
     generator: Any = None,
     timer: StageTimer | None = None,
     cache: PrefixCache | None = None,
+    encoded: bool = False,
 ) -> Tensor:
     """Prefix conditioning over RTC's whole soft mask (`--strategy rtc-soft`), then the mask enforced.
 
@@ -102,7 +103,9 @@ def soft_prefix_sample_actions(
     step or two: measured on demo:conveyor it took 11-21 % off the chunk jump, the blend 70 %. The blend
     is RTC's objective (agree with the executing chunk by W) met exactly; the conditioning keeps the
     sampled part coherent with it (plain sampling blended the same way lost 8-11 more points).
-    `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling."""
+    `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling.
+    `encoded`: `cache` already holds this observation's prefix (`--strategy draft` computed it for its
+    check), so vision and prefix do not run again."""
     import torch
 
     from hotloop.families.pi.sampling import encode_observation, sampling_defaults
@@ -114,8 +117,12 @@ def soft_prefix_sample_actions(
     w = weights.to(device=noise.device, dtype=torch.float32).clamp(0.0, 1.0)[None, :, None]  # (1, chunk, 1)
     start = 1.0 - w
     given = prefix.to(device=noise.device, dtype=torch.float32)
+    if encoded and cache is None:
+        raise ValueError("encoded=True needs the filled cache")
     with torch.no_grad():
-        cache = encode_observation(model, obs, timer, cache)
+        if not encoded:
+            cache = encode_observation(model, obs, timer, cache)
+        assert cache is not None
         with timer.stage("denoise"):
             x = start * noise.to(torch.float32) + w * given
             s = start[..., 0].expand(x.shape[0], chunk)  # (B, chunk)

@@ -120,6 +120,7 @@ class SmolVLAPolicy:
             self.num_steps = engine.shape.num_steps
         self.seed = seed
         self._generator = torch.Generator().manual_seed(seed)
+        self._verify_noise: Tensor | None = None  # the draft check's fixed start (`_draft`)
         pre = settings.processors[0] if settings.processors is not None else None
         self._tokenize = self._find_tokenizer(pre)
         from hotloop.lerobot.steps import Normalize
@@ -142,6 +143,11 @@ class SmolVLAPolicy:
             return True
         pipelines = getattr(self.engine, "pipelines", None) or {0: self.engine.pipeline}
         return all(getattr(p, "has_step", False) for p in pipelines.values())
+
+    @property
+    def supports_draft(self) -> bool:
+        """`--strategy draft` checks a chunk with the velocity the RTC samplers drive: where RTC runs."""
+        return self.supports_rtc
 
     @property
     def generator(self) -> torch.Generator:
@@ -332,6 +338,7 @@ class SmolVLAPolicy:
         guidance = guidance_inputs(obs)
         mode = guidance_mode(obs)
         noise = self._noise()
+        draft: Any = None
         if guidance is None:
             chunk = self._plain(model_obs, noise)
         else:
@@ -340,13 +347,84 @@ class SmolVLAPolicy:
                     "this plan runs the denoise loop as one graph, so it cannot take RTC guidance; compile "
                     "with the step engine or use --strategy async"
                 )
-            chunk = self._rtc(model_obs, noise, obs, guidance, mode)
-        actions = chunk[:, : cfg.n_action_steps, : cfg.action_dim]
+            if mode == "draft":
+                from hotloop.realtime.draft import tolerance_of
+
+                chunk, draft = self._draft(model_obs, noise, guidance, tolerance_of(obs))
+            else:
+                chunk = self._rtc(model_obs, noise, obs, guidance, mode)
+        rows = cfg.n_action_steps if draft is None else draft.kept
+        actions = chunk[:, :rows, : cfg.action_dim]
         out: dict[str, Any] = {"actions": self.to_robot_actions(actions)}
         if guidance is not None:
             out[GUIDED_KEY] = True
             out[MODE_KEY] = mode
+        if draft is not None:
+            from hotloop.realtime.draft import DRAFT_KEY
+
+            out[DRAFT_KEY] = draft.stats()
         return out
+
+    def draft_cost(self) -> Any:
+        """A `--strategy draft` call's cost model (`hotloop.realtime.draft.DraftCost`): the analytic FLOPs of
+        `hotloop.families.smolvla.roofline`. SmolVLA embeds the time per chunk token in every step, so a
+        step with a time per token costs what a step with one time does."""
+        from hotloop.families.smolvla.roofline import smolvla_stage_work
+        from hotloop.realtime.draft import DraftCost
+
+        work = smolvla_stage_work(self.config, {}, num_steps=1)
+        step = work["denoise"].flops
+        return DraftCost(work["vision"].flops + work["prefix"].flops, step, step, self.num_steps)
+
+    def _draft(
+        self,
+        model_obs: SmolVLAObservation,
+        noise: Tensor,
+        guidance: tuple[np.ndarray, int, float],
+        tolerance: float,
+    ) -> tuple[Tensor, Any]:
+        """`--strategy draft` (`hotloop.realtime.draft`): the executing chunk's rows, padded to the horizon,
+        checked by the velocity (eager or the plan's step engine) from a fixed draw; with enough rows
+        accepted they are the answer, else `rtc-soft`'s sampler runs with the accepted rows held. Vision
+        and prefix run once (`_velocity`)."""
+        from hotloop.families.smolvla.rtc import soft_prefix_sample
+        from hotloop.realtime.draft import DraftOutcome, draft_rows, min_rows, verify
+        from hotloop.realtime.rtc import prefix_weights
+
+        cfg = self.config
+        prev, delay, _ = guidance
+        if prev.shape[1] != cfg.action_dim:
+            raise ConfigError(
+                f"rtc_prev_actions has {prev.shape[1]} action columns; this policy has {cfg.action_dim}"
+            )
+        horizon = cfg.n_action_steps
+        n = max(1, min(len(prev), horizon))
+        d = max(0, min(int(delay), n, horizon))
+        draft = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
+        draft[0, :horizon, : cfg.action_dim] = self.to_model_actions(draft_rows(prev, horizon))
+        velocity = self._velocity(model_obs)
+        if self._verify_noise is None:  # one fixed draw (seed 0), the same for every call and policy seed
+            gen = torch.Generator().manual_seed(0)
+            self._verify_noise = torch.randn(1, cfg.chunk_size, cfg.max_action_dim, generator=gen)
+        check = verify(velocity, draft, self._verify_noise, horizon, cfg.action_dim, tolerance)
+        speculative = check.accepted >= min_rows(horizon, d)
+        outcome = DraftOutcome(
+            offered=min(len(prev), horizon),
+            horizon=horizon,
+            accepted=check.accepted,
+            speculative=speculative,
+            evals=check.evals + (0 if speculative else self.num_steps),
+            work=self.draft_cost().fraction(check.evals, loop=not speculative),
+            kept=check.accepted if speculative else horizon,
+        )
+        if speculative:
+            return draft, outcome
+        hold = max(d, min(check.accepted, n))
+        target = torch.zeros(1, cfg.chunk_size, cfg.max_action_dim)
+        target[0, :n, : cfg.action_dim] = self.to_model_actions(prev[:n])
+        weights = torch.zeros(cfg.chunk_size)
+        weights[:horizon] = torch.from_numpy(prefix_weights(hold, n, horizon)).float()
+        return soft_prefix_sample(velocity, noise, target, weights, self.num_steps), outcome
 
     def _rtc(
         self,
