@@ -19,7 +19,8 @@
 #   figures say nothing about the targets). COMPILE_ARGS adds compile flags (e.g. "--force --max-load
 #   100" to plan on a busy machine, whose timings then mean nothing); PROMPT_TOKENS (default 20) the real
 #   prompt tokens benched; COMPRESS_ARGS adds compress flags; PLAN_MEMORY_GB (default 19) is passed as
-#   --plan-memory-gb, which refuses a candidate whose estimate would take planning past it.
+#   --plan-memory-gb, which refuses a candidate whose estimate would take planning past it. REUSE_ART=1
+#   with PHASE=compress measures OUT_DIR/art-compress as a previous run planned it (no re-planning).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/pi05-full-edge}
@@ -53,6 +54,10 @@ measure() {
     kill -0 $server 2>/dev/null || { echo "serve exited:"; tail -5 "$out/$name-serve.log"; exit 1; }
     sleep 1
   done
+  # Serving means answering: three observations from hotloop's own websocket client, then the peak.
+  .venv/bin/python -c "from hotloop.client.websocket_client import PolicyClient as C
+c = C(port=$port, reply_timeout_s=600)
+for _ in range(3): assert c.infer(c.zero_observation())['actions'].shape" > "$out/$name-serve-answers.log" 2>&1
   grep -E "^VmHWM|^VmRSS" "/proc/$server/status" > "$out/$name-serve-rss.txt"
   kill $server; wait $server 2>/dev/null || true
   trap - EXIT
@@ -69,7 +74,9 @@ if [ "$phase" != compress ]; then
     || [ $? -eq 3 ]
   measure "$out/art-int8" plan
 fi
-if [ "$phase" != plan ]; then
+if [ "$phase" != plan ] && [ "${REUSE_ART:-0}" = 1 ] && [ -f "$out/art-compress/manifest.json" ]; then
+  measure "$out/art-compress" compress  # REUSE_ART=1: measure the artifact a previous run planned
+elif [ "$phase" != plan ]; then
   rm -rf "$out/art-compress"
   timev "$out/time-compress.txt" $hl compress "$target" --recipe quantize,compile --data "$out/calib" \
     --calibration-frames 32 --eval-observations 8 --backends openvino --threads "$threads" --bench-iters 5 \

@@ -95,13 +95,16 @@ def load_runners(
     runners: dict[str, Runner] = {}
     per_bucket: dict[int, dict[str, Runner]] = {}
     signatures: dict[str, Signature] = {}
-    for name, entry in entries(manifest).items():
+    planned = entries(manifest)
+    for name, entry in sorted(planned.items(), key=lambda item: -_files_bytes(root / item[0], item[1].files)):
+        # Largest first: a graph's load holds its mapped file and the backend's copy of the weights at once
+        # (until `release_mapped_files`), so the peak is lowest while little else is resident yet.
         if entry.backend not in FILE_BACKENDS:
             raise CheckpointError(
                 f"{where}: sub-engine {name!r} runs on {entry.backend}, which needs the source weights a lean "
                 "artifact does not hold; recompile the artifact"
             )
-        base, bucket = split_name(name)
+        base, _ = split_name(name)
         family.stage_of(base)  # a sub-engine the family does not have is refused by name
         signatures[base] = check_signature(where, family, cfg, entry, base)
         options = dict(entry.options)
@@ -126,5 +129,13 @@ def load_runners(
             ) from None
         check_recorded_io(where, name, entry, runner)
         runners[name] = runner
+    runners = {name: runners[name] for name in planned}  # the manifest's order, as before
+    for name, runner in runners.items():
+        base, bucket = split_name(name)
         per_bucket.setdefault(bucket if bucket is not None else full, {})[base] = runner
     return runners, per_bucket, signatures
+
+
+def _files_bytes(folder: Path, files: Any) -> int:
+    """The bytes of an entry's files that exist (a missing one is refused later, by its loader)."""
+    return sum((folder / Path(f).name).stat().st_size for f in files if (folder / Path(f).name).is_file())

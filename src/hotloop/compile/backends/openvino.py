@@ -15,6 +15,7 @@ import torch
 
 from hotloop.compile.backends.base import BackendCrash, Graph, PreparedFiles, Runner, input_buffers, op_errors
 from hotloop.compile.cpu_features import NATIVE_BF16
+from hotloop.process_memory import release_mapped_files
 
 XML_FILE, BIN_FILE = "model.xml", "model.bin"
 _TORCH = {
@@ -221,6 +222,9 @@ class OpenVinoRunner(Runner):
                     # probe's child compiled it, this process imported it): "compiled, cached".
                     cached_now = "compiled, cached" if _holds_files(blob_dir) else "compiled"
                     self.blob = "imported" if held else cached_now
+                # The plugin repacked the weights into its own memory: the mapped file's pages are not read
+                # again but would stay resident (a second copy of the model; `release_mapped_files`).
+                release_mapped_files([what.parent] + ([blob_dir] if blob_dir is not None else []))
             else:
                 self.compiled = _core().compile_model(what, "CPU", config)
             self.request = self.compiled.create_infer_request()
