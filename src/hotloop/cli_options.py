@@ -92,11 +92,16 @@ Perturb = Annotated[
         "expert acts on the truth"
     ),
 ]
+# The simulated time an inference takes in a closed-loop run (hotloop eval, perception-curve, compress).
+_LATENCY = "simulated inference latency: measured, fixed:MS, or a bench JSON (replay:PATH)"
+Latency = Annotated[str, typer.Option(help=_LATENCY)]
+EvalLatency = Annotated[str | None, typer.Option(help=f"{_LATENCY}; default: measured")]
 Difficulty = Annotated[str | None, typer.Option(help="easy, medium or hard (conveyor-pick)")]
 EpisodeSeed = Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")]
 Workers = Annotated[int, typer.Option(help="episode worker processes (0 = in this process)")]
 
-# A run kept in the history and judged against a baseline (hotloop bench, eval, compare, history).
+# A run kept in the history and judged against a baseline (hotloop bench, eval, compare, history), and
+# the machine's load, which decides whether a timing is judged at all (those and hotloop compile).
 History = Annotated[
     Path | None,
     typer.Option(envvar="HOTLOOP_HISTORY", help="append this run to a history folder (see hotloop history)"),
@@ -124,12 +129,12 @@ MaxLoad = Annotated[
     float,
     typer.Option(
         envvar="HOTLOOP_MAX_LOAD",
-        help="with --fail-on-regression: CPUs of other work (measured, or recorded with a bench run) above "
-        "which the gate does not judge (exit 2)",
+        help="CPUs of other work (measured, or recorded with a run) above which the machine is busy: compile "
+        "does not start timing, and a gate (--fail-on-regression, --budget-ms) does not judge (exit 2)",
     ),
 ]
 ForceJudge = Annotated[
-    bool, typer.Option("--force", help="with --fail-on-regression: judge on a busy machine anyway")
+    bool, typer.Option("--force", help="time and judge on a busy machine anyway (the load is recorded)")
 ]
 
 Config = TypeVar("Config")

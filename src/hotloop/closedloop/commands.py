@@ -36,10 +36,7 @@ def eval_cmd(
             "lerobot-async or lerobot-rtc-soft (LeRobot's stock async client); repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
-    latency: Annotated[
-        str | None,
-        typer.Option(help="measured (the default), fixed:MS, or a bench JSON (replay:PATH)"),
-    ] = None,
+    latency: opts.EvalLatency = None,
     sweep_latency: Annotated[
         str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
     ] = None,

@@ -69,16 +69,8 @@ def compile_cmd(
     warmup: opts.Warmup = 3,
     threads: opts.Threads = None,
     reserve_cores: opts.ReserveCores = None,
-    max_load: Annotated[
-        float,
-        typer.Option(
-            envvar="HOTLOOP_MAX_LOAD",
-            help="refuse to time when other processes keep more than this many CPUs busy at the start",
-        ),
-    ] = 0.5,
-    force: Annotated[
-        bool, typer.Option("--force", help="time on a busy machine anyway (the load is recorded)")
-    ] = False,
+    max_load: opts.MaxLoad = 0.5,
+    force: opts.ForceJudge = False,
     views: opts.CameraViews = None,
     steps: opts.FlowSteps = None,
     seed: opts.Seed = 0,

@@ -34,10 +34,7 @@ def compress_cmd(
     episodes: Annotated[
         int, typer.Option(help="closed-loop episodes per step (targets with a task; 0 skips)")
     ] = 0,
-    eval_latency: Annotated[
-        str,
-        typer.Option(help="simulated latency of the closed-loop runs, e.g. fixed:0, fixed:100 or measured"),
-    ] = "fixed:0",
+    eval_latency: opts.Latency = "fixed:0",
     eval_strategy: Annotated[
         str,
         typer.Option(

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from hotloop.cli_errors import register
-from hotloop.cli_options import JsonOut, Overwrite, Warmup, Workers, write_json
+from hotloop.cli_options import JsonOut, Latency, Overwrite, Warmup, Workers, write_json
 
 
 def perception_curve_cmd(
@@ -45,9 +45,7 @@ def perception_curve_cmd(
             "demo:conveyor-chain is trained for an estimated box state)"
         ),
     ] = "demo:conveyor",
-    latency: Annotated[
-        str, typer.Option(help="closed loop: the decision layer's latency (as eval)")
-    ] = "measured",
+    latency: Latency = "measured",
     metric: Annotated[
         str, typer.Option(help="accuracy to pick by: iou or centre-mm (learned detector)")
     ] = "iou",
