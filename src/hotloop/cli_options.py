@@ -34,7 +34,8 @@ ReserveCores = Annotated[
     int | None,
     typer.Option(
         help="leave N CPUs to other work (a robot's drivers): run with usable CPUs - N threads, unpinned "
-        "(instead of --threads; docs/compile.md); a compiled artifact records them, Engine.load / serve apply them"
+        "(instead of --threads, and bench's --pin; docs/compile.md); a compiled artifact records them, "
+        "Engine.load / serve apply them"
     ),
 ]
 RooflineCache = Annotated[
