@@ -46,7 +46,8 @@ def closed_loop_observations(
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
     batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model, or
-    a model put in its place with its config (None: the target's own); `num_steps`: the policy's denoising steps (None: its own). `every_period`: the observation
+    a model put in its place with its config (None: the target's own); `num_steps`: the policy's
+    denoising steps (None: its own). `every_period`: the observation
     at every control period instead of those the policy was asked about: under `async` at 200 ms an
     episode asks for 3 to 5 chunks, yet each period's state is one a chunk may start from (another
     phase of the trigger, another delay), and each is a state that execution met."""

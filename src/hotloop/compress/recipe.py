@@ -651,14 +651,15 @@ def check_step_counts(
 
 def check_vision_res(recipe: tuple[RecipeStep, ...], family: Any, model: Any) -> None:
     """Every `vision-res:S` against the resolution the model has at that point (the checkpoint's own, or
-    an earlier step's S), refused before any work."""
-    steps = [s for s in recipe if s.name == "vision-res"]
-    if not steps:
-        return
+    an earlier step's S), and a family's `distill` that only recovers what an earlier step changed
+    (SmolVLA's: the vision tower after `vision-res`), refused before any work."""
     tools = family.compression()
-    cfg = tools.vision_config(model)
-    for step in steps:
-        cfg = tools.check_vision_res(cfg, int(step.arg), f"--recipe {step.label}")
+    cfg = tools.vision_config(model) if any(s.name == "vision-res" for s in recipe) else None
+    for i, step in enumerate(recipe):
+        if step.name == "vision-res":
+            cfg = tools.check_vision_res(cfg, int(step.arg), f"--recipe {step.label}")
+        elif step.name == "distill" and hasattr(tools, "check_distill"):
+            tools.check_distill(tuple(s.name for s in recipe[:i]))
 
 
 # ---- judging a candidate ---------------------------------------------------------------------------------

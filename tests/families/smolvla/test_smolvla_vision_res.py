@@ -110,6 +110,7 @@ def test_bad_vision_res_exits_2_before_any_work(tmp_path: Path) -> None:
         ("smolvla:tiny", "vision-res:48", "--recipe vision-res:48: the vision tower already takes 48 px"),
         ("smolvla:tiny", "vision-res:x", "--recipe vision-res:x: give the vision tower's new side in pixels"),
         ("smolvla:tiny", "vision-res:32,vision-res:16,vision-res:16", "--recipe vision-res:16: the vision tower takes 16 px"),
+        ("smolvla:tiny", "distill", "--recipe distill: a SmolVLA's distill retrains the vision tower"),
         ("toy:mlp", "vision-res:32", "--recipe vision-res:32: toy:mlp is a toy policy, which has no vision tower"),
     ):  # fmt: skip
         res = runner.invoke(app, ["compress", target, "--recipe", recipe, "-o", str(out), *FAST])

@@ -234,6 +234,15 @@ class SmolVLACompression(FlowOnestepSteps):
 
         return lower_resolution(model, side)
 
+    def check_distill(self, earlier: tuple[str, ...]) -> None:
+        """SmolVLA's `distill` retrains the vision tower after `vision-res`; without it there is nothing
+        to recover."""
+        if "vision-res" not in earlier:
+            raise ConfigError(
+                "--recipe distill: a SmolVLA's distill retrains the vision tower toward the full-resolution "
+                "teacher after vision-res; put vision-res:S before it (e.g. vision-res:384,distill)"
+            )
+
     def distill(
         self,
         teacher: nn.Module,

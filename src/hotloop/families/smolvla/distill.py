@@ -10,7 +10,7 @@ time for both (pi's distillation toward the teacher, `hotloop.families.pi.compre
     velocity MSE   |v_student(x_t, t) - v_teacher(x_t, t)|^2
     action         |(x_t - t v_student) - (x_t - t v_teacher)|^2   (the one-step estimates of the chunk)
 
-x_t = t noise + (1 - t) a, a the teacher's own 10-step chunk for the observation (or, with
+x_t = t noise + (1 - t) a, a the teacher's own chunk (its config's steps) for the observation (or, with
 `--distill-target data`, the recorded chunk), t ~ LeRobot's Beta(1.5, 1) schedule. The loop is
 `hotloop.nn.resumable.train_resumable`, shared with every other fine-tune (resumable after an interrupt).
 """
