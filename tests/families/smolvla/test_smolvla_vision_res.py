@@ -183,3 +183,26 @@ def test_distill_retrains_only_the_vision_tower(tiny: torch.nn.Module) -> None:
             ("vlm_with_expert.vlm.model.vision_model.", "vlm_with_expert.vlm.model.connector.")
         )
         assert moved == vision, name
+
+
+def test_rollouts_play_a_lower_resolution_model() -> None:
+    """`onestep` after `vision-res` on a demo: its closed-loop rounds swap the lowered model (and its
+    config) into the demo's policy, which then prepares the cameras at the model's side."""
+    from hotloop.compress.closed_loop_observations import closed_loop_observations
+    from hotloop.demos.checkpoints import build_source
+    from hotloop.families import get_family
+    from hotloop.targets import TargetOptions
+
+    teacher = build_source("demo:conveyor-smolvla", TargetOptions()).model.float()
+    student, _ = lower_resolution(teacher, 32)
+    obs, _ = closed_loop_observations(
+        "demo:conveyor-smolvla",
+        "conveyor-pick",
+        get_family("smolvla"),
+        1,
+        3,
+        1,
+        student,
+        ("chunk", "fixed:0"),
+    )
+    assert tuple(obs.images.shape[-2:]) == (32, 32) and obs.batch > 1
