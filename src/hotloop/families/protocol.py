@@ -122,6 +122,7 @@ class Capabilities:
     pruning: bool = False  # `prune`, `sparse24`
     distillation: bool = False  # `distill`
     qat: bool = False  # `qat`
+    vision_resolution: bool = False  # `vision-res:S`: the vision tower fed S px (`compression().vision_res`)
     recipes: tuple[str, ...] = ("plain",)  # sub-engine recipes the planner may pick between
     bucket_stages: tuple[str, ...] = ()  # stages whose shapes depend on the prompt length
     # Compression recipe steps of the family's own (`NAME[:ARG]`, run by `compression().recipe_step`),

@@ -155,6 +155,7 @@ class SmolVLAFlowStudent:
 
     def __init__(self, model: Any) -> None:
         cfg = model.cfg
+        self.cfg = cfg
         self.chunk_shape = (int(cfg.chunk_size), int(cfg.max_action_dim))
 
     def prefix(self, model: Any, obs: SmolVLAObservation) -> Any:
@@ -169,17 +170,20 @@ class SmolVLAFlowStudent:
 
     def concat(self, a: SmolVLAObservation, b: SmolVLAObservation) -> SmolVLAObservation:
         """One batch of both, the prompts padded (masked) to the wider one's slots: recorded frames come
-        with the engines' slots, a policy's own observations with its preprocessor's."""
+        with the engines' slots, a policy's own observations with its preprocessor's; images prepared at
+        the checkpoint's own size resized to a `vision-res` model's (its own rollouts come at that size)."""
         import dataclasses
 
         from hotloop.families.batching import stack
         from hotloop.families.smolvla.observation import pad_prompt
+        from hotloop.models.smolvla import fit_images
 
         slots = max(a.lang_tokens.shape[1], b.lang_tokens.shape[1])
         padded = []
         for o in (a, b):
             tokens, masks = pad_prompt(o.lang_tokens, o.lang_masks, slots)
-            padded.append(dataclasses.replace(o, lang_tokens=tokens, lang_masks=masks))
+            images = fit_images(o.images, self.cfg)
+            padded.append(dataclasses.replace(o, images=images, lang_tokens=tokens, lang_masks=masks))
         return stack(padded)
 
     def batch_size(self, obs: SmolVLAObservation) -> int:
@@ -210,8 +214,52 @@ class SmolVLAFlowStudent:
 
 
 class SmolVLACompression(FlowOnestepSteps):
-    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation and the
-    `onestep[:K]` student."""
+    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation, the
+    `onestep[:K]` student, a lower vision resolution (`vision-res:S`) and the vision tower's recovery
+    toward the full-resolution teacher (`distill`)."""
+
+    def vision_config(self, model: Any) -> Any:
+        return model.cfg
+
+    def check_vision_res(self, cfg: Any, side: int, flag: str) -> Any:
+        """ConfigError naming `flag` unless `side` is below `cfg`'s resolution and on its patch grid; the
+        config after the step."""
+        from hotloop.models.smolvla_resolution import check_side, lower_config
+
+        check_side(cfg, side, flag)
+        return lower_config(cfg, side)
+
+    def vision_res(self, model: Any, side: int) -> tuple[Any, dict[str, Any]]:
+        from hotloop.models.smolvla_resolution import lower_resolution
+
+        return lower_resolution(model, side)
+
+    def check_distill(self, earlier: tuple[str, ...]) -> None:
+        """SmolVLA's `distill` retrains the vision tower after `vision-res`; without it there is nothing
+        to recover."""
+        if "vision-res" not in earlier:
+            raise ConfigError(
+                "--recipe distill: a SmolVLA's distill retrains the vision tower toward the full-resolution "
+                "teacher after vision-res; put vision-res:S before it (e.g. vision-res:384,distill)"
+            )
+
+    def distill(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        targets: Tensor | None,
+        settings: dict[str, Any],
+        work: Path,
+        progress: bool,
+    ) -> dict[str, Any]:
+        """The vision tower and connector toward the full-resolution teacher (`distill_vision`)."""
+        from hotloop.families.smolvla.distill import distill_vision
+
+        config = StepDistillConfig(
+            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
+        )
+        return distill_vision(teacher, student, obs, targets, config, work, progress=progress)  # type: ignore[arg-type]
 
     def flow_student(self, model: Any) -> Any:
         """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
