@@ -64,6 +64,22 @@ class LatencyModel:
         return "measured"
 
 
+@dataclass(frozen=True)
+class WrappedLatency:
+    """A latency model over another one (`base`, a `LatencyModel` or a wrapper) that keeps its kind and spec;
+    a subclass adds its own delay (`sample_ms`) and says so (`describe`)."""
+
+    base: Any
+
+    @property
+    def kind(self) -> str:
+        return str(self.base.kind)
+
+    @property
+    def spec(self) -> str:
+        return str(self.base.spec)
+
+
 def parse_latency(spec: str) -> LatencyModel:
     """Parse `measured`, `fixed:MS`, `replay:PATH` or `PATH.json`; anything else is a one-line
     `ConfigError` naming the value (never a traceback)."""

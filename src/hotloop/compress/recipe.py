@@ -378,6 +378,8 @@ def apply_step(
     elif step.name == "steps":
         new.num_steps = int(step.arg)
     elif step.name == "step-distill":
+        from hotloop.families.flow_distill import StepDistillJob
+
         obs, source = step_distill_observations(inputs, config, family)
         new.model = copy.deepcopy(cand.model)
         new.num_steps = int(step.arg)
@@ -386,10 +388,11 @@ def apply_step(
             "intermediate_weight": config.step_distill_intermediate,
             "first_action_weight": config.step_distill_first_action,
         }
-        new.details = family.compression().step_distill(
-            teacher, new.model, obs, new.num_steps, settings, cand.num_steps, work / f"step-distill-{step.arg}",
-            config.progress, opts,
+        job = StepDistillJob(
+            teacher, new.model, obs, new.num_steps, cand.num_steps, settings, opts, work / f"step-distill-{step.arg}",
+            config.progress,
         )  # fmt: skip
+        new.details = family.compression().step_distill(job)
         new.details["data"] = source
     elif step.name == "onestep":
         new.model, new.num_steps, new.details = one_step_student(
@@ -511,7 +514,7 @@ def one_step_student(
     own closed-loop observations (`--distill-episodes`) and, in later rounds, on the student's
     (`--onestep-rounds` under `--onestep-rounds-under`; not after `prune`, whose shapes the demo's own
     policy cannot load: its teacher episodes are then the target's own)."""
-    from hotloop.compress.onestep import OnestepConfig
+    from hotloop.compress.onestep import OnestepConfig, OnestepJob
 
     calib = inputs.calibration_set
     assert calib is not None, "RecipeConfig refuses onestep without --data"
@@ -555,10 +558,11 @@ def one_step_student(
         if hasattr(tools, "student_model")
         else copy.deepcopy(cand.model)
     )
-    details = tools.onestep(
+    job = OnestepJob(
         cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress, explore, action_dim=action_dim,
+        config.progress, explore, action_dim,
     )  # fmt: skip
+    details = tools.onestep(job)
     details["data"] = source
     return model, steps, details
 

@@ -347,10 +347,11 @@ class PolicyFamily(ABC):
     # ---- capabilities (families that offer them override) ------------------------------------------
     def compression(self) -> Any:
         """The family's own compression steps (pruning, distillation, step distillation, QAT) as an
-        object with `prune`, `sparse24`, `distill`, `step_distill`, `check_step_distill` and `qat`, for
-        the steps its `capabilities` name (pi: `hotloop.families.pi.compression.tools.PiCompression`),
-        and `check_recipe_step(name, arg)` / `recipe_step(name, arg, model, num_steps) -> (model,
-        num_steps, details)` for its `capabilities.recipe_steps`."""
+        object with `prune`, `sparse24`, `distill`, `step_distill(StepDistillJob)`, `check_step_distill`,
+        `onestep(OnestepJob)` and `qat`, for the steps its `capabilities` name (pi:
+        `hotloop.families.pi.compression.tools.PiCompression`), and `check_recipe_step(name, arg)` /
+        `recipe_step(name, arg, model, num_steps) -> (model, num_steps, details)` for its
+        `capabilities.recipe_steps`."""
         raise ConfigError(
             f"family {self.name} has no compression steps of its own (pruning, distillation...)"
         )

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.finite import check_finite_weights
+from hotloop.finite import assign_finite
 from hotloop.models.pi0 import make_att_2d_masks
 from hotloop.models.smolvla_config import LM_HEAD_KEY, SmolVLAConfig, read_smolvla_config
 from hotloop.models.smolvla_tokenizer import SmolVLATokenizer, load_tokenizer
@@ -516,9 +516,7 @@ def load_smolvla(
             if items:
                 parts.append(f"{what} ({len(items)}): " + "; ".join(items))
         raise CheckpointError("\n  ".join(parts))
-    check_finite_weights((("model." + k, v) for k, v in state.items()), path)
-    model.load_state_dict(state, strict=True, assign=True)
-    return cfg, model.eval()
+    return cfg, assign_finite(model, state, path, "model.")
 
 
 # ---- stage-by-stage outputs, keyed like the parity fixtures' intermediates.npz -------------------------------

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from hotloop.compile.artifact import SubEngineEntry, entries
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
-from hotloop.compile.backends.base import BackendCrash, BackendError, PreparedFiles, Runner
+from hotloop.compile.backends.base import BackendCrash, BackendError, Runner
 from hotloop.errors import CheckpointError
 from hotloop.families.protocol import PolicyFamily, Signature
 
@@ -87,7 +87,7 @@ def load_runners(
     the signatures by base name). `blob_cache`: OpenVINO graphs load through their compiled-blob folders
     (`runtime.blob_cache`; only for files checked against the manifest's hashes)."""
     from hotloop.compile.bucket_plan import split_name
-    from hotloop.runtime.blob_cache import with_blob_key
+    from hotloop.runtime.blob_cache import load_files
     from hotloop.runtime.recorded_io import check_recorded_io
 
     where = root / "manifest.json"
@@ -107,12 +107,7 @@ def load_runners(
         base, _ = split_name(name)
         family.stage_of(base)  # a sub-engine the family does not have is refused by name
         signatures[base] = check_signature(where, family, cfg, entry, base)
-        options = dict(entry.options)
-        if threads is not None and entry.backend in ("onnxruntime", "openvino"):
-            options["threads"] = threads
-        if blob_cache:
-            options = with_blob_key(options, manifest, list(entry.files), entry.backend)
-        files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
+        files = load_files(entry, manifest, threads, blob_cache)
         try:
             runner = get_backend(entry.backend).load(
                 entry_graph(where, entry), entry.precision, root / name, files

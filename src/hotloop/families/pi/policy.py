@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from hotloop.errors import ConfigError
-from hotloop.families.pi.sampling import PiObservation, sample_actions
+from hotloop.families.pi.sampling import PiObservation, SampleOptions, sample_actions
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel, PrefixCache, state_prompt_tokens
 
@@ -97,7 +97,7 @@ class PiPolicy:
     (`state_prompt_tokens`). `seed` makes the noise reproducible: `reset()` restarts the generator.
     """
 
-    # It samples with RTC guidance or a given prefix (`guided_sample`, `prefix_sample`) when asked.
+    # It samples with RTC guidance or a given prefix (`rtc_sample`) when asked.
     supports_rtc = True
 
     def __init__(
@@ -306,11 +306,7 @@ class PiPolicy:
         model_obs = self.observation(obs)
         guidance = guidance_inputs(obs)
         mode = guidance_mode(obs)
-        if guidance is not None and mode == "prefix":
-            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
-        elif guidance is not None and mode == "soft-prefix":
-            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator, soft=True)
-        elif guidance is None:
+        if guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
                 self.eager_model,
@@ -321,7 +317,7 @@ class PiPolicy:
                 validate=False,
             )
         else:
-            chunk = self.guided_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+            chunk = self.rtc_sample(model_obs, guidance, mode, lambda a: a, generator=self._generator)
         actions = chunk[0, : self.horizon, : self.action_dim].cpu().numpy()
         out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
         if guidance is not None:
@@ -351,64 +347,49 @@ class PiPolicy:
             ),
         )
 
-    def prefix_sample(
+    def rtc_sample(
         self,
         model_obs: PiObservation,
         guidance: tuple[np.ndarray, int, float],
+        mode: str,
         to_policy_actions: Any,
         noise: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         timer: Any = None,
-        soft: bool = False,
     ) -> torch.Tensor:
-        """RTC by action conditioning (`hotloop.families.pi.rtc_prefix`): the first d of the previous
-        actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
-        prefix of the new chunk (d capped at the rows given and the horizon; beta is not used). `soft`:
-        over the whole soft mask, its tail started part-way along the flow from the previous actions and
-        the result held to them by the mask (`soft_prefix_sample_actions`, `--strategy rtc-soft`)."""
+        """A chunk sampled onto the previous one, `guidance` = (previous actions (n, D) in the robot's space,
+        d, beta); `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
+        unless an adapter predicts relative actions). `mode` (`hotloop.realtime.rtc.guidance_mode`):
+        - "guided": RTC guidance (`hotloop.families.pi.rtc.guided_sample_actions`);
+        - "prefix": RTC by action conditioning (`hotloop.families.pi.rtc_prefix`): the first d previous
+          actions are given as the clean prefix of the new chunk (d capped at the rows given and the
+          horizon; beta is not used);
+        - "soft-prefix": the same over the whole soft mask, its tail started part-way along the flow from
+          the previous actions and the result held to them by the mask (`soft_prefix_sample_actions`,
+          `--strategy rtc-soft`)."""
+        from hotloop.families.pi.rtc import guided_sample_actions
         from hotloop.families.pi.rtc_prefix import prefix_sample_actions, soft_prefix_sample_actions
 
-        prev, delay, _ = guidance
-        d = max(0, min(int(delay), len(prev), self.horizon))
-        target, weights = self._model_space_guidance(prev, d, to_policy_actions)
-        common: dict[str, Any] = dict(
-            noise=noise, num_steps=self.num_steps, generator=generator, timer=timer, cache=self._cache
-        )
-        if soft:  # one time per token: the mask is the same on every action column
-            mask = weights[:, 0].to(self.device)
-            return soft_prefix_sample_actions(
-                self.eager_model, model_obs, target.to(self.device), mask, **common
-            )
-        return prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), d, **common)
-
-    def guided_sample(
-        self,
-        model_obs: PiObservation,
-        guidance: tuple[np.ndarray, int, float],
-        to_policy_actions: Any,
-        noise: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        timer: Any = None,
-    ) -> torch.Tensor:
-        """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
-        `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
-        unless an adapter predicts relative actions)."""
-        from hotloop.families.pi.rtc import guided_sample_actions
-
         prev, delay, beta = guidance
+        if mode != "guided":
+            delay = max(0, min(int(delay), len(prev), self.horizon))
         target, weights = self._model_space_guidance(prev, delay, to_policy_actions)
-        return guided_sample_actions(
-            self.eager_model,
-            model_obs,
-            target.to(self.device),
-            weights.to(self.device),
-            beta,
-            noise=noise,
-            num_steps=self.num_steps,
-            generator=generator,
-            timer=timer,
-            cache=self._cache,
-        )
+        target = target.to(self.device)
+        options: SampleOptions = {
+            "noise": noise,
+            "num_steps": self.num_steps,
+            "generator": generator,
+            "timer": timer,
+            "cache": self._cache,
+        }
+        if mode == "guided":
+            return guided_sample_actions(
+                self.eager_model, model_obs, target, weights.to(self.device), beta, **options
+            )
+        if mode == "soft-prefix":  # one time per token: the mask is the same on every action column
+            mask = weights[:, 0].to(self.device)
+            return soft_prefix_sample_actions(self.eager_model, model_obs, target, mask, **options)
+        return prefix_sample_actions(self.eager_model, model_obs, target, delay, **options)
 
 
 def pi_policy_spec(
