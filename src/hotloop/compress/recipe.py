@@ -657,6 +657,8 @@ def check_vision_res(recipe: tuple[RecipeStep, ...], family: Any, model: Any) ->
     """Every `vision-res:S` against the resolution the model has at that point (the checkpoint's own, or
     an earlier step's S), and a family's `distill` that only recovers what an earlier step changed
     (SmolVLA's: the vision tower after `vision-res`), refused before any work."""
+    if not any(s.name in ("vision-res", "distill") for s in recipe):
+        return  # nothing to check; a family without steps of its own (toy) has no `compression()`
     tools = family.compression()
     cfg = tools.vision_config(model) if any(s.name == "vision-res" for s in recipe) else None
     for i, step in enumerate(recipe):
