@@ -96,7 +96,9 @@ lint: $(STAMP)
 
 # The sim tests against the lowest MuJoCo we support, in a venv of its own (built once per pyproject change).
 MUJOCO_MIN := 3.3.0
-MIN_VENV := /tmp/hotloop-mujoco-$(MUJOCO_MIN)
+# One per checkout: the venv points at this checkout's .venv by absolute path (a shared one would point at
+# whichever checkout built it last, or at one since deleted).
+MIN_VENV := /tmp/hotloop-mujoco-$(MUJOCO_MIN)-$(shell printf %s "$(abspath $(VENV))" | cksum | cut -d' ' -f1)
 MIN_STAMP := $(MIN_VENV)/.installed
 # The tests whose outcome depends on MuJoCo (physics, rendering, third-party envs), about 60 of tests/sim;
 # the whole of tests/sim passed on 3.3.0 too (100 tests, 10 min on a loaded box). Not test_task_plugins.py:

@@ -14,8 +14,8 @@ from typing import Annotated, Any  # noqa: E402
 
 import typer  # noqa: E402
 
+from hotloop import cli_options as opts  # noqa: E402
 from hotloop.cli_errors import user_errors  # noqa: E402
-from hotloop.cli_options import Device, FlowSteps, ForceJudge, History, Quiet  # noqa: E402
 from hotloop.errors import UnknownNameError  # noqa: E402
 
 app = typer.Typer(
@@ -51,14 +51,14 @@ def bench(
     target: Annotated[
         str, typer.Argument(help="a registered target, e.g. toy:mlp or pi05:small (see `hotloop targets`)")
     ],
-    warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 20,
+    warmup: opts.Warmup = 20,
     iters: Annotated[int, typer.Option("--iters", help="timed iterations")] = 200,
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads")] = None,
+    threads: opts.Threads = None,
     pin: Annotated[str | None, typer.Option(help="CPU affinity list, e.g. 0-1 or 0,2")] = None,
     gc: Annotated[
         bool, typer.Option("--gc/--no-gc", help="leave garbage collection on while timing")
     ] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the result as JSON here")] = None,
+    json_path: opts.JsonOut = None,
     plot: Annotated[Path | None, typer.Option(help="write a histogram + CDF PNG here")] = None,
     compare: Annotated[
         str | None, typer.Option(help="a second target, measured interleaved in the same run")
@@ -70,8 +70,8 @@ def bench(
             "worker threads are idle (e.g. 100 for an OpenVINO artifact against eager torch)"
         ),
     ] = 0.0,
-    views: Annotated[int | None, typer.Option(help="camera views (VLA targets)")] = None,
-    steps: FlowSteps = None,
+    views: opts.CameraViews = None,
+    steps: opts.FlowSteps = None,
     horizon: Annotated[int | None, typer.Option(help="action chunk length")] = None,
     action_dim: Annotated[int | None, typer.Option(help="action dimension")] = None,
     dtype: Annotated[
@@ -80,18 +80,12 @@ def bench(
     prompt_tokens: Annotated[
         int | None, typer.Option(help="real prompt tokens among the prompt slots (VLA targets)")
     ] = None,
-    buckets: Annotated[
-        str | None,
-        typer.Option(help="run the prefix in prompt-length buckets, e.g. 32,64,128 (VLA targets)"),
-    ] = None,
-    device: Device = "cpu",
+    buckets: opts.PromptBuckets = None,
+    device: opts.Device = "cpu",
     batch: Annotated[int, typer.Option(help="batch size")] = 1,
-    seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
-    memory_cap_mb: Annotated[
-        float | None,
-        typer.Option(help="TARGET's (an artifact's) resident-memory cap in MiB, checked every call"),
-    ] = None,
-    quiet: Quiet = False,
+    seed: opts.Seed = 0,
+    memory_cap_mb: opts.MemoryCap = None,
+    quiet: opts.Quiet = False,
     cold_load: Annotated[
         bool,
         typer.Option(
@@ -107,46 +101,17 @@ def bench(
             "inflation, as a robot computer's drivers would cause"
         ),
     ] = 0,
-    reserve_cores: Annotated[
-        int | None,
-        typer.Option(
-            help="leave N CPUs to other work: threads = usable CPUs - N, unpinned "
-            "(instead of --threads / --pin; docs/compile.md)"
-        ),
-    ] = None,
-    roofline_cache: Annotated[
-        Path | None,
-        typer.Option(
-            help="folder of the matmul peaks `hotloop doctor` measured (default ~/.cache/hotloop/roofline)"
-        ),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            help="compare with an earlier run: a bench JSON, or a run of the history (7, its id, latest, "
-            "latest~1): per-stage p50/p99 ratios with intervals, a rank test, a verdict, what differs"
-        ),
-    ] = None,
-    threshold: Annotated[
-        str | None, typer.Option(help="with --baseline: the smallest change called slower or faster (5%)")
-    ] = None,
-    fail_on_regression: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-regression", help="with --baseline: exit 3 when a stage is slower beyond the threshold"
-        ),
-    ] = False,
-    history: History = None,
-    max_load: Annotated[
-        float,
-        typer.Option(
-            envvar="HOTLOOP_MAX_LOAD",
-            help="with --fail-on-regression: CPUs of other work above which the gate does not judge (exit 2)",
-        ),
-    ] = 0.5,
-    force: ForceJudge = False,
+    reserve_cores: opts.ReserveCores = None,
+    roofline_cache: opts.RooflineCache = None,
+    baseline: opts.Baseline = None,
+    threshold: opts.Threshold = None,
+    fail_on_regression: opts.FailOnRegression = False,
+    history: opts.History = None,
+    max_load: opts.MaxLoad = 0.5,
+    force: opts.ForceJudge = False,
 ) -> None:
     """Time TARGET: warm-up, timed iterations, p50/p90/p95/p99/max, per-stage breakdown."""
+    flags = dict(locals())  # BenchConfig's and TargetOptions' fields, by name
     from rich.console import Console
 
     from hotloop.io import atomic_write_json, check_output_file, check_plot_file
@@ -159,32 +124,13 @@ def bench(
     threads, pin_cpus = apply_reserve(
         reserve_cores, threads, parse_cpu_list(pin) if pin is not None else None
     )
-    config = BenchConfig(
-        warmup=warmup,
-        iterations=iters,
-        threads=threads,
-        pin=pin_cpus,
-        contend=contend,
-        gc_enabled=gc,
-        settle_ms=settle_ms,
-        progress=not quiet,
-        roofline_cache=roofline_cache,
+    config = opts.config_from_flags(
+        BenchConfig, flags, iterations=iters, threads=threads, pin=pin_cpus, gc_enabled=gc, progress=not quiet
     )
     entry = find_target(target)
     other_entry = find_target(compare) if compare is not None else None
-    options = TargetOptions(
-        views=views,
-        num_steps=steps,
-        horizon=horizon,
-        action_dim=action_dim,
-        prompt_tokens=prompt_tokens,
-        buckets=_parse_buckets(buckets),
-        dtype=dtype,
-        device=device,
-        batch=batch,
-        seed=seed,
-        memory_cap_mb=memory_cap_mb,
-        threads=threads,
+    options = opts.config_from_flags(
+        TargetOptions, flags, num_steps=steps, buckets=_parse_buckets(buckets), threads=threads
     )
     check_device(device)
     _warn_oversubscription(threads)
@@ -276,18 +222,15 @@ def targets() -> None:
 @app.command()
 @user_errors
 def doctor(
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the checks as JSON here")] = None,
-    roofline_cache: Annotated[
-        Path | None,
-        typer.Option(help="folder for the measured matmul peaks (default ~/.cache/hotloop/roofline)"),
-    ] = None,
+    json_path: opts.JsonOut = None,
+    roofline_cache: opts.RooflineCache = None,
 ) -> None:
     """Which backends are usable here and why not; thread settings; matmul peaks; advice."""
     from rich.console import Console
     from rich.table import Table
 
     from hotloop.doctor import checks_to_dict, run_checks
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import check_output_file
 
     check_output_file(json_path, "--json")
     checks = run_checks(roofline_cache)
@@ -298,7 +241,7 @@ def doctor(
         table.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]no[/red]", c.detail, c.advice)
     Console().print(table)
     if json_path is not None:
-        typer.echo(f"wrote {atomic_write_json(json_path, checks_to_dict(checks))}")
+        opts.write_json(json_path, checks_to_dict(checks))
 
 
 @app.command()
@@ -306,7 +249,7 @@ def doctor(
 def demo(
     out: Annotated[Path, typer.Option(help="report folder")] = Path("hotloop-report"),
     full: Annotated[bool, typer.Option("--full", help="more iterations and episodes (slower)")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    quiet: opts.Quiet = False,
     rung: Annotated[
         list[str] | None,
         typer.Option(
@@ -319,13 +262,7 @@ def demo(
             envvar="HOTLOOP_HISTORY", help="append the report to a history; show the previous run's figures"
         ),
     ] = None,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="write the report into --out even when it holds files the demo did not write (docs/cli-rules.md)",
-        ),
-    ] = False,
+    overwrite: opts.Overwrite = False,
 ) -> None:
     """The showcase: bench the harness, the reference VLA, and the closed-loop demo policy; write a report."""
     from hotloop.demo.report import DemoConfig, read_headline, run_demo

@@ -38,3 +38,18 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def register(app: typer.Typer, commands: dict[str, Callable[..., Any]]) -> None:
+    """Each command on `app` under its name, reporting bad input as `user_errors` does."""
+    for name, command in commands.items():
+        app.command(name)(user_errors(command))
+
+
+def run_alone(add_commands: Callable[[typer.Typer], None]) -> None:
+    """`python -m hotloop.PACKAGE.commands ARGS`: that module's commands on an app of their own."""
+    import sys
+
+    app = typer.Typer()
+    add_commands(app)
+    app(sys.argv[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from hotloop.measure.fingerprint import cpu_governor, cpu_model, temperatures_c
 
@@ -30,76 +32,81 @@ def _version(module: str) -> tuple[object | None, str]:
     return mod, str(getattr(mod, "__version__", "?"))
 
 
-def check_eager() -> Check:
-    torch, detail = _version("torch")
-    if torch is None:
-        return Check("eager", False, detail, "install torch (CPU: pip install torch==2.13.0)")
-    return Check("eager", True, f"torch {detail}")
+def _needs(
+    module: str, name: str, advice: str = ""
+) -> Callable[[Callable[..., Check]], Callable[..., Check]]:
+    """The check `name` imports `module` first: where it cannot, the check fails there with the import's
+    error and `advice`; else its body runs with the module and its version (then the check's arguments)."""
+
+    def wrap(body: Callable[..., Check]) -> Callable[..., Check]:
+        @functools.wraps(body)
+        def check(*args: Any) -> Check:
+            mod, version = _version(module)
+            if mod is None:
+                return Check(name, False, version, advice)
+            return body(mod, version, *args)
+
+        return check
+
+    return wrap
 
 
-def check_inductor() -> Check:
-    torch, detail = _version("torch")
-    if torch is None:
-        return Check("inductor", False, detail, "install torch")
+@_needs("torch", "eager", "install torch (CPU: pip install torch==2.13.0)")
+def check_eager(torch: Any, version: str) -> Check:
+    return Check("eager", True, f"torch {version}")
+
+
+@_needs("torch", "inductor", "install torch")
+def check_inductor(torch: Any, version: str) -> Check:
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         return Check(
             "inductor", False, "no C compiler on PATH", "install gcc: inductor's CPU backend compiles C++"
         )
-    return Check("inductor", True, f"torch {detail}, C compiler {compiler}")
+    return Check("inductor", True, f"torch {version}, C compiler {compiler}")
 
 
-def check_onnxruntime() -> Check:
-    ort, detail = _version("onnxruntime")
-    if ort is None:
-        return Check("onnxruntime", False, detail, "pip install onnxruntime (or onnxruntime-gpu)")
-    providers = ort.get_available_providers()  # type: ignore[attr-defined]
-    return Check("onnxruntime", True, f"{detail}, providers: {', '.join(providers)}")
+@_needs("onnxruntime", "onnxruntime", "pip install onnxruntime (or onnxruntime-gpu)")
+def check_onnxruntime(ort: Any, version: str) -> Check:
+    providers = ort.get_available_providers()
+    return Check("onnxruntime", True, f"{version}, providers: {', '.join(providers)}")
 
 
-def check_openvino() -> Check:
-    ov, detail = _version("openvino")
-    if ov is None:
-        return Check("openvino", False, detail, "pip install openvino")
+@_needs("openvino", "openvino", "pip install openvino")
+def check_openvino(ov: Any, version: str) -> Check:
     try:
-        devices = ov.Core().available_devices  # type: ignore[attr-defined]
+        devices = ov.Core().available_devices
     except Exception as exc:
-        return Check("openvino", False, f"{detail}, Core() failed: {exc}")
+        return Check("openvino", False, f"{version}, Core() failed: {exc}")
     return Check(
         "openvino",
         True,
-        f"{detail}, devices: {', '.join(devices)}",
+        f"{version}, devices: {', '.join(devices)}",
         "OpenVINO picks bf16 on CPUs with AMX/AVX512-BF16: pin INFERENCE_PRECISION_HINT=f32 for parity checks",
     )
 
 
-def check_cuda() -> Check:
-    torch, detail = _version("torch")
-    if torch is None:
-        return Check("cuda", False, detail)
-    if not torch.cuda.is_available():  # type: ignore[attr-defined]
-        built = torch.version.cuda  # type: ignore[attr-defined]
+@_needs("torch", "cuda")
+def check_cuda(torch: Any, version: str) -> Check:
+    if not torch.cuda.is_available():
+        built = torch.version.cuda
         why = (
             "this torch is a CPU build"
             if built is None
             else f"torch built for CUDA {built}, but no GPU is visible"
         )
         return Check("cuda", False, why, "GPU paths (CUDA graphs, TensorRT) are skipped on this machine")
-    name = torch.cuda.get_device_name(0)  # type: ignore[attr-defined]
-    return Check("cuda", True, f"{name}, CUDA {torch.version.cuda}")  # type: ignore[attr-defined]
+    name = torch.cuda.get_device_name(0)
+    return Check("cuda", True, f"{name}, CUDA {torch.version.cuda}")
 
 
-def check_tensorrt() -> Check:
-    trt, detail = _version("tensorrt")
-    if trt is None:
-        return Check("tensorrt", False, detail, "TensorRT needs an NVIDIA GPU: pip install tensorrt there")
-    return Check("tensorrt", True, f"tensorrt {detail}")
+@_needs("tensorrt", "tensorrt", "TensorRT needs an NVIDIA GPU: pip install tensorrt there")
+def check_tensorrt(trt: Any, version: str) -> Check:
+    return Check("tensorrt", True, f"tensorrt {version}")
 
 
-def check_mujoco() -> Check:
-    mujoco, detail = _version("mujoco")
-    if mujoco is None:
-        return Check("mujoco", False, detail, "pip install mujoco")
+@_needs("mujoco", "mujoco", "pip install mujoco")
+def check_mujoco(mujoco: Any, detail: str) -> Check:
     backend = os.environ.get("MUJOCO_GL", "egl")
     # Rendering is probed in a child process: a broken GL stack can abort the process that tries it.
     probe = (
@@ -164,12 +171,10 @@ def check_cpu() -> Check:
     return Check("cpu", True, detail, advice)
 
 
-def check_matmul_peaks(cache_dir: Path | None = None) -> Check:
+@_needs("torch", "matmul peaks", "install torch")
+def check_matmul_peaks(torch: Any, version: str, cache_dir: Path | None = None) -> Check:
     """Measure this machine's fp32 / bf16 / int8 matmul peaks at the current thread count and cache them
     (keyed by the machine fingerprint) for the roofline of every bench."""
-    torch, detail = _version("torch")
-    if torch is None:
-        return Check("matmul peaks", False, detail, "install torch")
     from hotloop.measure.roofline import default_cache_dir, measure_peaks, save_peaks
 
     peaks = measure_peaks()

@@ -88,6 +88,14 @@ def check_finite_weights(tensors: Iterable[tuple[str, Any]], file: str | Path) -
             )
 
 
+def assign_finite(model: Any, state: dict[str, Any], file: str | Path, prefix: str = "") -> Any:
+    """`model` (built on meta) with `state` assigned strictly, once no tensor of it is non-finite
+    (`check_finite_weights`; `prefix` + name is each tensor's key in `file`), in eval mode."""
+    check_finite_weights(((prefix + k, v) for k, v in state.items()), file)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.eval()
+
+
 def check_finite_onnx(model: Any, file: str | Path) -> None:
     """Refuse an ONNX model (an `onnx.ModelProto`) whose float initializers hold NaN or inf."""
     from onnx import numpy_helper

@@ -112,13 +112,14 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _jsonable(obj: Any) -> Any:
-    # numpy scalars and arrays, dataclass-free fallbacks: keep result files plain JSON.
+def _jsonable(obj: Any, into: str = "JSON") -> Any:
+    # numpy scalars and arrays, dataclass-free fallbacks: keep result files plain JSON. `into`: what the
+    # TypeError says the value could not be written to.
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+    raise TypeError(f"cannot write {type(obj).__name__} to {into}")
 
 
 def read_bytes_bounded(path: str | os.PathLike[str], flag: str, limit: int) -> bytes:

@@ -33,3 +33,18 @@ class Policy(Protocol):
 def observes(policy: object) -> bool:
     """Whether `policy` has the optional `observe(obs)` hook (see the module docstring)."""
     return callable(getattr(policy, "observe", None))
+
+
+class PolicyWrapper:
+    """A policy around another one, `inner`: every attribute the wrapper does not define is the inner
+    policy's (its spec, its `observe` hook, ...) and `reset` resets it, so a wrapper states only what it
+    changes (usually `infer`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def reset(self) -> None:
+        self.inner.reset()

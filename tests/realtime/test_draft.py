@@ -146,6 +146,16 @@ def test_a_simulated_latency_charges_a_draft_call_its_work():
     assert wall.latencies_ms[-1] == 200.0
 
 
+def test_fixed_and_replay_latencies_charge_work_through_a_wrapper_and_measured_does_not():
+    from hotloop.closedloop.latency import charges_work, parse_latency
+    from hotloop.sim.perturb import JitteredLatency
+
+    fixed, measured = parse_latency("fixed:150"), parse_latency("measured")
+    assert charges_work(fixed) and not charges_work(measured)
+    # `latency-jitter` wraps the model (`WrappedLatency`): the wrapper keeps its base's kind.
+    assert charges_work(JitteredLatency(fixed, 5.0)) and not charges_work(JitteredLatency(measured, 5.0))
+
+
 def test_acceptance_and_latency_statistics_are_counted():
     from hotloop.closedloop.evaluator import draft_summary, inference_summary, per_inference
 

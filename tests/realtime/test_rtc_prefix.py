@@ -298,6 +298,32 @@ def test_soft_prefix_with_no_mask_is_plain_sampling_and_holds_the_rows_with_full
         soft_prefix_sample_actions(model, obs, prefix, w[:-1], noise=noise, num_steps=4)
 
 
+def test_an_encoded_cache_is_sampled_on_as_given_and_vision_does_not_run_again(nano, monkeypatch):
+    """`encoded=True` (`--strategy draft`'s loop after its check): the samplers' shared start takes the
+    filled cache as it is; the chunk is the one a fresh encoding gives, bit for bit."""
+    from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
+    from hotloop.realtime.rtc import prefix_weights
+
+    model, obs, cache = nano
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(8)
+    noise = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    prefix = torch.randn(3, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    w = torch.from_numpy(prefix_weights(2, 8, cfg.chunk_size)).float()
+    fresh = soft_prefix_sample_actions(model, obs, prefix, w, noise=noise, num_steps=3)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("vision ran on an encoded cache")
+
+    monkeypatch.setattr(model, "vision", refused)
+    given = soft_prefix_sample_actions(
+        model, obs, prefix, w, noise=noise, num_steps=3, cache=cache, encoded=True
+    )
+    torch.testing.assert_close(given, fresh, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="encoded=True needs the filled cache"):
+        soft_prefix_sample_actions(model, obs, prefix, w, noise=noise, num_steps=3, encoded=True)
+
+
 def test_soft_prefix_integrates_each_token_from_its_own_time_and_enforces_the_mask(nano, monkeypatch):
     """With a velocity field of zero the tokens stay where they start, s_i * noise + (1 - s_i) * prefix,
     and the result is W * prefix + (1 - W) * that; the model is told min(t_k, s_i) at every step."""

@@ -9,13 +9,13 @@ claim can be re-checked from its JSON files without measuring again; `robustness
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
+from hotloop.cli_errors import register, run_alone
+from hotloop.cli_options import FailOnRegression, ForceJudge, JsonOut, MaxLoad, Threshold, write_json
 
 
 def history_cmd(
@@ -28,9 +28,7 @@ def history_cmd(
         Path | None,
         typer.Option(help="PNG of p50/p99 (bench) and success (eval) over the runs, with intervals"),
     ] = None,
-    threshold: Annotated[
-        str | None, typer.Option(help="the smallest latency change called slower or faster (5%)")
-    ] = None,
+    threshold: Threshold = None,
 ) -> None:
     """The runs of a history in order: their figures, the verdict against the run before of the same
     target, and the variable that changed between the two."""
@@ -77,30 +75,14 @@ def compare_cmd(
     new: Annotated[
         str, typer.Argument(metavar="NEW", help="the run to judge: a result JSON or a history run")
     ],
-    threshold: Annotated[
-        str | None, typer.Option(help="bench: the smallest change called slower or faster (5%)")
-    ] = None,
-    fail_on_regression: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-regression",
-            help="exit 3 when NEW is slower beyond the threshold, or a point's success fell",
-        ),
-    ] = False,
+    threshold: Threshold = None,
+    fail_on_regression: FailOnRegression = False,
     history: Annotated[
         Path | None,
         typer.Option(envvar="HOTLOOP_HISTORY", help="the history folder OLD and NEW name runs of"),
     ] = None,
-    max_load: Annotated[
-        float,
-        typer.Option(
-            envvar="HOTLOOP_MAX_LOAD",
-            help="bench, with --fail-on-regression: a run recorded with more CPUs of other work is not judged (exit 2)",
-        ),
-    ] = 0.5,
-    force: Annotated[
-        bool, typer.Option("--force", help="judge bench runs recorded on a busy machine anyway")
-    ] = False,
+    max_load: MaxLoad = 0.5,
+    force: ForceJudge = False,
 ) -> None:
     """Compare two results on disk (two bench JSONs, or two eval JSONs) as --baseline would."""
     from rich.console import Console
@@ -183,7 +165,7 @@ def robustness_cmd(
         typer.Option(help="a column's name, once per RESULT in order (default: its target and --pipeline)"),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="PNG: success per perturbation, a bar per plan")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the table as JSON")] = None,
+    json_out: JsonOut = None,
     markdown: Annotated[
         bool, typer.Option("--markdown", help="print the table as markdown too (for docs)")
     ] = False,
@@ -198,7 +180,7 @@ def robustness_cmd(
         robustness_summary,
     )
     from hotloop.errors import ConfigError
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import check_output_file
     from hotloop.measure.baseline import read_json_result
 
     labels = list(label or [])
@@ -219,19 +201,14 @@ def robustness_cmd(
     if markdown:
         typer.echo(markdown_robustness(summary))
     if json_out is not None:
-        atomic_write_json(json_out, summary)
-        typer.echo(f"wrote {json_out}")
+        write_json(json_out, summary)
     if plot is not None:
         typer.echo(f"wrote {plot_robustness(summary, plot, str(plans[0].runs[0]['task']))}")
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("history")(user_errors(history_cmd))
-    app.command("compare")(user_errors(compare_cmd))
-    app.command("robustness")(user_errors(robustness_cmd))
+    register(app, {"history": history_cmd, "compare": compare_cmd, "robustness": robustness_cmd})
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _app = typer.Typer()
-    add_commands(_app)
-    _app(sys.argv[1:])
+    run_alone(add_commands)

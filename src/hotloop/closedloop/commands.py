@@ -5,14 +5,13 @@ Module-level imports stay light (typer only); MuJoCo and torch load inside the c
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.cli_options import Difficulty, FlowSteps, ForceJudge, History, Overwrite, Quiet, Task, TaskKwargs
+from hotloop import cli_options as opts
+from hotloop.cli_errors import register, run_alone
 
 CLUSTER_OPTION = typer.Option(
     help="run on Ray: ray:local (start one here), ray://HOST:PORT, ray:HOST:PORT, or ray (RAY_ADDRESS); "
@@ -27,9 +26,9 @@ def eval_cmd(
     target: Annotated[
         str, typer.Argument(help="a policy target, e.g. demo:conveyor (see `hotloop targets`)")
     ],
-    task: Task = "conveyor-pick",
-    task_kwargs: TaskKwargs = None,
-    difficulty: Difficulty = None,
+    task: opts.Task = "conveyor-pick",
+    task_kwargs: opts.TaskKwargs = None,
+    difficulty: opts.Difficulty = None,
     strategy: Annotated[
         list[str],
         typer.Option(
@@ -38,16 +37,13 @@ def eval_cmd(
             "async client); repeat or comma-separate for several"
         ),
     ] = ["sync"],  # noqa: B006
-    latency: Annotated[
-        str | None,
-        typer.Option(help="measured (the default), fixed:MS, or a bench JSON (replay:PATH)"),
-    ] = None,
+    latency: opts.EvalLatency = None,
     sweep_latency: Annotated[
         str | None, typer.Option(help="fixed latencies in ms to sweep, e.g. 0,50,100,200,300")
     ] = None,
     episodes: Annotated[int, typer.Option(help="episodes per (strategy, latency) point")] = 50,
-    seed: Annotated[int, typer.Option(help="episode i uses seed + i")] = 0,
-    workers: Annotated[int, typer.Option(help="worker processes (0 = in this process)")] = 2,
+    seed: opts.EpisodeSeed = 0,
+    workers: opts.Workers = 2,
     execute_steps: Annotated[int | None, typer.Option(help="chunk: actions executed per inference")] = None,
     trigger_remaining: Annotated[
         int | None,
@@ -63,7 +59,7 @@ def eval_cmd(
             "strategies run once)"
         ),
     ] = None,
-    steps: FlowSteps = None,
+    steps: opts.FlowSteps = None,
     blend: Annotated[
         str, typer.Option(help="non-RTC chunk blending: latest, average or ensemble")
     ] = "latest",
@@ -74,9 +70,7 @@ def eval_cmd(
             "(a smaller policy, e.g. engine:expert:scripted)"
         ),
     ] = "hold",
-    deadline_ms: Annotated[
-        float | None, typer.Option(help="inference deadline (default: from the chunk and control rate)")
-    ] = None,
+    deadline_ms: opts.DeadlineMs = None,
     guidance_weight: Annotated[
         float | None, typer.Option(help="rtc: clip (beta) of the guidance weight")
     ] = None,
@@ -94,13 +88,11 @@ def eval_cmd(
             "prediction may move a draft row that it still accepts (default 0.1)"
         ),
     ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="write results (with per-episode records)")
-    ] = None,
+    json_path: opts.JsonOut = None,
     plot: Annotated[
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")
     ] = None,
-    quiet: Quiet = False,
+    quiet: opts.Quiet = False,
     pipeline: Annotated[
         str | None,
         typer.Option(
@@ -108,45 +100,17 @@ def eval_cmd(
             "detector:model=learned[,resolution=N] for the learned box detector"
         ),
     ] = None,
-    memory_cap_mb: Annotated[
-        float | None,
-        typer.Option(help="an artifact engine's resident-memory cap in MiB, checked every inference"),
-    ] = None,
-    perturb: Annotated[
-        str | None,
-        typer.Option(
-            help="perturbations, NAME:VALUE,... (lighting, camera-shift, camera-rotate, box-colour, box-size, "
-            "belt-speed, distractors, occlusion, image-noise, blur, drop-frames, state-noise, latency-jitter; "
-            "see docs/perception.md)"
-        ),
-    ] = None,
+    memory_cap_mb: opts.MemoryCap = None,
+    perturb: opts.Perturb = None,
     sweep_perturb: Annotated[
         str | None,
         typer.Option(help="one point per perturbation NAME:VALUE,... beside an unperturbed point"),
     ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            help="compare with an earlier eval: a JSON or a history run (7, its id, latest): success paired "
-            "by seed (McNemar's exact test), task time, jerk and chunk jump as paired differences"
-        ),
-    ] = None,
-    fail_on_regression: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-regression", help="with --baseline: exit 3 when a point's success interval is below 0"
-        ),
-    ] = False,
-    max_load: Annotated[
-        float,
-        typer.Option(
-            envvar="HOTLOOP_MAX_LOAD",
-            help="with --fail-on-regression at --latency measured: CPUs of other work above which the gate "
-            "does not judge (exit 2)",
-        ),
-    ] = 0.5,
-    force: ForceJudge = False,
-    history: History = None,
+    baseline: opts.Baseline = None,
+    fail_on_regression: opts.FailOnRegression = False,
+    max_load: opts.MaxLoad = 0.5,
+    force: opts.ForceJudge = False,
+    history: opts.History = None,
     cluster: Annotated[str | None, CLUSTER_OPTION] = None,
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
     ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
@@ -167,49 +131,10 @@ def eval_cmd(
     interrupted (the finished episodes are written first), 3 with --fail-on-regression when success
     fell against --baseline.
     """
+    flags = dict(locals())  # EvalSweep's fields, but --steps (num_steps) and --strategy (a tuple)
     from hotloop.closedloop.sweep import EvalSweep, run_sweep
 
-    run_sweep(
-        EvalSweep(
-            target=target,
-            task=task,
-            task_kwargs=task_kwargs,
-            difficulty=difficulty,
-            strategy=tuple(strategy),
-            latency=latency,
-            sweep_latency=sweep_latency,
-            episodes=episodes,
-            seed=seed,
-            workers=workers,
-            execute_steps=execute_steps,
-            trigger_remaining=trigger_remaining,
-            sweep_trigger=sweep_trigger,
-            num_steps=steps,
-            blend=blend,
-            fallback=fallback,
-            deadline_ms=deadline_ms,
-            guidance_weight=guidance_weight,
-            ensemble_coeff=ensemble_coeff,
-            draft_tolerance=draft_tolerance,
-            json_path=json_path,
-            plot=plot,
-            quiet=quiet,
-            pipeline=pipeline,
-            memory_cap_mb=memory_cap_mb,
-            perturb=perturb,
-            sweep_perturb=sweep_perturb,
-            baseline=baseline,
-            fail_on_regression=fail_on_regression,
-            max_load=max_load,
-            force=force,
-            history=history,
-            cluster=cluster,
-            ray_cpus_per_worker=ray_cpus_per_worker,
-            ray_memory_mb=ray_memory_mb,
-            max_workers=max_workers,
-            fit_state=fit_state,
-        )
-    )
+    run_sweep(opts.config_from_flags(EvalSweep, flags, num_steps=steps, strategy=tuple(strategy)))
 
 
 def sweep_cmd(
@@ -218,13 +143,13 @@ def sweep_cmd(
     resume: Annotated[
         bool, typer.Option("--resume", help="run only the episodes the --out folder does not hold yet")
     ] = False,
-    overwrite: Overwrite = False,
-    workers: Annotated[int, typer.Option(help="local worker processes (0 = in this process)")] = 2,
+    overwrite: opts.Overwrite = False,
+    workers: opts.Workers = 2,
     cluster: Annotated[str | None, CLUSTER_OPTION] = None,
     ray_cpus_per_worker: Annotated[float, RAY_CPUS_OPTION] = 1.0,
     ray_memory_mb: Annotated[float | None, RAY_MEMORY_OPTION] = None,
     max_workers: Annotated[int | None, MAX_WORKERS_OPTION] = None,
-    quiet: Quiet = False,
+    quiet: opts.Quiet = False,
 ) -> None:
     """A closed-loop grid (axes x values, a seed range per cell) on the local pool or a Ray cluster.
 
@@ -253,12 +178,8 @@ def report_cmd(
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("eval")(user_errors(eval_cmd))
-    app.command("sweep")(user_errors(sweep_cmd))
-    app.command("report")(user_errors(report_cmd))
+    register(app, {"eval": eval_cmd, "sweep": sweep_cmd, "report": report_cmd})
 
 
 if __name__ == "__main__":  # pragma: no cover
-    _app = typer.Typer()
-    add_commands(_app)
-    _app(sys.argv[1:])
+    run_alone(add_commands)

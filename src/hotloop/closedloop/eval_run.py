@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -146,35 +146,21 @@ def check_chunk_options(
             raise ConfigError(f"{flag} must be from {low} to {top} for {whose} policy (got {value})")
 
 
+def same_named(source: Any, target: type, leave: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`source`'s values of the fields that dataclass `target` shares with it by name, but those in `leave`:
+    the options one stage of an eval hands the next as they are."""
+    names = {f.name for f in fields(source)} - set(leave)
+    return {f.name: getattr(source, f.name) for f in fields(target) if f.name in names}
+
+
 def job_for(request: EvalRequest, threads: int | None) -> EpisodeJob:
-    """The worker's job for `request` (the seed of each episode is passed apart, per episode)."""
+    """The worker's job for `request`: its options as they are but the fallback, parsed (the seed of each
+    episode is passed apart, per episode)."""
     from hotloop.realtime.watchdog import parse_fallback
 
     fallback, fallback_target = parse_fallback(request.fallback)
-    return EpisodeJob(
-        target=request.target,
-        task=request.task,
-        difficulty=request.difficulty,
-        strategy=request.strategy,
-        latency=request.latency,
-        execute_steps=request.execute_steps,
-        trigger_remaining=request.trigger_remaining,
-        num_steps=request.num_steps,
-        policy_factory=request.policy_factory,
-        threads=threads,
-        task_kwargs=request.task_kwargs,
-        blend=request.blend,
-        fallback=fallback,
-        fallback_target=fallback_target,
-        deadline_ms=request.deadline_ms,
-        guidance_weight=request.guidance_weight,
-        pipeline=request.pipeline,
-        memory_cap_mb=request.memory_cap_mb,
-        ensemble_coeff=request.ensemble_coeff,
-        draft_tolerance=request.draft_tolerance,
-        perturb=request.perturb,
-        fit_state=request.fit_state,
-    )
+    options = same_named(request, EpisodeJob, leave=("seed", "fallback"))
+    return EpisodeJob(**options, threads=threads, fallback=fallback, fallback_target=fallback_target)
 
 
 def resolved_difficulty(task: str, difficulty: str | None) -> str | None:

@@ -68,15 +68,27 @@ class LatencyModel:
         return "measured"
 
 
-def charges_work(latency: Any) -> bool:
-    """Whether `latency` (a `LatencyModel`, or a wrapper around one with `base`) stands for a full
-    inference, so that a call reporting a fraction of one's work (`--strategy draft`) is charged that
+@dataclass(frozen=True)
+class WrappedLatency:
+    """A latency model over another one (`base`, a `LatencyModel` or a wrapper) that keeps its kind and spec;
+    a subclass adds its own delay (`sample_ms`) and says so (`describe`)."""
+
+    base: Any
+
+    @property
+    def kind(self) -> str:
+        return str(self.base.kind)
+
+    @property
+    def spec(self) -> str:
+        return str(self.base.spec)
+
+
+def charges_work(latency: LatencyModel | WrappedLatency) -> bool:
+    """Whether `latency` (a `LatencyModel`, or a `WrappedLatency`, which keeps its base's kind) stands for a
+    full inference, so that a call reporting a fraction of one's work (`--strategy draft`) is charged that
     fraction: `fixed:` and `replay:` do; `measured` is the call's own wall time already."""
-    kind = getattr(latency, "kind", None)
-    while kind is None and getattr(latency, "base", None) is not None:
-        latency = latency.base
-        kind = getattr(latency, "kind", None)
-    return kind in ("fixed", "replay")
+    return latency.kind in ("fixed", "replay")
 
 
 def parse_latency(spec: str) -> LatencyModel:

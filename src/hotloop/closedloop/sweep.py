@@ -4,6 +4,7 @@ point by point (`run_sweep`), the JSON rewritten after every point so Ctrl-C kee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,33 +14,36 @@ import typer
 from hotloop.sim.tasks import check_difficulty
 
 
-def _parse_sweep(text: str) -> list[float]:
-    import math
-
+def _parse_numbers(
+    text: str, flag: str, number: Callable[[str], Any], write: str, need: str, valid: Callable[[Any], bool]
+) -> list[Any]:
+    """`flag`'s comma-separated values, each read by `number`; ConfigError saying what to `write` when one
+    does not read, and what they `need` when there are none or one is not `valid`."""
     from hotloop.errors import ConfigError
 
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [number(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(
-            f"--sweep-latency {text!r}: write milliseconds separated by commas, e.g. 0,50,100,200"
-        ) from None
-    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
-        raise ConfigError(f"--sweep-latency {text!r}: need one or more finite, non-negative milliseconds")
+        raise ConfigError(f"{flag} {text!r}: write {write}") from None
+    if not values or not all(valid(v) for v in values):
+        raise ConfigError(f"{flag} {text!r}: need one or more {need}")
     return values
 
 
-def _parse_triggers(text: str) -> list[int]:
-    from hotloop.errors import ConfigError
+def _parse_sweep(text: str) -> list[float]:
+    import math
 
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(
-            f"--sweep-trigger {text!r}: write whole numbers of actions separated by commas, e.g. 8,10,12,14"
-        ) from None
-    if not values or any(v < 0 for v in values):
-        raise ConfigError(f"--sweep-trigger {text!r}: need one or more non-negative numbers of actions")
+    return _parse_numbers(
+        text, "--sweep-latency", float, "milliseconds separated by commas, e.g. 0,50,100,200",
+        "finite, non-negative milliseconds", lambda v: math.isfinite(v) and v >= 0,
+    )  # fmt: skip
+
+
+def _parse_triggers(text: str) -> list[int]:
+    values = _parse_numbers(
+        text, "--sweep-trigger", int, "whole numbers of actions separated by commas, e.g. 8,10,12,14",
+        "non-negative numbers of actions", lambda v: v >= 0,
+    )  # fmt: skip
     return list(dict.fromkeys(values))  # each once, in the order given
 
 

@@ -46,6 +46,7 @@ import hotloop
 from hotloop.compile.cpu_features import machine_class, missing_features
 from hotloop.compile.verified_files import file_sha256, sha256_file  # noqa: F401 - sha256_file: re-exported
 from hotloop.errors import CheckpointError
+from hotloop.io import _jsonable as _plain_jsonable
 
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
@@ -168,6 +169,25 @@ def base_manifest(**fields: Any) -> dict[str, Any]:
         "precision_plan": None,  # per-layer precisions; written by the compression work
         "compression": None,
         **fields,
+    }
+
+
+# The final check's figures every compiled plan records (`measured`): its latency against the reference's,
+# then whether the actions and the budget held. A plan may add its own.
+SPEED_KEYS = ("reference_latency_ms", "plan_latency_ms", "speedup_p50", "speedup_p99")
+MEASURED_KEYS = (*SPEED_KEYS, "action_cos_min", "budget_met")
+
+
+def planned_fields(config: Any, result: dict[str, Any], extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The manifest fields every compiled plan writes alike, in their order: what it was planned under
+    (`config`: a `PlanConfig`'s budget, tolerance, threads and pinned cores) and the final check's
+    figures from `result` (`MEASURED_KEYS`, then `extra`)."""
+    return {
+        "budget_ms": config.budget_ms,
+        "tolerance": config.tolerance.spec,
+        "threads": config.threads,
+        "pin": list(config.pin) if config.pin else None,
+        "measured": {k: result[k] for k in (*MEASURED_KEYS, *extra)},
     }
 
 
@@ -413,8 +433,4 @@ def entry_for(
 
 
 def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} to a manifest")
+    return _plain_jsonable(obj, "a manifest")

@@ -8,16 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop import cli_options as opts
+from hotloop.cli_errors import register
 
 EXIT_BUDGET_UNMET = 3
-
-
-PLAN_MEMORY_HELP = (
-    "the most resident memory planning may hold, in GiB (e.g. 20): a candidate whose estimate would pass it "
-    "is not tried, after finished stages make room (default: what the machine has free)"
-)
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -31,7 +25,7 @@ def compile_cmd(
             help="pi05:small, pi0:tiny, demo:conveyor, a LeRobot checkpoint folder, or a model.onnx file"
         ),
     ],
-    out: Annotated[Path, typer.Option("-o", "--out", help="artifact folder to write")],
+    out: opts.ArtifactOut,
     budget_ms: Annotated[
         float | None,
         typer.Option(
@@ -40,12 +34,8 @@ def compile_cmd(
             "fastest plan within --tolerance)",
         ),
     ] = None,
-    tolerance: Annotated[
-        str, typer.Option(help="final-action agreement, e.g. cos:0.995[,maxabs:0.05]")
-    ] = "cos:0.995",
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="write the plan and candidate table here")
-    ] = None,
+    tolerance: opts.ActionTolerance = "cos:0.995",
+    json_path: opts.JsonOut = None,
     backends: Annotated[
         list[str] | None, typer.Option(help="backends to try (comma list), default all")
     ] = None,
@@ -63,10 +53,7 @@ def compile_cmd(
     calibration_frames: Annotated[
         int, typer.Option("--calibration-frames", help="frames sampled from --calibration")
     ] = 256,
-    mixed_plan: Annotated[
-        Path | None,
-        typer.Option("--mixed-plan", help="`hotloop sensitivity --json` output: its fp32 layers stay fp32"),
-    ] = None,
+    mixed_plan: opts.MixedPlan = None,
     inductor_modes: Annotated[
         str, typer.Option(help="inductor modes to try: default,max-autotune")
     ] = "default",
@@ -79,34 +66,15 @@ def compile_cmd(
     iters: Annotated[
         int, typer.Option("--iters", help="timed iterations per candidate and for the final pair")
     ] = 20,
-    warmup: Annotated[int, typer.Option(help="untimed iterations first")] = 3,
-    threads: Annotated[int | None, typer.Option(help="intra-op threads for every backend")] = None,
-    reserve_cores: Annotated[
-        int | None,
-        typer.Option(
-            help="leave N CPUs to other work (a robot's drivers): plan, time and run with usable CPUs - N "
-            "threads (unpinned: docs/compile.md); the artifact records them and Engine.load / serve apply them"
-        ),
-    ] = None,
-    max_load: Annotated[
-        float,
-        typer.Option(
-            envvar="HOTLOOP_MAX_LOAD",
-            help="refuse to time when other processes keep more than this many CPUs busy at the start",
-        ),
-    ] = 0.5,
-    force: Annotated[
-        bool, typer.Option("--force", help="time on a busy machine anyway (the load is recorded)")
-    ] = False,
-    views: Annotated[int | None, typer.Option(help="camera views (pi targets)")] = None,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps (pi targets)")] = None,
-    seed: Annotated[int, typer.Option(help="seed for weights and inputs")] = 0,
-    buckets: Annotated[
-        str | None,
-        typer.Option(
-            help="prompt-length buckets for the prefix, e.g. 32,64,128 (pi targets; the full prompt is always one)"
-        ),
-    ] = None,
+    warmup: opts.Warmup = 3,
+    threads: opts.Threads = None,
+    reserve_cores: opts.ReserveCores = None,
+    max_load: opts.MaxLoad = 0.5,
+    force: opts.ForceJudge = False,
+    views: opts.CameraViews = None,
+    steps: opts.FlowSteps = None,
+    seed: opts.Seed = 0,
+    buckets: opts.PromptBuckets = None,
     search: Annotated[
         str,
         typer.Option(
@@ -122,9 +90,9 @@ def compile_cmd(
             "search and skips what it says cannot win; docs/compile.md) is neither read nor written",
         ),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
-    plan_memory_gb: Annotated[float | None, typer.Option(help=PLAN_MEMORY_HELP)] = None,
+    quiet: opts.Quiet = False,
+    overwrite: opts.Overwrite = False,
+    plan_memory_gb: opts.PlanMemory = None,
 ) -> None:
     """Choose per sub-engine the fastest backend x precision within tolerance; write a verified artifact."""
     from hotloop.compile.artifact import check_output_dir
@@ -136,7 +104,7 @@ def compile_cmd(
     from hotloop.compile.sources import compilable_entry, is_onnx_target, onnx_path
     from hotloop.compile.validate import parse_tolerance
     from hotloop.families.buckets import parse_buckets
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import check_output_file
     from hotloop.measure.contention import check_max_load, check_quiet
     from hotloop.measure.placement import apply_reserve
     from hotloop.output_dir import check_not_input
@@ -282,8 +250,7 @@ def compile_cmd(
     result["artifact"] = str(art)
     print_result(result)
     if json_path is not None:
-        atomic_write_json(json_path, result)
-        typer.echo(f"wrote {json_path}")
+        opts.write_json(json_path, result)
     typer.echo(f"wrote {art}")
     if result["budget_met"] is False:
         busy = busy_budget_line(result, max_load, force)
@@ -439,4 +406,4 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("compile")(user_errors(compile_cmd))
+    register(app, {"compile": compile_cmd})

@@ -299,7 +299,7 @@ def _use_timing_cache(
 def write_onnx_artifact(
     graph: OnnxGraph, best: Candidate, result: dict[str, Any], out: Path, config: PlanConfig
 ) -> Path:
-    from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_file
+    from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, planned_fields, sha256_file
 
     writer = ArtifactWriter(out, overwrite=config.overwrite)
     try:
@@ -328,21 +328,7 @@ def write_onnx_artifact(
             },
             source_weights_sha256=sha256_file(graph.path),
             sub_engines=[entry],
-            budget_ms=config.budget_ms,
-            tolerance=config.tolerance.spec,
-            threads=config.threads,
-            pin=list(config.pin) if config.pin else None,
-            measured={
-                k: result[k]
-                for k in (
-                    "reference_latency_ms",
-                    "plan_latency_ms",
-                    "speedup_p50",
-                    "speedup_p99",
-                    "action_cos_min",
-                    "budget_met",
-                )
-            },
+            **planned_fields(config, result),
             compile_s={graph.name: best.compile_s, "save": round(time.perf_counter() - t0, 3)},
             calibration=result.get("calibration"),
         )

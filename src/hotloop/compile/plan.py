@@ -767,7 +767,13 @@ def write_artifact(
 ) -> Path:
     """Weights + per-stage graphs + manifest, written atomically into `out`; `extra` adds manifest
     fields (the compression work's `precision_plan` and `compression`)."""
-    from hotloop.compile.artifact import ArtifactWriter, base_manifest, entry_for, sha256_state_dict
+    from hotloop.compile.artifact import (
+        ArtifactWriter,
+        base_manifest,
+        entry_for,
+        planned_fields,
+        sha256_state_dict,
+    )
 
     writer = ArtifactWriter(out, overwrite=config.overwrite)
     try:
@@ -844,22 +850,7 @@ def write_artifact(
             weights=weights,
             source_weights_sha256=weights_sha,
             sub_engines=subs,
-            budget_ms=config.budget_ms,
-            tolerance=config.tolerance.spec,
-            threads=config.threads,
-            pin=list(config.pin) if config.pin else None,
-            measured={
-                k: plan.result[k]
-                for k in (
-                    "reference_latency_ms",
-                    "plan_latency_ms",
-                    "speedup_p50",
-                    "speedup_p99",
-                    "action_cos_min",
-                    "budget_met",
-                    "buckets",
-                )
-            },
+            **planned_fields(config, plan.result, ("buckets",)),
             compile_s={c.sub_engine: c.compile_s for c in plan.chosen.values()},
             prompt_buckets=plan.result["prompt_buckets"],
             policy=source.policy,

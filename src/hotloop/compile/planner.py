@@ -28,6 +28,7 @@ from hotloop.compile.validate import (
 )
 from hotloop.errors import ConfigError
 from hotloop.measure.stats import LatencyStats
+from hotloop.records import plain_fields
 
 KNOWN_RECIPES = ("plain", "fused")  # the union over families (`Capabilities.recipes`)
 DEFAULT_BACKENDS = ("eager", "inductor", "onnxruntime", "openvino", "tensorrt")
@@ -128,14 +129,7 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "stage": self.stage,
-            "sub_engine": self.sub_engine,
-            "backend": self.backend,
-            "precision": self.precision,
-            "options": self.options,
-            "variant": self.variant,
-            "status": self.status,
-            "reason": self.reason,
+            **plain_fields(self, until="reason"),
             "outputs": [o.to_dict() for o in self.outputs],
             "action": self.action.to_dict() if self.action else None,
             "latency_ms": {"p50": self.latency.p50, "p99": self.latency.p99} if self.latency else None,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from hotloop.compress.rollouts import ROLLOUT_SEED_BASE
 from hotloop.errors import ConfigError
 
@@ -38,13 +40,14 @@ def closed_loop_observations(
     episodes: int,
     first_seed: int,
     num_steps: int | None,
-    weights: dict[str, Any] | None = None,
+    weights: dict[str, Any] | torch.nn.Module | None = None,
     condition: tuple[str, str] = ("sync", "fixed:0"),
     every_period: bool = False,
 ) -> tuple[Any, int]:
     """(every model observation of `episodes` episodes from seeds `ROLLOUT_SEED_BASE + first_seed` on,
-    batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model
-    (None: the target's own); `num_steps`: the policy's denoising steps (None: its own). `every_period`: the observation
+    batched by `family`; how many succeeded). `weights`: a state dict loaded into the policy's model, or
+    a model put in its place with its config (None: the target's own); `num_steps`: the policy's
+    denoising steps (None: its own). `every_period`: the observation
     at every control period instead of those the policy was asked about: under `async` at 200 ms an
     episode asks for 3 to 5 chunks, yet each period's state is one a chunk may start from (another
     phase of the trigger, another delay), and each is a state that execution met."""
@@ -58,7 +61,11 @@ def closed_loop_observations(
     observing = False  # True while a frame is only observed (`every_period`)
     try:
         inner = _model_policy(runner.policy.policy)
-        if weights is not None:
+        if isinstance(weights, torch.nn.Module):  # a model of another config (`vision-res`): swapped in
+            inner.model = weights
+            if hasattr(inner, "config") and hasattr(weights, "cfg"):
+                inner.config = weights.cfg  # the policy prepares its images at the model's size
+        elif weights is not None:
             inner.model.load_state_dict(weights)
         observe = inner.observation
 

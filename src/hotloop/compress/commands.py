@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
+from hotloop.cli_errors import register
+from hotloop.cli_options import ActionTolerance, FlowSteps, JsonOut, Quiet, Seed, write_json
 
 
 def sensitivity_cmd(
@@ -15,20 +16,18 @@ def sensitivity_cmd(
     data: Annotated[Path, typer.Option("--data", help="recorded episodes (LeRobot v3 directory)")],
     mode: Annotated[str, typer.Option(help="int8, int8-dynamic, int8-weight or int4-weight")] = "int8",
     granularity: Annotated[str, typer.Option(help="layer or block")] = "layer",
-    tolerance: Annotated[
-        str, typer.Option(help="final-action agreement the mixed plan must meet, e.g. cos:0.99")
-    ] = "cos:0.99",
+    tolerance: ActionTolerance = "cos:0.99",
     samples: Annotated[int, typer.Option(help="calibration observations actions are compared on")] = 16,
     calibration_frames: Annotated[
         int, typer.Option("--calibration-frames", help="frames sampled from --data")
     ] = 256,
-    steps: Annotated[int | None, typer.Option(help="flow-matching steps")] = None,
+    steps: FlowSteps = None,
     threads: Annotated[int, typer.Option(help="intra-op threads")] = 1,
-    seed: Annotated[int, typer.Option(help="seed for weights, sampling and noise")] = 0,
+    seed: Seed = 0,
     top: Annotated[int, typer.Option(help="rows of the printed ranking")] = 15,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write ranking + mixed plan here")] = None,
+    json_path: JsonOut = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="write a ranking PNG here")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Quantize one layer (or block) at a time, rank by effect on final actions, and find the mixed
     plan that meets --tolerance by returning layers to fp32 (least measured gain per unit error first)."""
@@ -43,7 +42,7 @@ def sensitivity_cmd(
         mixed_precision,
         plot_sensitivity,
     )
-    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
+    from hotloop.io import check_output_file, check_plot_file
 
     config = SensitivityConfig(
         mode=mode, granularity=granularity, samples=samples, seed=seed, threads=threads
@@ -62,8 +61,7 @@ def sensitivity_cmd(
     result.mixed = mixed_precision(result, probe, tol, action_dim, adapter.gripper_dim)
     _print(result, top)
     if json_path is not None:
-        atomic_write_json(json_path, result.to_dict())
-        typer.echo(f"wrote {json_path}")
+        write_json(json_path, result.to_dict())
     if plot is not None:
         plot_sensitivity(result, plot)
         typer.echo(f"wrote {plot}")
@@ -99,4 +97,4 @@ def _print(result: Any, top: int) -> None:
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("sensitivity")(user_errors(sensitivity_cmd))
+    register(app, {"sensitivity": sensitivity_cmd})

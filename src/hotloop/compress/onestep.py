@@ -457,6 +457,28 @@ class StageSettings:
     checkpoint_every: int
 
 
+@dataclass(frozen=True)
+class OnestepJob:
+    """One `onestep[:K]` step as the recipe hands it to a family (`compression().onestep`): `student` (a
+    trainable copy, trained in place) learns in `student_steps` what `teacher` samples in `teacher_steps`.
+    `obs`: the observations the teacher's trajectories start from; `calib`: the recorded frames and chunks
+    of the anchor (a `CalibrationSet`, or None); `config`: `OnestepConfig`; `work`: the resumable
+    checkpoints' folder; `explore` and `action_dim`: the flow families' closed-loop rounds and padded
+    action dimensions (Diffusion has neither)."""
+
+    teacher: nn.Module
+    student: nn.Module
+    obs: Any
+    calib: Any
+    student_steps: int
+    teacher_steps: int
+    config: OnestepConfig
+    work: Path | None = None
+    progress: bool = False
+    explore: Explore | None = None
+    action_dim: int | None = None
+
+
 class FlowOnestepSteps:
     """`onestep[:K]` as a flow family's compression steps (pi, SmolVLA): the check and the training are
     the method's own; a family states only its `FlowStudent` (`flow_student`)."""
@@ -469,24 +491,8 @@ class FlowOnestepSteps:
     ) -> None:
         check_onestep(student_steps, teacher_steps)
 
-    def onestep(
-        self,
-        teacher: nn.Module,
-        student: nn.Module,
-        obs: Any,
-        calib: Any,
-        student_steps: int,
-        teacher_steps: int,
-        config: Any,
-        work: Path,
-        progress: bool,
-        explore: Any = None,
-        action_dim: int | None = None,
-    ) -> dict[str, Any]:
-        return train_flow_onestep(
-            self.flow_student(teacher), teacher, student, obs, calib, student_steps, teacher_steps, config,
-            work, progress, explore, action_dim,
-        )  # fmt: skip
+    def onestep(self, job: OnestepJob) -> dict[str, Any]:
+        return train_flow_onestep(self.flow_student(job.teacher), job)
 
 
 __all__ = [
@@ -494,6 +500,7 @@ __all__ = [
     "FlowOnestepSteps",
     "FlowStudent",
     "OnestepConfig",
+    "OnestepJob",
     "check_onestep",
     "integrate",
     "stage_schedule",
@@ -502,25 +509,14 @@ __all__ = [
 ]
 
 
-def train_flow_onestep(
-    flow: FlowStudent,
-    teacher: nn.Module,
-    student: nn.Module,
-    obs: Any,
-    calib: Any,
-    student_steps: int,
-    teacher_steps: int,
-    config: OnestepConfig,
-    work: Path | None,
-    progress: bool,
-    explore: Explore | None = None,
-    action_dim: int | None = None,
-) -> dict[str, Any]:
-    """`train_onestep` as the recipe calls it for a flow family: the trajectories start from `obs`, the
-    anchor is `calib`'s recorded frames and chunks (a `CalibrationSet`, or None)."""
+def train_flow_onestep(flow: FlowStudent, job: OnestepJob) -> dict[str, Any]:
+    """`train_onestep` as the recipe calls it for a flow family: the trajectories start from `job.obs`, the
+    anchor is `job.calib`'s recorded frames and chunks (a `CalibrationSet`, or None)."""
     from hotloop.families.pi.sampling import sample_time
 
+    calib = job.calib
     return train_onestep(
-        flow, teacher, student, obs, None if calib is None else calib.actions, student_steps, teacher_steps,
-        config, sample_time, work, progress, None if calib is None else calib.obs, explore, action_dim,
+        flow, job.teacher, job.student, job.obs, None if calib is None else calib.actions, job.student_steps,
+        job.teacher_steps, job.config, sample_time, job.work, job.progress, None if calib is None else calib.obs,
+        job.explore, job.action_dim,
     )  # fmt: skip

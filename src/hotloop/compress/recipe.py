@@ -10,8 +10,10 @@ that breaks the tolerance stops the recipe: the last passing artifact is kept (e
 Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until the recipe finishes, so
 rerunning an interrupted command resumes its distillation from the last checkpoint.
 
-Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `distill`, `steps:N`, `step-distill:N`, `onestep[:K]`,
-`sparse24`, `qat[:N]`, `quantize`, `compile`. `onestep` replaces the denoising loop by a 1- or 2-step
+Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `vision-res:S`, `distill`, `steps:N`, `step-distill:N`,
+`onestep[:K]`, `sparse24`, `qat[:N]`, `quantize`, `compile`. `vision-res:S` feeds a SmolVLA's vision tower
+S px images (`hotloop.models.smolvla_resolution`: fewer patches and image tokens; `distill` after it
+retrains the tower toward the full-resolution teacher). `onestep` replaces the denoising loop by a 1- or 2-step
 student (`hotloop.compress.onestep`, docs/onestep.md). `distill` recovers whatever was removed before it (prune first, then
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
@@ -44,6 +46,7 @@ from hotloop.errors import ConfigError
 
 STEPS: dict[str, str] = {
     "prune": "prune[:MLP[:HEADS]] structured pruning of FFN neurons / vision MLP channels (and query heads)",
+    "vision-res": "vision-res:S feed the vision tower S px images (position table interpolated; SmolVLA)",
     "distill": "recover the current model from the fp32 teacher (velocity + action + feature loss)",
     "steps": "steps:N run N Euler denoising steps instead of the reference's",
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
@@ -64,10 +67,14 @@ NEEDS: dict[str, str] = {
     "step-distill": "step_distillation",
     "onestep": "one_step",
     "qat": "qat",
+    "vision-res": "vision_resolution",
 }
 
 # How a refusal names a missing capability, where its field name does not read as English.
-LACKS = {"one_step": "denoising loop for a few-step student to replace"}
+LACKS = {
+    "one_step": "denoising loop for a few-step student to replace",
+    "vision_resolution": "vision tower whose input resolution vision-res can lower (SmolVLA's)",
+}
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,11 @@ def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeS
         if name in ("steps", "step-distill") or (name == "qat" and arg):
             if not arg.isdigit() or int(arg) < 1:
                 raise ConfigError(f"--recipe {part}: give a positive step count, e.g. {name}:4")
+        elif name == "vision-res" and (not arg.isdigit() or int(arg) < 1):
+            raise ConfigError(
+                f"--recipe {part}: give the vision tower's new side in pixels, e.g. vision-res:384 (a multiple "
+                "of the checkpoint's patch size x pixel-shuffle factor, below its own image size)"
+            )
         elif name == "onestep" and arg not in ("", "1", "2"):
             raise ConfigError(
                 f"--recipe {part}: the student takes 1 or 2 steps; use onestep (one network evaluation) "
@@ -276,6 +288,7 @@ class Candidate:
     # Planned on the backends `--backends` names (by `compile`, or by `quantize` straight to them): a
     # `compile` step after it has nothing left to plan.
     on_backends: bool = False
+    vision_resolution: dict[str, Any] | None = None  # what `vision-res` changed (the manifest records it)
 
 
 @dataclass
@@ -353,6 +366,9 @@ def apply_step(
         new.model, new.details = family.compression().prune(
             cand.model, inputs.obs, inputs.actions, step.arg, config.seed
         )
+    elif step.name == "vision-res":
+        new.model, new.details = family.compression().vision_res(cand.model, int(step.arg))
+        new.vision_resolution = new.details
     elif step.name == "distill":
         new.model = copy.deepcopy(cand.model)
         targets = inputs.actions if config.distill_target == "data" else None  # None: the teacher's chunks
@@ -362,6 +378,8 @@ def apply_step(
     elif step.name == "steps":
         new.num_steps = int(step.arg)
     elif step.name == "step-distill":
+        from hotloop.families.flow_distill import StepDistillJob
+
         obs, source = step_distill_observations(inputs, config, family)
         new.model = copy.deepcopy(cand.model)
         new.num_steps = int(step.arg)
@@ -370,10 +388,11 @@ def apply_step(
             "intermediate_weight": config.step_distill_intermediate,
             "first_action_weight": config.step_distill_first_action,
         }
-        new.details = family.compression().step_distill(
-            teacher, new.model, obs, new.num_steps, settings, cand.num_steps, work / f"step-distill-{step.arg}",
-            config.progress, opts,
+        job = StepDistillJob(
+            teacher, new.model, obs, new.num_steps, cand.num_steps, settings, opts, work / f"step-distill-{step.arg}",
+            config.progress,
         )  # fmt: skip
+        new.details = family.compression().step_distill(job)
         new.details["data"] = source
     elif step.name == "onestep":
         new.model, new.num_steps, new.details = one_step_student(
@@ -495,7 +514,7 @@ def one_step_student(
     own closed-loop observations (`--distill-episodes`) and, in later rounds, on the student's
     (`--onestep-rounds` under `--onestep-rounds-under`; not after `prune`, whose shapes the demo's own
     policy cannot load: its teacher episodes are then the target's own)."""
-    from hotloop.compress.onestep import OnestepConfig
+    from hotloop.compress.onestep import OnestepConfig, OnestepJob
 
     calib = inputs.calibration_set
     assert calib is not None, "RecipeConfig refuses onestep without --data"
@@ -504,6 +523,8 @@ def one_step_student(
     tools = family.compression()
     explore = None
     pruned = any(label.startswith("prune") for label in cand.applied)
+    # a `vision-res` model takes other image sizes than the demo's own policy: the rollouts swap it in whole
+    reshaped = any(label.startswith("vision-res") for label in cand.applied)
     if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
         # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
         from hotloop.compress.closed_loop_observations import closed_loop_observations
@@ -514,13 +535,13 @@ def one_step_student(
         played = config.onestep_rounds_under[0]
         rollouts, wins = closed_loop_observations(
             config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps,
-            None if pruned else cand.model.state_dict(), played, every_period=played[0] != "sync",
+            None if pruned else policy_weights(cand.model, reshaped), played, every_period=played[0] != "sync",
         )  # fmt: skip
         source = {"source": f"teacher rollouts ({played[0]}, {played[1]})", "episodes": config.distill_episodes,
                   "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
-        explore = None if pruned else student_rollouts(config, family, steps)
+        explore = None if pruned else student_rollouts(config, family, steps, reshaped)
     settings = OnestepConfig(
         steps=config.distill_steps,
         batch=config.distill_batch,
@@ -537,10 +558,11 @@ def one_step_student(
         if hasattr(tools, "student_model")
         else copy.deepcopy(cand.model)
     )
-    details = tools.onestep(
+    job = OnestepJob(
         cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress, explore, action_dim=action_dim,
+        config.progress, explore, action_dim,
     )  # fmt: skip
+    details = tools.onestep(job)
     details["data"] = source
     return model, steps, details
 
@@ -577,7 +599,15 @@ def check_rounds_under(pairs: tuple[tuple[str, str], ...]) -> None:
             raise ConfigError(f"--onestep-rounds-under: {e}") from None
 
 
-def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[[Any, int], Any]:
+def policy_weights(model: Any, reshaped: bool) -> Any:
+    """What `closed_loop_observations` loads into the target's policy: the state dict, or (`reshaped`: a
+    model whose config differs from the target's, e.g. after `vision-res`) the model itself."""
+    return model if reshaped else model.state_dict()
+
+
+def student_rollouts(
+    config: RecipeConfig, family: Any, steps: int, reshaped: bool = False
+) -> Callable[[Any, int], Any]:
     """For onestep's on-policy rounds on a demo target: the observations the student meets when it
     drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r
     played under `--onestep-rounds-under`'s (r - 1)-th execution in turn. Under any strategy but sync,
@@ -597,7 +627,7 @@ def student_rollouts(config: RecipeConfig, family: Any, steps: int) -> Callable[
             config.distill_episodes,
             seed,
             steps,
-            student.state_dict(),
+            policy_weights(student, reshaped),
             condition,
             every_period=condition[0] != "sync",
         )[0]
@@ -621,6 +651,21 @@ def check_step_counts(
             current = int(step.arg or 1)
         elif step.name not in STEPS and step.arg.isdigit():  # a family's own sampler step (ddim:N)
             current = int(step.arg)
+
+
+def check_vision_res(recipe: tuple[RecipeStep, ...], family: Any, model: Any) -> None:
+    """Every `vision-res:S` against the resolution the model has at that point (the checkpoint's own, or
+    an earlier step's S), and a family's `distill` that only recovers what an earlier step changed
+    (SmolVLA's: the vision tower after `vision-res`), refused before any work."""
+    if not any(s.name in ("vision-res", "distill") for s in recipe):
+        return  # nothing to check; a family without steps of its own (toy) has no `compression()`
+    tools = family.compression()
+    cfg = tools.vision_config(model) if any(s.name == "vision-res" for s in recipe) else None
+    for i, step in enumerate(recipe):
+        if step.name == "vision-res":
+            cfg = tools.check_vision_res(cfg, int(step.arg), f"--recipe {step.label}")
+        elif step.name == "distill" and hasattr(tools, "check_distill"):
+            tools.check_distill(tuple(s.name for s in recipe[:i]))
 
 
 # ---- judging a candidate ---------------------------------------------------------------------------------
@@ -764,6 +809,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     for p in teacher.parameters():
         p.requires_grad_(False)
     check_step_counts(config.recipe, source.shape.num_steps, family, teacher)
+    check_vision_res(config.recipe, family, teacher)
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     assert inputs.judged is not None
@@ -826,6 +872,8 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
             "tolerance": config.tolerance.spec,
             "teacher_weights_sha256": teacher_sha,  # what `hotloop verify --artifact` checks it against
         }
+        if cand.vision_resolution is not None:
+            compression["vision_resolution"] = cand.vision_resolution
         searched: list[dict[str, Any]] = []
         if i == 0:
             plan = reference_plan(family)

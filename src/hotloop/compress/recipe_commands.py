@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.compile.commands import PLAN_MEMORY_HELP
-from hotloop.output_dir import OVERWRITE_HELP
+from hotloop import cli_options as opts
+from hotloop.cli_errors import register
 
 
 def compress_cmd(
@@ -17,7 +16,7 @@ def compress_cmd(
     recipe: Annotated[
         str, typer.Option(help="steps in order, e.g. prune:0.25,distill,steps:4,quantize,compile")
     ],
-    out: Annotated[Path, typer.Option("-o", "--out", help="artifact folder to write")],
+    out: opts.ArtifactOut,
     data: Annotated[
         Path | None, typer.Option(help="recorded episodes (hotloop record) to calibrate and distill on")
     ] = None,
@@ -35,10 +34,7 @@ def compress_cmd(
     episodes: Annotated[
         int, typer.Option(help="closed-loop episodes per step (targets with a task; 0 skips)")
     ] = 0,
-    eval_latency: Annotated[
-        str,
-        typer.Option(help="simulated latency of the closed-loop runs, e.g. fixed:0, fixed:100 or measured"),
-    ] = "fixed:0",
+    eval_latency: opts.Latency = "fixed:0",
     eval_strategy: Annotated[
         str,
         typer.Option(
@@ -57,13 +53,7 @@ def compress_cmd(
             "(0: the --data frames, else start frames)"
         ),
     ] = 20,
-    buckets: Annotated[
-        str | None,
-        typer.Option(
-            help="compile step: prompt-length buckets for the prefix, e.g. 32,64 (quantized engines are "
-            "calibrated again per bucket; the full prompt is always one)"
-        ),
-    ] = None,
+    buckets: opts.PromptBuckets = None,
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of distill and step-distill")] = 3e-4,
     distill_target: Annotated[
         str,
@@ -102,20 +92,18 @@ def compress_cmd(
     backends: Annotated[
         str, typer.Option(help="backends the compile step may choose from")
     ] = "eager,onnxruntime,openvino",
-    mixed_plan: Annotated[
-        Path | None,
-        typer.Option(help="`hotloop sensitivity --json` result whose layers quantize and qat keep fp32"),
-    ] = None,
-    threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    mixed_plan: opts.MixedPlan = None,
+    threads: opts.Threads = None,
+    json_path: opts.JsonOut = None,
     plot: Annotated[Path | None, typer.Option(help="write the per-step plot (PNG) here")] = None,
-    seed: Annotated[int, typer.Option(help="seed for weights, noise and data order")] = 0,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress lines")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)] = False,
-    plan_memory_gb: Annotated[float | None, typer.Option(help=PLAN_MEMORY_HELP)] = None,
+    seed: opts.Seed = 0,
+    quiet: opts.Quiet = False,
+    overwrite: opts.Overwrite = False,
+    plan_memory_gb: opts.PlanMemory = None,
 ) -> None:
     """Compress TARGET step by step (judged after each step); write the last passing artifact. A learned
     box detector (demo:detector or its folder) takes `--recipe quantize`: an int8 plan gated in its own terms."""
+    flags = dict(locals())  # RecipeConfig's fields, by name
     from hotloop.perception.compress_detector import is_detector
 
     if is_detector(target):
@@ -145,7 +133,7 @@ def compress_cmd(
         run_recipe,
     )
     from hotloop.families.buckets import parse_buckets
-    from hotloop.io import atomic_write_json, check_output_file, check_plot_file
+    from hotloop.io import check_output_file, check_plot_file
     from hotloop.output_dir import check_output_file_not_input
 
     steps = parse_recipe(recipe, family_recipe_steps(target))
@@ -162,34 +150,18 @@ def compress_cmd(
     from hotloop.compile.calibration import read_mixed_plan
 
     fp32_layers = read_mixed_plan(mixed_plan) if mixed_plan is not None else {}
-    config = RecipeConfig(
-        target=target,
+    config = opts.config_from_flags(
+        RecipeConfig,
+        flags,
         recipe=steps,
         tolerance=parse_tolerance(tolerance),
-        out=out,
-        data=data,
-        episodes=episodes,
-        eval_latency=eval_latency,
-        eval_strategy=eval_strategy,
-        calibration_frames=calibration_frames,
-        eval_observations=eval_observations,
-        distill_steps=distill_steps,
-        distill_batch=distill_batch,
-        distill_episodes=distill_episodes,
-        distill_target=distill_target,
-        distill_lr=distill_lr,
         buckets=parse_buckets(buckets) if buckets is not None else (),
         step_distill_first_action=first_action_weight,
-        onestep_rounds=onestep_rounds,
         onestep_rounds_under=parse_rounds_under(onestep_rounds_under),
         bench_iters=bench_iters if bench_iters is not None else 20,
         backends=names,
         fp32_layers=fp32_layers,
-        threads=threads,
-        seed=seed,
         progress=not quiet,
-        overwrite=overwrite,
-        plan_memory_gb=plan_memory_gb,
     )
     inputs = {"TARGET": target, "--data": data, "--mixed-plan": mixed_plan}
     check_output_dir(out, "-o", command="compress", overwrite=overwrite, inputs=inputs)
@@ -208,8 +180,7 @@ def compress_cmd(
     log = (lambda s: None) if quiet else (lambda s: typer.echo(s, err=True))
     report = run_recipe(config, log)
     if json_path is not None:
-        atomic_write_json(json_path, report)
-        typer.echo(f"wrote {json_path}")
+        opts.write_json(json_path, report)
     if plot is not None:
         plot_recipe(report, plot)
         typer.echo(f"wrote {plot}")
@@ -241,7 +212,7 @@ def _compress_detector(
     from hotloop.compile.artifact import check_output_dir
     from hotloop.compress.recipe import EXIT_TOLERANCE
     from hotloop.errors import ConfigError
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import check_output_file
     from hotloop.output_dir import OutputDir, check_output_file_not_input
     from hotloop.perception.compress_detector import (
         DEFAULT_RESOLUTION,
@@ -281,8 +252,7 @@ def _compress_detector(
     with OutputDir(out, "-o", "compress", out.exists()).writing():
         report = compress_detector(config, log)
     if json_path is not None:
-        atomic_write_json(json_path, report)
-        typer.echo(f"wrote {json_path}")
+        opts.write_json(json_path, report)
     _print_detector(report)
     typer.echo(f"wrote {out} (--pipeline detector:model={out})")
     if report["precision"] != "int8":
@@ -357,4 +327,4 @@ def _print(report: dict) -> None:  # type: ignore[type-arg]
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("compress")(user_errors(compress_cmd))
+    register(app, {"compress": compress_cmd})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hotloop.errors import ConfigError
+from hotloop.policy import PolicyWrapper
 
 ROLLOUT_SEED_BASE = 500_000  # far from `hotloop eval`'s default seeds 0.. and the demo's training seeds
 
@@ -35,22 +36,16 @@ class RolloutSet:
         }
 
 
-class _Recording:
+class _Recording(PolicyWrapper):
     """The demo policy, recording the model observation of every inference it answers."""
 
     def __init__(self, demo: Any, store: list[Any]) -> None:
-        self.demo = demo
+        super().__init__(demo)
         self.store = store
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.demo, name)
-
-    def reset(self) -> None:
-        self.demo.reset()
-
     def infer(self, obs: dict[str, Any], timer: Any = None) -> dict[str, Any]:
-        self.store.append(self.demo.pi.observation(self.demo.model_inputs(obs)))
-        return self.demo.infer(obs)  # type: ignore[no-any-return]
+        self.store.append(self.inner.pi.observation(self.inner.model_inputs(obs)))
+        return self.inner.infer(obs)  # type: ignore[no-any-return]
 
 
 def rollout_observations(demo: Any, task: str, episodes: int, seed: int, family: Any) -> RolloutSet:

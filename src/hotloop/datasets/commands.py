@@ -4,12 +4,12 @@ only); MuJoCo and torch load inside the command."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.cli_options import Difficulty, Overwrite, Quiet, Task, TaskKwargs
+from hotloop.cli_errors import register
+from hotloop.cli_options import Difficulty, EpisodeSeed, Overwrite, Perturb, Quiet, Task, TaskKwargs
 from hotloop.sim.tasks import check_difficulty
 
 
@@ -21,7 +21,7 @@ def record_cmd(
         Path, typer.Option("-o", "--out", help="new dataset directory (LeRobot v3 layout)")
     ] = Path("data/episodes"),
     difficulty: Difficulty = None,
-    seed: Annotated[int, typer.Option(help="seed of the first episode; episode i uses seed + i")] = 0,
+    seed: EpisodeSeed = 0,
     action_noise: Annotated[
         float, typer.Option(help="std (m) of noise on the executed xyz target; labels stay clean (DART)")
     ] = 0.0,
@@ -39,17 +39,20 @@ def record_cmd(
         int | None,
         typer.Option(help="side of the recorded images in pixels, 16-512 (default: the task's own, 64)"),
     ] = None,
-    perturb: Annotated[
-        str | None,
-        typer.Option(
-            help="perturbations, NAME:VALUE,... as for hotloop eval (scene ones change the world, sensor ones "
-            "the stored images and state; the expert acts on the truth; see docs/perception.md)"
-        ),
-    ] = None,
+    perturb: Perturb = None,
     quiet: Quiet = False,
     overwrite: Overwrite = False,
 ) -> None:
     """Record scripted-expert episodes of a task to DIR (parquet + meta/info.json; see docs/dataset.md)."""
+    recording: dict[str, Any] = (
+        dict(  # checked here, before the output folder is claimed; record checks them again
+            seed=seed,
+            action_noise=action_noise,
+            recovery_starts=recovery_starts,
+            image_size=image_size,
+            perturb=perturb,
+        )
+    )
     from hotloop.datasets.recorder import check_record_options, record
     from hotloop.errors import ConfigError
     from hotloop.interrupts import stop_at_next_boundary
@@ -62,13 +65,7 @@ def record_cmd(
     parse_task_kwargs(task_kwargs)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
-    check_record_options(
-        seed=seed,
-        action_noise=action_noise,
-        recovery_starts=recovery_starts,
-        image_size=image_size,
-        perturb=perturb,
-    )
+    check_record_options(**recording)
     check_difficulty(task, difficulty)
     view_keys = _record_views(task, views)
     claimed = claim_output_dir(out, "-o", "record", overwrite=overwrite)
@@ -93,15 +90,11 @@ def record_cmd(
             episodes,
             out,
             difficulty=difficulty,
-            seed=seed,
-            action_noise=action_noise,
-            recovery_starts=recovery_starts,
             progress=tick,
             stop=stop,
             task_kwargs=task_kwargs,
             views=view_keys,
-            image_size=image_size,
-            perturb=perturb,
+            **recording,
         )
     typer.echo(
         f"wrote {result['episodes']} episodes ({result['frames']} frames) to {out}; "
@@ -136,4 +129,4 @@ def _record_views(task: str, views: str | None) -> tuple[str, ...] | None:
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("record")(user_errors(record_cmd))
+    register(app, {"record": record_cmd})

@@ -14,9 +14,10 @@ The model is the models package's pi0.5 at its `pi05:nano` size. This module is 
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -70,6 +71,38 @@ class DemoConveyorPolicy:
     rtc_from_noise: bool = False
     _cache: Any = field(default=None, repr=False)
     _noise: Any = field(default=None, repr=False)
+
+    # What `load` reads by default, and how its errors name the policy and the command that trains it.
+    assets: ClassVar[Path] = ASSET_DIR
+    what: ClassVar[str] = "demo policy"
+    train_command: ClassVar[str] = "hotloop train-demo"
+
+    @classmethod
+    def loading(cls) -> AbstractContextManager[Any]:
+        """The context `load` reads the weights in (the vision demo's quiets the checkpoint loader)."""
+        return nullcontext()
+
+    @classmethod
+    def load(
+        cls,
+        folder: str | Path | None = None,
+        *,
+        num_steps: int | None = None,
+        seed: int = 0,
+        threads: int | None = None,
+    ) -> Self:
+        """Load the policy from `folder` (default: the shipped assets) as float32; no network access."""
+        folder = Path(folder) if folder is not None else cls.assets
+        with cls.loading():
+            pi, meta = load_demo_pi(
+                folder,
+                num_steps=num_steps,
+                seed=seed,
+                threads=threads,
+                what=cls.what,
+                train_command=cls.train_command,
+            )
+        return cls(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
 
     @classmethod
     def around_engine(cls, policy: Any, info: dict[str, Any]) -> Self:
@@ -199,16 +232,15 @@ class DemoConveyorPolicy:
                 timer=timer,
                 verify_noise=noise,
             )
-        else:  # the RTC modes take the same arguments (the prefix modes: soft or not)
-            sampler = pi.guided_sample if mode == "guided" else pi.prefix_sample
-            chunk = sampler(
+        else:
+            chunk = pi.rtc_sample(
                 model_obs,
                 guidance,
+                mode,
                 lambda a: self.to_model(a, raw),
                 noise=noise,
                 generator=generator,
                 timer=timer,
-                **({"soft": True} if mode == "soft-prefix" else {}),
             )
         rows = pi.horizon if draft is None else draft.kept
         rel = pi.norm_stats.unnormalize(chunk[0, :rows, : pi.action_dim].detach().numpy(), "actions")
@@ -270,17 +302,7 @@ def load_demo_pi(
     return pi, meta
 
 
-def load_demo_policy(
-    folder: str | Path | None = None,
-    *,
-    num_steps: int | None = None,
-    seed: int = 0,
-    threads: int | None = None,
-) -> DemoConveyorPolicy:
-    """Load the demo policy from `folder` (default: the shipped assets); no network access."""
-    folder = Path(folder) if folder is not None else ASSET_DIR
-    pi, meta = load_demo_pi(folder, num_steps=num_steps, seed=seed, threads=threads)
-    return DemoConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
+load_demo_policy = DemoConveyorPolicy.load
 
 
 def build_demo(target: str, options: Any) -> DemoConveyorPolicy:

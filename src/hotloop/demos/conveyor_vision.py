@@ -11,9 +11,10 @@ end effector at observation time plus an absolute grip; `infer` returns absolute
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,6 +40,16 @@ def policy_views(meta: dict[str, Any]) -> tuple[str, ...]:
 class VisionConveyorPolicy(DemoConveyorPolicy):
     """`demo:conveyor`'s adapter with a proprioceptive state: the box reaches the model as pixels only,
     through the views its weights were trained on (top, or top + wrist)."""
+
+    assets: ClassVar[Path] = ASSET_DIR
+    what: ClassVar[str] = "vision demo policy"
+    train_command: ClassVar[str] = "hotloop train-demo --variant vision"
+
+    @classmethod
+    def loading(cls) -> AbstractContextManager[Any]:
+        """The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast
+        to float32 as a warning, which would repeat in every evaluation worker."""
+        return errors_only("hotloop.families.pi.checkpoint")
 
     @property
     def views(self) -> tuple[str, ...]:
@@ -66,29 +77,7 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
         }
 
 
-def load_vision_policy(
-    folder: str | Path | None = None,
-    *,
-    num_steps: int | None = None,
-    seed: int = 0,
-    threads: int | None = None,
-) -> VisionConveyorPolicy:
-    """Load the vision demo policy from `folder` (default: the shipped assets) as float32; no network."""
-    from hotloop.demos.conveyor import load_demo_pi
-
-    folder = Path(folder) if folder is not None else ASSET_DIR
-    # The shipped weights are stored in float16 to keep the wheel small; the loader notes every cast to
-    # float32 as a warning, which would repeat in every evaluation worker.
-    with errors_only("hotloop.families.pi.checkpoint"):
-        pi, meta = load_demo_pi(
-            folder,
-            num_steps=num_steps,
-            seed=seed,
-            threads=threads,
-            what="vision demo policy",
-            train_command="hotloop train-demo --variant vision",
-        )
-    return VisionConveyorPolicy(pi, meta, zero_noise=bool(meta.get("zero_noise", False)))
+load_vision_policy = VisionConveyorPolicy.load
 
 
 def load_trained_folder(

@@ -1,5 +1,6 @@
 """What the VLM-conditioned flow-matching families (pi0/pi0.5, SmolVLA) share: their stage layout and the
-capabilities it offers, and the base of their loop engines (the step engine's Euler steps unrolled)."""
+capabilities it offers, and the bases of their step engines and of their loop engines (the step engine's
+Euler steps unrolled)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ VLM_FLOW_CAPABILITIES = Capabilities(
     one_step=True,
     bucket_stages=("prefix", "denoise"),
 )
+
+
+class FlowStepEngine(nn.Module):
+    """One velocity evaluation v(x_t, t) of a flow family (its `denoise` step): it runs in the dtype of its
+    action output projection (`action_out_proj`, set by the family's engine)."""
+
+    action_out_proj: nn.Linear
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.action_out_proj.weight.dtype
 
 
 class EulerLoop(nn.Module):

@@ -74,26 +74,16 @@ def check_fits(adapter: TargetAdapter, dataset: Any, flag: str = "--data") -> No
     state_dim = int(dataset.features["observation.state"]["shape"][0])
     action_dim = int(dataset.features["action"]["shape"][0])
     where = f"{flag} {dataset.root}"
-    if adapter.state_dim is not None and state_dim != adapter.state_dim:
-        raise ConfigError(
-            f"{where} has {state_dim}-dim states; {adapter.name} reads {adapter.state_dim} "
-            "(data recorded for another model: record the target's own task)"
-        )
-    if lim.max_state_dim is not None and state_dim > lim.max_state_dim:
-        raise ConfigError(
-            f"{where} has {state_dim}-dim states; {adapter.name} takes at most {lim.max_state_dim} "
-            "(data recorded for another model)"
-        )
-    if adapter.action_dim is not None and action_dim != adapter.action_dim:
-        raise ConfigError(
-            f"{where} has {action_dim}-dim actions; {adapter.name} predicts {adapter.action_dim} "
-            "(data recorded for another model)"
-        )
-    if lim.max_action_dim is not None and action_dim > lim.max_action_dim:
-        raise ConfigError(
-            f"{where} has {action_dim}-dim actions; {adapter.name} predicts at most {lim.max_action_dim} "
-            "(data recorded for another model)"
-        )
+    # (what, the data's width, the width the adapter reads, the most the model takes, the verbs, a hint)
+    for noun, dim, needed, most, (verb, verb_most), hint in (
+        ("states", state_dim, adapter.state_dim, lim.max_state_dim, ("reads", "takes"), ": record the target's own task"),
+        ("actions", action_dim, adapter.action_dim, lim.max_action_dim, ("predicts", "predicts"), ""),
+    ):  # fmt: skip
+        have = f"{where} has {dim}-dim {noun}; {adapter.name}"
+        if needed is not None and dim != needed:
+            raise ConfigError(f"{have} {verb} {needed} (data recorded for another model{hint})")
+        if most is not None and dim > most:
+            raise ConfigError(f"{have} {verb_most} at most {most} (data recorded for another model)")
     if lim.max_views == 0:  # a model without cameras reads no images (nothing to check)
         if lim.extra is not None:
             lim.extra(state_dim, where, adapter.name)

@@ -122,6 +122,7 @@ class Capabilities:
     pruning: bool = False  # `prune`, `sparse24`
     distillation: bool = False  # `distill`
     qat: bool = False  # `qat`
+    vision_resolution: bool = False  # `vision-res:S`: the vision tower fed S px (`compression().vision_res`)
     recipes: tuple[str, ...] = ("plain",)  # sub-engine recipes the planner may pick between
     bucket_stages: tuple[str, ...] = ()  # stages whose shapes depend on the prompt length
     # Compression recipe steps of the family's own (`NAME[:ARG]`, run by `compression().recipe_step`),
@@ -346,10 +347,11 @@ class PolicyFamily(ABC):
     # ---- capabilities (families that offer them override) ------------------------------------------
     def compression(self) -> Any:
         """The family's own compression steps (pruning, distillation, step distillation, QAT) as an
-        object with `prune`, `sparse24`, `distill`, `step_distill`, `check_step_distill` and `qat`, for
-        the steps its `capabilities` name (pi: `hotloop.families.pi.compression.tools.PiCompression`),
-        and `check_recipe_step(name, arg)` / `recipe_step(name, arg, model, num_steps) -> (model,
-        num_steps, details)` for its `capabilities.recipe_steps`."""
+        object with `prune`, `sparse24`, `distill`, `step_distill(StepDistillJob)`, `check_step_distill`,
+        `onestep(OnestepJob)` and `qat`, for the steps its `capabilities` name (pi:
+        `hotloop.families.pi.compression.tools.PiCompression`), and `check_recipe_step(name, arg)` /
+        `recipe_step(name, arg, model, num_steps) -> (model, num_steps, details)` for its
+        `capabilities.recipe_steps`."""
         raise ConfigError(
             f"family {self.name} has no compression steps of its own (pruning, distillation...)"
         )

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from hotloop.errors import ConfigError
+from hotloop.records import plain_fields
 
 FILES = (
     "raw_inputs.npz",
@@ -261,9 +262,7 @@ class VerifyReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "checkpoint": self.checkpoint,
-            "reference": self.reference,
-            "family": self.family,
+            **plain_fields(self, until="family"),
             "ok": self.ok,
             "comparisons": [c.to_dict() for c in self.comparisons],
             "notes": list(self.notes),

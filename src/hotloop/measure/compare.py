@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from hotloop.records import plain_fields
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -74,30 +76,44 @@ def _rng(seed: int) -> dict[str, Any]:
     return {name: np.random.default_rng(seed)}
 
 
+def _bootstrap(
+    samples: tuple[np.ndarray, ...],
+    statistic: Callable[..., Any],
+    estimate: float,
+    seed: int,
+    confidence: float,
+    **options: Any,
+) -> Interval:
+    """`estimate` with the percentile-bootstrap interval of `statistic` (vectorized) over `samples`, resampled
+    `N_RESAMPLES` times in batches that fit RESAMPLE_BYTES; `options`: scipy's, e.g. paired=False."""
+    import scipy.stats
+
+    res = scipy.stats.bootstrap(
+        samples,
+        statistic,
+        vectorized=True,
+        method="percentile",
+        n_resamples=N_RESAMPLES,
+        batch=_batch(*samples),
+        confidence_level=confidence,
+        **options,
+        **_rng(seed),
+    )
+    return Interval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
 def quantile_interval(
     samples: Sequence[float] | np.ndarray, q: float, *, seed: int = 0, confidence: float = CONFIDENCE
 ) -> Interval:
     """The q-quantile of one run's samples with its percentile-bootstrap interval (the bars of
     `hotloop history --plot`)."""
-    import scipy.stats
-
     x = _samples(samples)
     if x.size == 0:
         return Interval(math.nan, math.nan, math.nan)
     estimate = float(np.quantile(x, q))
     if x.size < 2 or np.all(x == x[0]):
         return Interval(estimate, estimate, estimate)
-    res = scipy.stats.bootstrap(
-        (x,),
-        lambda a, axis=-1: np.quantile(a, q, axis=axis),
-        vectorized=True,
-        method="percentile",
-        n_resamples=N_RESAMPLES,
-        batch=_batch(x),
-        confidence_level=confidence,
-        **_rng(seed),
-    )
-    return Interval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high))
+    return _bootstrap((x,), lambda a, axis=-1: np.quantile(a, q, axis=axis), estimate, seed, confidence)
 
 
 def quantile_ratio(
@@ -111,8 +127,6 @@ def quantile_ratio(
     """quantile_q(current) / quantile_q(baseline) (> 1: slower now), with a percentile-bootstrap interval
     from resampling the two runs independently. NaN when the baseline's quantile is not positive (a
     stage that did not run), which compares nothing."""
-    import scipy.stats
-
     x, y = _samples(baseline), _samples(current)
     if x.size == 0 or y.size == 0:
         return Interval(math.nan, math.nan, math.nan)
@@ -127,18 +141,7 @@ def quantile_ratio(
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.asarray(np.quantile(b, q, axis=axis) / np.quantile(a, q, axis=axis))
 
-    res = scipy.stats.bootstrap(
-        (x, y),
-        ratio,
-        vectorized=True,
-        paired=False,
-        method="percentile",
-        n_resamples=N_RESAMPLES,
-        batch=_batch(x, y),
-        confidence_level=confidence,
-        **_rng(seed),
-    )
-    return Interval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high))
+    return _bootstrap((x, y), ratio, estimate, seed, confidence, paired=False)
 
 
 def rank_test(baseline: Sequence[float] | np.ndarray, current: Sequence[float] | np.ndarray) -> float:
@@ -223,11 +226,7 @@ class PairedSuccess:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "pairs": self.pairs,
-            "both": self.both,
-            "only_baseline": self.only_baseline,
-            "only_now": self.only_now,
-            "neither": self.neither,
+            **plain_fields(self, until="neither"),
             "difference": self.difference.to_dict(),
             "mcnemar_p": self.p_value,
         }

@@ -26,60 +26,38 @@ class LiveMetrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.namespace = ns = namespace
-        self.stage_seconds = Histogram(
+        self.namespace = namespace
+        metric = self._metric
+        self.stage_seconds = metric(
+            Histogram,
             "stage_seconds",
             "Latency of one pipeline stage (decode, queue, infer, encode, ...)",
-            ["stage"],
-            namespace=ns,
+            "stage",
             buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
         )
-        self.deadline_misses = Counter(
-            "deadline_misses", "Inferences that missed their deadline", namespace=ns, registry=self.registry
+        self.deadline_misses = metric(Counter, "deadline_misses", "Inferences that missed their deadline")
+        self.fallbacks = metric(Counter, "fallbacks", "Switches to a fallback action source", "kind")
+        self.fallback_returns = metric(
+            Counter, "fallback_returns", "Returns from a fallback to the main policy (a fresh chunk arrived)"
         )
-        self.fallbacks = Counter(
-            "fallbacks",
-            "Switches to a fallback action source",
-            ["kind"],
-            namespace=ns,
-            registry=self.registry,
+        self.fallback_seconds = metric(Counter, "fallback_seconds", "Time spent in a fallback")
+        self.dropped_observations = metric(
+            Counter, "dropped_observations", "Observations superseded by a newer one before inference started"
         )
-        self.fallback_returns = Counter(
-            "fallback_returns",
-            "Returns from a fallback to the main policy (a fresh chunk arrived)",
-            namespace=ns,
-            registry=self.registry,
+        self.faults = metric(
+            Counter, "engine_faults", "Inferences that raised or returned non-finite actions"
         )
-        self.fallback_seconds = Counter(
-            "fallback_seconds",
-            "Time spent in a fallback",
-            namespace=ns,
-            registry=self.registry,
-        )
-        self.dropped_observations = Counter(
-            "dropped_observations",
-            "Observations superseded by a newer one before inference started",
-            namespace=ns,
-            registry=self.registry,
-        )
-        self.faults = Counter(
-            "engine_faults",
-            "Inferences that raised or returned non-finite actions",
-            namespace=ns,
-            registry=self.registry,
-        )
-        self.requests = Counter(
-            "requests", "Observations answered, by outcome", ["outcome"], namespace=ns, registry=self.registry
-        )
-        self.connections = Gauge(
-            "connections", "Open client connections", namespace=ns, registry=self.registry
-        )
+        self.requests = metric(Counter, "requests", "Observations answered, by outcome", "outcome")
+        self.connections = metric(Gauge, "connections", "Open client connections")
         if read_machine:
-            self.registry.register(_MachineCollector(ns))
+            self.registry.register(_MachineCollector(namespace))
         self._stages: dict[str, Any] = {}  # label lookups cost microseconds; stages are few and fixed
         self._outcomes: dict[str, Any] = {}
         self._totals_seen: dict[str, int] = {}
+
+    def _metric(self, kind: Any, name: str, documentation: str, *labels: str, **options: Any) -> Any:
+        """A `kind` of metric (Counter, Gauge, Histogram) named in this registry's namespace, with `labels`."""
+        return kind(name, documentation, labels, namespace=self.namespace, registry=self.registry, **options)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         child = self._stages.get(stage)
@@ -132,11 +110,10 @@ class LiveMetrics:
         """Export how long the inference in flight has been running (0 when idle), read at scrape time."""
         from prometheus_client import Gauge
 
-        gauge = Gauge(
+        gauge = self._metric(
+            Gauge,
             "inference_running_seconds",
             "How long the inference in flight has been running (0 when none is)",
-            namespace=self.namespace,
-            registry=self.registry,
         )
         gauge.set_function(seconds_running)
 

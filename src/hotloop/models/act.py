@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.finite import check_finite_weights
+from hotloop.finite import assign_finite
 from hotloop.models.act_layers import Attention, Decoder, Encoder, sinusoid_1d, sinusoid_2d
 from hotloop.models.checkpoint_meta import (
     MAX_CHUNK,
@@ -548,9 +548,7 @@ def load_act(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[ACTConfi
         model = ACTModel(cfg)
     with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
         state = {k[len(PREFIX) :]: handle.get_tensor(k).to(dtype) for k in handle.keys()}  # noqa: SIM118
-    check_finite_weights(((PREFIX + k, v) for k, v in state.items()), folder / "model.safetensors")
-    model.load_state_dict(state, strict=True, assign=True)
-    return cfg, model.eval()
+    return cfg, assign_finite(model, state, folder / "model.safetensors", PREFIX)
 
 
 __all__ = [

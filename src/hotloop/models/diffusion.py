@@ -25,7 +25,7 @@ from safetensors import safe_open
 from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.finite import check_finite_weights
+from hotloop.finite import assign_finite
 from hotloop.models.diffusion_config import DiffusionConfig, read_diffusion_config, read_shapes
 from hotloop.models.noise_schedulers import DDIMScheduler, DDPMScheduler, Scheduler, table_row, table_step
 from hotloop.models.resnet import ResNetTrunk
@@ -502,9 +502,7 @@ def load_diffusion(
         for key in expected:
             tensor = handle.get_tensor(key)
             state[key[len(PREFIX) :]] = tensor.to(dtype) if tensor.is_floating_point() else tensor
-    check_finite_weights(((PREFIX + k, v) for k, v in state.items()), weights)
-    model.load_state_dict(state, strict=True, assign=True)
-    return cfg, model.eval()
+    return cfg, assign_finite(model, state, weights, PREFIX)
 
 
 __all__ = [

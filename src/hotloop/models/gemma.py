@@ -137,20 +137,26 @@ def gated_residual(x: Tensor, y: Tensor, gate: Tensor | None) -> Tensor:
     return x + y if gate is None else x + y * gate
 
 
-class GemmaLayer(nn.Module):
-    """One decoder layer. `adaptive=True` (pi0.5 expert) swaps both norms for AdaRMSNorm."""
+class DecoderLayerBase(nn.Module):
+    """One Gemma decoder layer's computation over the parts a subclass names: its two norms (`norm`), the
+    projections to q, k, v with RoPE applied (`project`), the attention's output projection (`attn_out`)
+    and the MLP (`mlp_out`). `GemmaLayer` holds Hugging Face's modules; pi's `DecoderBlock`
+    (`hotloop.families.pi.blocks`) the same weights arranged for its sub-engines."""
 
-    def __init__(self, cfg: GemmaConfig, adaptive: bool = False) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.input_layernorm: nn.Module = (
-            AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
-        )
-        self.self_attn = GemmaAttention(cfg)
-        self.post_attention_layernorm: nn.Module = (
-            AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
-        )
-        self.mlp = GemmaMLP(cfg)
+    head_dim: int
+
+    def norm(self, which: int, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Norm `which` (0 before the attention, 1 before the MLP) of x, and its residual gate."""
+        raise NotImplementedError
+
+    def project(self, h: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
+
+    def attn_out(self, out: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def mlp_out(self, h: Tensor) -> Tensor:
+        raise NotImplementedError
 
     def forward(
         self,
@@ -165,16 +171,46 @@ class GemmaLayer(nn.Module):
         """Returns (new x, this layer's keys after RoPE, values) for the tokens in x.
 
         With `past_k`/`past_v` the queries attend to [past, own] keys along the sequence; `mask` covers
-        that whole span.
+        that whole span. `cond`: what the norms are conditioned on (pi0.5's time embedding; for a
+        `DecoderBlock`, both norms' modulations).
         """
-        h, gate = self.input_layernorm(x, cond)
-        q, k, v = self.self_attn.qkv(h, cos, sin)
+        h, gate = self.norm(0, x, cond)
+        q, k, v = self.project(h, cos, sin)
         keys = k if past_k is None else torch.cat((past_k, k), dim=2)
         values = v if past_v is None else torch.cat((past_v, v), dim=2)
-        out = attend(q, keys, values, mask, self.cfg.head_dim**-0.5)
-        x = gated_residual(x, self.self_attn.o_proj(out), gate)
-        h, gate = self.post_attention_layernorm(x, cond)
-        return gated_residual(x, self.mlp(h), gate), k, v
+        out = attend(q, keys, values, mask, self.head_dim**-0.5)
+        x = gated_residual(x, self.attn_out(out), gate)
+        h, gate = self.norm(1, x, cond)
+        return gated_residual(x, self.mlp_out(h), gate), k, v
+
+
+class GemmaLayer(DecoderLayerBase):
+    """One decoder layer. `adaptive=True` (pi0.5 expert) swaps both norms for AdaRMSNorm."""
+
+    def __init__(self, cfg: GemmaConfig, adaptive: bool = False) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.head_dim = cfg.head_dim
+        self.input_layernorm: nn.Module = (
+            AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
+        )
+        self.self_attn = GemmaAttention(cfg)
+        self.post_attention_layernorm: nn.Module = (
+            AdaRMSNorm(cfg.width, cfg.width, cfg.eps) if adaptive else RMSNorm(cfg.width, cfg.eps)
+        )
+        self.mlp = GemmaMLP(cfg)
+
+    def norm(self, which: int, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        return (self.post_attention_layernorm if which else self.input_layernorm)(x, cond)  # type: ignore[no-any-return]
+
+    def project(self, h: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.self_attn.qkv(h, cos, sin)
+
+    def attn_out(self, out: Tensor) -> Tensor:
+        return self.self_attn.o_proj(out)  # type: ignore[no-any-return]
+
+    def mlp_out(self, h: Tensor) -> Tensor:
+        return self.mlp(h)  # type: ignore[no-any-return]
 
     def kv_only(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """Keys (after RoPE) and values of x without the rest of the layer.

@@ -6,6 +6,8 @@ Submodule names follow Hugging Face's `SiglipVisionModel` inside a layer (`self_
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -13,10 +15,14 @@ from hotloop.models.configs import VisionConfig
 
 
 class SiglipAttention(nn.Module):
-    def __init__(self, cfg: VisionConfig) -> None:
+    """Unmasked multi-head attention. `scale`: the softmax scale SDPA is given (None: its default,
+    head_dim^-0.5, as in SigLIP; SmolVLM's vision tower, transformers' sdpa path, passes it explicitly)."""
+
+    def __init__(self, cfg: Any, scale: float | None = None) -> None:
         super().__init__()
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.width // cfg.num_heads
+        self.scale = scale
         self.q_proj = nn.Linear(cfg.width, cfg.width)
         self.k_proj = nn.Linear(cfg.width, cfg.width)
         self.v_proj = nn.Linear(cfg.width, cfg.width)
@@ -28,30 +34,41 @@ class SiglipAttention(nn.Module):
             p(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
             for p in (self.q_proj, self.k_proj, self.v_proj)
         )
-        # No mask: every patch sees every patch. SDPA's default scale is head_dim^-0.5, as in SigLIP.
-        out = F.scaled_dot_product_attention(q, k, v)
+        # No mask: every patch sees every patch.
+        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
 class SiglipMLP(nn.Module):
-    def __init__(self, cfg: VisionConfig) -> None:
+    """fc2(gelu(fc1(x))), the GELU tanh-approximated (`approximate`: "none" for the exact one). `cfg`: any
+    vision config with `width` and `mlp_dim` (SmolVLM's vision tower is a SigLIP too)."""
+
+    def __init__(self, cfg: Any, approximate: str = "tanh") -> None:
         super().__init__()
+        self.approximate = approximate
         self.fc1 = nn.Linear(cfg.width, cfg.mlp_dim)
         self.fc2 = nn.Linear(cfg.mlp_dim, cfg.width)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
 
 class SiglipLayer(nn.Module):
-    """Pre-LN transformer block."""
+    """Pre-LN transformer block. `cfg`: any vision config with `width` and `eps`; a subclass with another
+    attention or MLP (SmolVLM's vision tower) states only those (`attention`, `feed_forward`)."""
 
-    def __init__(self, cfg: VisionConfig) -> None:
+    def __init__(self, cfg: Any) -> None:
         super().__init__()
         self.layer_norm1 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.self_attn = SiglipAttention(cfg)
+        self.self_attn = self.attention(cfg)
         self.layer_norm2 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.mlp = SiglipMLP(cfg)
+        self.mlp = self.feed_forward(cfg)
+
+    def attention(self, cfg: Any) -> nn.Module:
+        return SiglipAttention(cfg)
+
+    def feed_forward(self, cfg: Any) -> nn.Module:
+        return SiglipMLP(cfg)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.self_attn(self.layer_norm1(x))

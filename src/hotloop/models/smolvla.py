@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.errors import CheckpointError, ConfigError
-from hotloop.finite import check_finite_weights
+from hotloop.finite import assign_finite
 from hotloop.models.pi0 import make_att_2d_masks
 from hotloop.models.smolvla_config import LM_HEAD_KEY, SmolVLAConfig, read_smolvla_config
 from hotloop.models.smolvla_tokenizer import SmolVLATokenizer, load_tokenizer
@@ -115,6 +115,7 @@ class SmolVLAModel(nn.Module):
 
         Includes LeRobot's scaling by sqrt(width), a tensor of the tokens' dtype (not a Python float).
         """
+        images = fit_images(images, self.cfg)
         b, nv = images.shape[:2]
         tokens = self.image_features(images.flatten(0, 1))
         scale = torch.tensor(self.cfg.vlm.text.width**0.5, dtype=tokens.dtype, device=tokens.device)
@@ -275,6 +276,23 @@ def resize_with_pad(img: Tensor, height: int, width: int, pad_value: float = 0.0
     return F.pad(out, (max(0, width - rw), 0, max(0, height - rh), 0), value=pad_value)
 
 
+def fit_images(images: Tensor, cfg: SmolVLAConfig) -> Tensor:
+    """Model-space images (..., C, H, W) in [-1, 1] prepared at the checkpoint's own size, resized to the
+    size a `vision-res` model takes (`cfg.native_image_size` -> `cfg.image_size`, LeRobot's resize-with-pad,
+    padding at -1 = 2 * 0 - 1); any other images are returned as they are (the shape checks name them).
+    Bilinear interpolation is affine, so resizing in [-1, 1] equals resizing in [0, 1] and mapping after; a
+    policy prepares its raw frames at `image_size` directly (one interpolation, not two)."""
+    native = cfg.native_image_size
+    if native is None or images.ndim < 4 or not images.is_floating_point():
+        return images
+    if tuple(images.shape[-2:]) != tuple(native) or tuple(native) == cfg.image_size:
+        return images
+    lead = images.shape[:-3]
+    flat = images.reshape(-1, *images.shape[-3:])
+    out = resize_with_pad(flat, *cfg.image_size, pad_value=-1.0)
+    return out.reshape(*lead, *out.shape[1:])
+
+
 def prepare_images(
     images: Mapping[str, Tensor] | Sequence[Tensor] | Tensor, cfg: SmolVLAConfig
 ) -> tuple[Tensor, Tensor]:
@@ -364,6 +382,7 @@ def check_inputs(
         raise ConfigError(
             f"images must be a tensor (B, V, 3, H, W); got {getattr(images, 'shape', type(images))}"
         )
+    images = fit_images(images, cfg)
     b, h, w = images.shape[0], *cfg.image_size
     if images.shape[1] != cfg.views:
         raise ConfigError(
@@ -497,9 +516,7 @@ def load_smolvla(
             if items:
                 parts.append(f"{what} ({len(items)}): " + "; ".join(items))
         raise CheckpointError("\n  ".join(parts))
-    check_finite_weights((("model." + k, v) for k, v in state.items()), path)
-    model.load_state_dict(state, strict=True, assign=True)
-    return cfg, model.eval()
+    return cfg, assign_finite(model, state, path, "model.")
 
 
 # ---- stage-by-stage outputs, keyed like the parity fixtures' intermediates.npz -------------------------------
@@ -580,6 +597,7 @@ __all__ = [
     "SmolVLAModel",
     "SmolVLATokenizer",
     "euler",
+    "fit_images",
     "load_smolvla",
     "load_tokenizer",
     "predict_action_chunk",

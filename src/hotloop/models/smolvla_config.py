@@ -99,6 +99,10 @@ class SmolVLAConfig:
     tokenizer: TokenizerSettings
     vlm_source: str
     assumed: tuple[str, ...] = field(default=())  # every value taken as a default, for the load report
+    # (H, W) the checkpoint was trained at, where the `vision-res` recipe step lowered `image_size`
+    # (`hotloop.models.smolvla_resolution`): model-space images prepared at that size (the teacher's) are
+    # resized to `image_size` on the way in. None: the checkpoint's own size.
+    native_image_size: tuple[int, int] | None = None
 
     @property
     def views(self) -> int:

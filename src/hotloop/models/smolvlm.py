@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.models.gemma import rms_normalize
+from hotloop.models.siglip import SiglipAttention, SiglipLayer, SiglipMLP
 
 # Vision activations transformers' ACT2FN maps these names to, with the same numerics.
 VISION_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
@@ -130,48 +131,15 @@ class VisionEmbeddings(nn.Module):
         return patches.flatten(2).transpose(1, 2) + self.position_embedding(ids)
 
 
-class VisionAttention(nn.Module):
-    def __init__(self, cfg: SmolVLMVisionConfig) -> None:
-        super().__init__()
-        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.width, cfg.width)
-        self.k_proj = nn.Linear(cfg.width, cfg.width)
-        self.v_proj = nn.Linear(cfg.width, cfg.width)
-        self.out_proj = nn.Linear(cfg.width, cfg.width)
+class VisionEncoderLayer(SiglipLayer):
+    """SigLIP's pre-LN block with SmolVLM's attention and its configured GELU."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        q, k, v = (
-            p(x).view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-            for p in (self.q_proj, self.k_proj, self.v_proj)
-        )
+    def attention(self, cfg: SmolVLMVisionConfig) -> nn.Module:
         # transformers' sdpa path with no mask (every patch is real): the scale is passed explicitly.
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=self.head_dim**-0.5)
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, d))
+        return SiglipAttention(cfg, scale=cfg.head_dim**-0.5)
 
-
-class VisionMLP(nn.Module):
-    def __init__(self, cfg: SmolVLMVisionConfig) -> None:
-        super().__init__()
-        self.approximate = "tanh" if cfg.act == "gelu_pytorch_tanh" else "none"
-        self.fc1 = nn.Linear(cfg.width, cfg.mlp_dim)
-        self.fc2 = nn.Linear(cfg.mlp_dim, cfg.width)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
-
-
-class VisionEncoderLayer(nn.Module):
-    def __init__(self, cfg: SmolVLMVisionConfig) -> None:
-        super().__init__()
-        self.layer_norm1 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.self_attn = VisionAttention(cfg)
-        self.layer_norm2 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.mlp = VisionMLP(cfg)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.self_attn(self.layer_norm1(x))
-        return x + self.mlp(self.layer_norm2(x))
+    def feed_forward(self, cfg: SmolVLMVisionConfig) -> nn.Module:
+        return SiglipMLP(cfg, "tanh" if cfg.act == "gelu_pytorch_tanh" else "none")
 
 
 class VisionEncoder(nn.Module):

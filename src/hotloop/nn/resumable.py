@@ -10,14 +10,41 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from hotloop.errors import CheckpointError
+from hotloop.errors import CheckpointError, ConfigError
 
 CHECKPOINT = "distill_state.pt"
+
+
+def check_settings(config: Any, label: str) -> None:
+    """ConfigError, naming the training by `label`, for settings `train_resumable` cannot run: steps, batch
+    or checkpoint_every below 1, a learning rate not above 0."""
+    for name in ("steps", "batch", "checkpoint_every"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{label} {name} must be >= 1 (got {getattr(config, name)})")
+    if not config.lr > 0:
+        raise ConfigError(f"{label} lr must be > 0 (got {config.lr})")
+
+
+@dataclass(frozen=True)
+class ResumableSettings:
+    """The settings `train_resumable` reads and nothing else, checked at construction (`check_settings`);
+    `label` names the training in the errors."""
+
+    label: ClassVar[str] = "training"
+
+    steps: int = 200
+    batch: int = 8
+    lr: float = 3e-4
+    seed: int = 0
+    checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        check_settings(self, self.label)
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.cli_options import Overwrite
+from hotloop.cli_errors import register
+from hotloop.cli_options import JsonOut, Latency, Overwrite, Warmup, Workers, write_json
 
 
 def perception_curve_cmd(
@@ -45,14 +45,12 @@ def perception_curve_cmd(
             "demo:conveyor-chain is trained for an estimated box state)"
         ),
     ] = "demo:conveyor",
-    latency: Annotated[
-        str, typer.Option(help="closed loop: the decision layer's latency (as eval)")
-    ] = "measured",
+    latency: Latency = "measured",
     metric: Annotated[
         str, typer.Option(help="accuracy to pick by: iou or centre-mm (learned detector)")
     ] = "iou",
     iters: Annotated[int, typer.Option(help="timed calls per resolution and path")] = 200,
-    warmup: Annotated[int, typer.Option(help="untimed calls first")] = 20,
+    warmup: Warmup = 20,
     onnx_input: Annotated[
         str | None, typer.Option("--input", help="ONNX detector: its image input NAME:1,C,H,W (native size)")
     ] = None,
@@ -71,9 +69,9 @@ def perception_curve_cmd(
         str,
         typer.Option(help="int8 gate against float32: iou:T (mean IoU >= T) or centre-mm:X (p95 <= X mm)"),
     ] = "iou:0.85",
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the curve here")] = None,
+    json_path: JsonOut = None,
     plot: Annotated[Path | None, typer.Option(help="write the accuracy-latency plot (PNG) here")] = None,
-    workers: Annotated[int, typer.Option(help="closed loop: episode worker processes")] = 2,
+    workers: Workers = 2,
     overwrite: Overwrite = False,
 ) -> None:
     """The resolution-accuracy-latency curve of a detector: accuracy, p50/p99 eager and compiled per input
@@ -140,19 +138,16 @@ def perception_curve_cmd(
 
 
 def _finish(result: dict[str, Any], json_path: Path | None, plot: Path | None) -> None:
-    from hotloop.io import atomic_write_json
-
     chosen = result["chosen"]
     if chosen is None:
         typer.echo(f"no resolution fits the budget of {result['budget_ms']:g} ms (p99); none chosen")
     else:
         typer.echo(f"chosen: {chosen['resolution']} px ({result['metric']} {chosen['accuracy']:.3f})")
     if json_path is not None:
-        atomic_write_json(json_path, result)
-        typer.echo(f"wrote {json_path}")
+        write_json(json_path, result)
     if plot is not None:
         typer.echo(f"wrote {plot}")
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("perception-curve")(user_errors(perception_curve_cmd))
+    register(app, {"perception-curve": perception_curve_cmd})

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from hotloop.closedloop.latency import WrappedLatency
 from hotloop.errors import ConfigError
 from hotloop.realtime.budget import (
     BudgetReport,
@@ -413,21 +414,13 @@ class _Frame:
 
 
 @dataclass(frozen=True)
-class PipelineLatency:
-    """The closed loop's delay for one cycle: the decision layer's latency model plus the injected layers.
+class PipelineLatency(WrappedLatency):
+    """The closed loop's delay for one cycle: the decision layer's latency model (`base`) plus the injected
+    layers.
 
     Same interface as `hotloop.closedloop.latency.LatencyModel` (sample_ms, describe, spec)."""
 
-    base: Any  # LatencyModel of the decision layer
     policy: PipelinePolicy
-
-    @property
-    def kind(self) -> str:
-        return str(self.base.kind)
-
-    @property
-    def spec(self) -> str:
-        return str(self.base.spec)
 
     def describe(self) -> dict[str, Any]:
         return {**self.base.describe(), "pipeline": self.policy.config.describe()}

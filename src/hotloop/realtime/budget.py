@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.records import plain_fields
 
 DEFAULT_LAYERS = ("perception", "estimation", "decision", "control")
 
@@ -192,14 +193,7 @@ class LayerReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "budget_ms": self.budget_ms,
-            "cycles": self.cycles,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "max_ms": self.max_ms,
-            "mean_ms": self.mean_ms,
-            "over_budget": self.over_budget,
+            **plain_fields(self),
             "over_budget_rate": self.over_budget_rate,
             "within_budget": self.p99_ms <= self.budget_ms,
         }

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.realtime.filters.protocol import MotionReadout
 
 METHODS = ("linear", "cubic")
 
@@ -73,7 +74,7 @@ class InterpolationConfig:
         return 1.0 / self.control_hz
 
 
-class ChunkInterpolator:
+class ChunkInterpolator(MotionReadout):
     """Stateful: keeps the last command and its velocity, so limits hold across chunk boundaries."""
 
     def __init__(self, config: InterpolationConfig) -> None:
@@ -98,14 +99,6 @@ class ChunkInterpolator:
         ).copy()
         self._braking = np.isfinite(self._amax)  # axes with an acceleration limit need the braking curve
         self._amax_finite = np.where(self._braking, self._amax, 1.0)
-
-    @property
-    def position(self) -> np.ndarray:
-        return self._state()[0].copy()
-
-    @property
-    def velocity(self) -> np.ndarray:
-        return self._state()[1].copy()
 
     def _state(self) -> tuple[np.ndarray, np.ndarray]:
         if self._p is None or self._v is None:

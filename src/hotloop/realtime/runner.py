@@ -133,8 +133,20 @@ def run_loop(
             return
 
 
+class PolicyEngine:
+    """What both engines answer from their policy alike: whether it has a history hook (`observes`)."""
+
+    policy: Any
+
+    @property
+    def observes(self) -> bool:
+        from hotloop.policy import observes
+
+        return observes(self.policy)
+
+
 @dataclass
-class SimulatedEngine:
+class SimulatedEngine(PolicyEngine):
     """Calls the policy at once and releases the result `latency_ms(measured_ms)` later in clock ticks
     (rounded up to a whole tick: a chunk can only take effect at a tick). `latencies_ms` holds each
     latency asked for, `simulated_ms` the one that ran (whole ticks); they differ where the tick is
@@ -162,12 +174,6 @@ class SimulatedEngine:
     @property
     def busy(self) -> bool:
         return self._pending is not None
-
-    @property
-    def observes(self) -> bool:
-        from hotloop.policy import observes
-
-        return observes(self.policy)
 
     def observe(self, obs: dict[str, Any], now: int) -> None:
         """The policy's history hook, at once (its inferences run at once too: the order is the loop's)."""
@@ -212,7 +218,7 @@ class SimulatedEngine:
         return until
 
 
-class ThreadedEngine:
+class ThreadedEngine(PolicyEngine):
     """Runs `policy.infer` in one worker thread (one accelerator: one inference at a time) against a
     wall clock. Exceptions are faults for the watchdog: a robot never stops for a raising policy."""
 
@@ -228,12 +234,6 @@ class ThreadedEngine:
     @property
     def busy(self) -> bool:
         return self._future is not None
-
-    @property
-    def observes(self) -> bool:
-        from hotloop.policy import observes
-
-        return observes(self.policy)
 
     def observe(self, obs: dict[str, Any], now: int) -> None:
         """The policy's history hook, queued on the inference thread: it runs after every inference started

@@ -15,7 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hotloop.compile.artifact import SubEngineEntry
+    from hotloop.compile.backends.base import PreparedFiles
 
 # Load option (never saved into a manifest): the key of a sub-engine's compiled-blob folder.
 BLOB_KEY = "blob_key"
@@ -47,3 +51,18 @@ def with_blob_key(
     if backend != "openvino" or not all(f in manifest.get("files", {}) for f in files):
         return options
     return {**options, BLOB_KEY: entry_key(manifest, files)}
+
+
+def load_files(
+    entry: SubEngineEntry, manifest: dict[str, Any], threads: int | None, blob_cache: bool
+) -> PreparedFiles:
+    """A sub-engine's files and load options as its backend loads them: the entry's options, with
+    `threads` for the CPU backends that take it and, with `blob_cache`, the OpenVINO blob key."""
+    from hotloop.compile.backends.base import PreparedFiles
+
+    options = dict(entry.options)
+    if threads is not None and entry.backend in ("onnxruntime", "openvino"):
+        options["threads"] = threads
+    if blob_cache:
+        options = with_blob_key(options, manifest, list(entry.files), entry.backend)
+    return PreparedFiles(files=[Path(f).name for f in entry.files], options=options)

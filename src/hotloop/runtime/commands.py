@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hotloop.cli_errors import user_errors
+from hotloop.cli_errors import register
+from hotloop.cli_options import JsonOut, write_json
 from hotloop.io import check_output_file
 
 
@@ -15,13 +15,10 @@ def profile_cmd(
     target: Annotated[str, typer.Argument(help="an artifact folder, or a pi target (profiled eager fp32)")],
     top: Annotated[int, typer.Option(help="rows per sub-engine")] = 10,
     iters: Annotated[int, typer.Option("--iters", help="profiled runs per sub-engine")] = 5,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="write the per-operator table here")
-    ] = None,
+    json_path: JsonOut = None,
 ) -> None:
     """Per-operator time per sub-engine (torch profiler, ONNX Runtime profiling, OpenVINO counters)."""
     from hotloop.errors import ConfigError
-    from hotloop.io import atomic_write_json
     from hotloop.runtime.profiler import print_profile, profile_target
 
     if top < 1 or iters < 1:
@@ -31,9 +28,8 @@ def profile_cmd(
     report = profile_target(target, iters, top)
     print_profile(report)
     if json_path is not None:
-        atomic_write_json(json_path, report)
-        typer.echo(f"wrote {json_path}")
+        write_json(json_path, report)
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("profile")(user_errors(profile_cmd))
+    register(app, {"profile": profile_cmd})

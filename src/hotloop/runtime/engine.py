@@ -180,7 +180,7 @@ class Engine:
         from hotloop.compile.bucket_plan import split_name
         from hotloop.compile.lean_files import mapped_state_dict
         from hotloop.families.protocol import constants_of
-        from hotloop.runtime.blob_cache import with_blob_key
+        from hotloop.runtime.blob_cache import load_files
 
         family, m = self.family, self.manifest
         try:
@@ -234,12 +234,7 @@ class Engine:
             # full-size model's fp32 copy and its compiled one are never resident together.
             release_weights(self.model)
         for name, entry, base, bucket, backend, graphs in planned:
-            options = dict(entry.options)
-            if threads is not None and entry.backend in ("onnxruntime", "openvino"):
-                options["threads"] = threads
-            if blob_cache:
-                options = with_blob_key(options, m, list(entry.files), entry.backend)
-            files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
+            files = load_files(entry, m, threads, blob_cache)
             runner = backend.load(graphs[base], entry.precision, self.path / name, files)
             check_recorded_io(self.path / "manifest.json", name, entry, runner)
             self.runners[name] = runner
@@ -361,11 +356,8 @@ class Engine:
             check_finite("noise", noise)
         return checked
 
-    def _onnx_arrays(self, obs: Any) -> list[Any]:
-        """The inputs of an ONNX artifact as numpy arrays, checked with numpy alone (names, shapes, float
-        or not, NaN / inf): nothing on this path starts a torch parallel region (`Runner.run_from`)."""
-        import numpy as np
-
+    def _onnx_checked_names(self, obs: Any) -> Runner:
+        """The ONNX runner, once `obs` is a dict naming exactly its inputs (ConfigError otherwise)."""
         runner = self._onnx_runner
         if not isinstance(obs, dict):
             raise ConfigError(f"inputs must be a dict of {', '.join(runner.input_names)}")
@@ -376,6 +368,14 @@ class Engine:
                 f"inputs {'missing ' + ', '.join(missing) if missing else ''}"
                 f"{'; unknown ' + ', '.join(unknown) if unknown else ''}; this engine takes {', '.join(runner.input_names)}"
             )
+        return runner
+
+    def _onnx_arrays(self, obs: Any) -> list[Any]:
+        """The inputs of an ONNX artifact as numpy arrays, checked with numpy alone (names, shapes, float
+        or not, NaN / inf): nothing on this path starts a torch parallel region (`Runner.run_from`)."""
+        import numpy as np
+
+        runner = self._onnx_checked_names(obs)
         out = []
         for name, buf in zip(runner.input_names, runner.inputs, strict=True):
             value = obs[name]
@@ -401,16 +401,7 @@ class Engine:
         return out
 
     def _validate_onnx(self, obs: Any) -> list[Tensor]:
-        runner = self._onnx_runner
-        if not isinstance(obs, dict):
-            raise ConfigError(f"inputs must be a dict of {', '.join(runner.input_names)}")
-        missing = [n for n in runner.input_names if n not in obs]
-        unknown = sorted(set(obs) - set(runner.input_names))
-        if missing or unknown:
-            raise ConfigError(
-                f"inputs {'missing ' + ', '.join(missing) if missing else ''}"
-                f"{'; unknown ' + ', '.join(unknown) if unknown else ''}; this engine takes {', '.join(runner.input_names)}"
-            )
+        runner = self._onnx_checked_names(obs)
         out = []
         for name, buf in zip(runner.input_names, runner.inputs, strict=True):
             t = to_tensor(name, obs[name])

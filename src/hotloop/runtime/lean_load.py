@@ -20,7 +20,7 @@ from torch import Tensor
 
 from hotloop.compile.artifact import SubEngineEntry, entries
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
-from hotloop.compile.backends.base import BackendCrash, BackendError, PreparedFiles, Runner
+from hotloop.compile.backends.base import BackendCrash, BackendError, Runner
 from hotloop.errors import CheckpointError
 from hotloop.families.protocol import PolicyFamily, Signature
 
@@ -87,7 +87,7 @@ def load_runners(
     the signatures by base name). `blob_cache`: OpenVINO graphs load through their compiled-blob folders
     (`runtime.blob_cache`; only for files checked against the manifest's hashes)."""
     from hotloop.compile.bucket_plan import split_name
-    from hotloop.runtime.blob_cache import with_blob_key
+    from hotloop.runtime.blob_cache import load_files
     from hotloop.runtime.recorded_io import check_recorded_io
 
     where = root / "manifest.json"
@@ -95,21 +95,19 @@ def load_runners(
     runners: dict[str, Runner] = {}
     per_bucket: dict[int, dict[str, Runner]] = {}
     signatures: dict[str, Signature] = {}
-    for name, entry in entries(manifest).items():
+    planned = entries(manifest)
+    for name, entry in sorted(planned.items(), key=lambda item: -_files_bytes(root / item[0], item[1].files)):
+        # Largest first: a graph's load holds its mapped file and the backend's copy of the weights at once
+        # (until `release_mapped_files`), so the peak is lowest while little else is resident yet.
         if entry.backend not in FILE_BACKENDS:
             raise CheckpointError(
                 f"{where}: sub-engine {name!r} runs on {entry.backend}, which needs the source weights a lean "
                 "artifact does not hold; recompile the artifact"
             )
-        base, bucket = split_name(name)
+        base, _ = split_name(name)
         family.stage_of(base)  # a sub-engine the family does not have is refused by name
         signatures[base] = check_signature(where, family, cfg, entry, base)
-        options = dict(entry.options)
-        if threads is not None and entry.backend in ("onnxruntime", "openvino"):
-            options["threads"] = threads
-        if blob_cache:
-            options = with_blob_key(options, manifest, list(entry.files), entry.backend)
-        files = PreparedFiles(files=[Path(f).name for f in entry.files], options=options)
+        files = load_files(entry, manifest, threads, blob_cache)
         try:
             runner = get_backend(entry.backend).load(
                 entry_graph(where, entry), entry.precision, root / name, files
@@ -126,5 +124,13 @@ def load_runners(
             ) from None
         check_recorded_io(where, name, entry, runner)
         runners[name] = runner
+    runners = {name: runners[name] for name in planned}  # the manifest's order, as before
+    for name, runner in runners.items():
+        base, bucket = split_name(name)
         per_bucket.setdefault(bucket if bucket is not None else full, {})[base] = runner
     return runners, per_bucket, signatures
+
+
+def _files_bytes(folder: Path, files: Any) -> int:
+    """The bytes of an entry's files that exist (a missing one is refused later, by its loader)."""
+    return sum((folder / Path(f).name).stat().st_size for f in files if (folder / Path(f).name).is_file())

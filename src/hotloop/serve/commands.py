@@ -9,13 +9,13 @@ from typing import Annotated
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.cli_options import Device, FlowSteps
+from hotloop.cli_errors import register
+from hotloop.cli_options import DeadlineMs, Device, FlowSteps, MemoryCap, Seed
 from hotloop.errors import ConfigError
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command()(user_errors(serve))
+    register(app, {"serve": serve})
 
 
 def serve(
@@ -40,11 +40,8 @@ def serve(
     ] = 16,
     steps: FlowSteps = None,
     device: Device = "cpu",
-    seed: Annotated[int, typer.Option(help="seed for weights and noise")] = 0,
-    deadline_ms: Annotated[
-        float | None,
-        typer.Option(help="watchdog: an inference running longer misses its deadline (counted on /metrics)"),
-    ] = None,
+    seed: Seed = 0,
+    deadline_ms: DeadlineMs = None,
     fallback: Annotated[
         str | None,
         typer.Option(
@@ -54,13 +51,7 @@ def serve(
     stall_limit_ms: Annotated[
         float | None, typer.Option(help="/healthz answers 503 while an inference runs longer than this")
     ] = None,
-    memory_cap_mb: Annotated[
-        float | None,
-        typer.Option(
-            help="a compiled artifact's resident-memory cap in MiB: refused at load if over it; while "
-            "serving, a breach is an error reply (or the fallback's answer) and /healthz answers 503"
-        ),
-    ] = None,
+    memory_cap_mb: MemoryCap = None,
     protocol: Annotated[
         str, typer.Option(help="openpi (websocket + msgpack) or lerobot (LeRobot's async gRPC robot client)")
     ] = "openpi",

@@ -44,7 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from hotloop.closedloop.latency import WrappedLatency
 from hotloop.errors import ConfigError
+from hotloop.policy import PolicyWrapper
 
 # name -> (low, high, low inclusive, kind)
 PERTURBATIONS: dict[str, tuple[float, float, bool, str]] = {
@@ -413,18 +415,12 @@ def _blur(image: np.ndarray, sigma: float) -> np.ndarray:
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
 
-class PerturbedPolicy:
+class PerturbedPolicy(PolicyWrapper):
     """The policy seen through the perturbed sensors (every other attribute is the wrapped policy's)."""
 
     def __init__(self, inner: Any, perturber: Perturber) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.perturber = perturber
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def reset(self) -> None:
-        self.inner.reset()
 
     def infer(self, obs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         return self.inner.infer(self.perturber.observe(obs), *args, **kwargs)
@@ -439,20 +435,11 @@ class PerturbedPolicy:
 
 
 @dataclass(frozen=True)
-class JitteredLatency:
-    """The loop's latency model plus an exponential extra delay (`latency-jitter:MEAN_MS`), drawn from
-    the evaluator's own seeded generator."""
+class JitteredLatency(WrappedLatency):
+    """The loop's latency model (`base`) plus an exponential extra delay (`latency-jitter:MEAN_MS`), drawn
+    from the evaluator's own seeded generator."""
 
-    base: Any
     mean_ms: float
-
-    @property
-    def kind(self) -> str:
-        return str(self.base.kind)
-
-    @property
-    def spec(self) -> str:
-        return str(self.base.spec)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)

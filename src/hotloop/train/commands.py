@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
-from hotloop.cli_options import Overwrite
+from hotloop.cli_errors import register
+from hotloop.cli_options import Overwrite, Seed, Threads
 
 # `--variant chain`'s noise on the box state (docs/perception.md, "A policy for the chain's estimate").
 CHAIN_BOX_NOISE_MM = 3.0
@@ -23,10 +23,8 @@ def train_demo_cmd(
     dataset: Annotated[
         Path | None, typer.Option(help="use this recorded dataset instead of recording")
     ] = None,
-    seed: Annotated[int, typer.Option(help="training seed")] = 0,
-    threads: Annotated[
-        int | None, typer.Option(help="torch threads (1 keeps runs repeatable everywhere)")
-    ] = None,
+    seed: Seed = 0,
+    threads: Threads = None,
     ship: Annotated[bool, typer.Option("--ship", help="copy the result into the package assets")] = False,
     family: Annotated[
         str,
@@ -240,4 +238,4 @@ def _check_conveyor_layout(dataset: Path, variant: str) -> None:
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("train-demo")(user_errors(train_demo_cmd))
+    register(app, {"train-demo": train_demo_cmd})

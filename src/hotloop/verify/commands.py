@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hotloop.cli_errors import user_errors
+from hotloop.cli_errors import register
+from hotloop.cli_options import JsonOut, write_json
 
 EXIT_OUTSIDE = 1
 
@@ -41,7 +42,7 @@ def verify_cmd(
     stage_tolerance: Annotated[
         float | None, typer.Option(help="max abs error of the intermediates (default: 3 x --tolerance)")
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the comparison table here")] = None,
+    json_path: JsonOut = None,
 ) -> None:
     """Run a reference run through hotloop's implementation of CKPT: max abs / relative error and cosine per
     output (raw and model space) and per stage; exit 0 within tolerance, 1 outside it."""
@@ -50,7 +51,7 @@ def verify_cmd(
     from hotloop.errors import ConfigError
     from hotloop.families import checkpoint_targets, is_checkpoint_dir
     from hotloop.families.reference import ReferenceRun, unread_arrays
-    from hotloop.io import atomic_write_json, check_output_file
+    from hotloop.io import check_output_file
     from hotloop.output_dir import check_output_file_not_input
 
     if not is_checkpoint_dir(checkpoint):
@@ -85,8 +86,7 @@ def verify_cmd(
         result["artifact"] = verify_artifact(artifact, run, artifact_tolerance, checkpoint)
     _print(result)
     if json_path is not None:
-        atomic_write_json(json_path, result)
-        typer.echo(f"wrote {json_path}")
+        write_json(json_path, result)
     failed = not report.ok or (artifact is not None and result["artifact"]["violation"] is not None)
     if failed:
         raise typer.Exit(EXIT_OUTSIDE)
@@ -131,4 +131,4 @@ def _print(result: dict[str, Any]) -> None:
 
 
 def add_commands(app: typer.Typer) -> None:
-    app.command("verify")(user_errors(verify_cmd))
+    register(app, {"verify": verify_cmd})

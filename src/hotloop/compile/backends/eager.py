@@ -17,6 +17,7 @@ from hotloop.compile.backends.base import (
     op_errors,
     output_buffers,
 )
+from hotloop.compile.backends.defaults import BackendDefaults
 
 
 class TorchRunner(Runner):
@@ -61,21 +62,12 @@ class TorchRunner(Runner):
         return rows
 
 
-class EagerBackend:
+class EagerBackend(BackendDefaults):
     name = "eager"
     precisions = ("fp32", "bf16", "int8-dynamic", "int8-weight")
 
-    def unavailable_reason(self) -> str | None:
-        return None
-
-    def precision_reason(self, precision: str) -> str | None:
-        return None
-
     def graph_dtype(self, precision: str) -> torch.dtype:
         return torch.float32 if precision.startswith("int") else module_dtype(precision)
-
-    def required_features(self, precision: str) -> list[str]:
-        return []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         if precision.startswith("int"):

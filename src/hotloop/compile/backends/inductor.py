@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from hotloop.compile.backends.base import Graph, PreparedFiles, Runner, module_dtype, op_errors
+from hotloop.compile.backends.defaults import BackendDefaults
 from hotloop.compile.backends.eager import TorchRunner
 
 MODES = ("default", "max-autotune")
@@ -33,7 +34,7 @@ class InductorRunner(TorchRunner):
         return PreparedFiles(options={"mode": self.mode})
 
 
-class InductorBackend:
+class InductorBackend(BackendDefaults):
     name = "inductor"
     precisions = ("fp32", "bf16")
 
@@ -44,14 +45,8 @@ class InductorBackend:
             return f"torch._inductor cannot be imported: {exc}"
         return None
 
-    def precision_reason(self, precision: str) -> str | None:
-        return None
-
     def graph_dtype(self, precision: str) -> torch.dtype:
         return module_dtype(precision)
-
-    def required_features(self, precision: str) -> list[str]:
-        return []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         mode = options.get("mode", "default")

@@ -23,6 +23,7 @@ from hotloop.compile.backends.base import (
     input_buffers,
     op_errors,
 )
+from hotloop.compile.backends.defaults import BackendDefaults
 
 MODEL_FILE = "model.onnx"
 _NP = {
@@ -144,27 +145,15 @@ def _to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(BackendDefaults):
     name = "onnxruntime"
     precisions = ("fp32", "int8", "int8-dynamic")
-
-    def unavailable_reason(self) -> str | None:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            return "onnxruntime is not installed (pip install 'hotloop[backends]')"
-        return None
+    module = "onnxruntime"
 
     def precision_reason(self, precision: str) -> str | None:
         if precision not in self.precisions:
             return f"onnxruntime runs fp32 and int8 only here (no {precision} CPU kernels)"
         return None
-
-    def graph_dtype(self, precision: str) -> torch.dtype:
-        return torch.float32
-
-    def required_features(self, precision: str) -> list[str]:
-        return []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         calibration = options.get("calibration")

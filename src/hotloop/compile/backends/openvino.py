@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from hotloop.compile.backends.base import BackendCrash, Graph, PreparedFiles, Runner, input_buffers, op_errors
+from hotloop.compile.backends.defaults import BackendDefaults
 from hotloop.compile.cpu_features import NATIVE_BF16
+from hotloop.process_memory import release_mapped_files
 
 XML_FILE, BIN_FILE = "model.xml", "model.bin"
 _TORCH = {
@@ -221,6 +223,9 @@ class OpenVinoRunner(Runner):
                     # probe's child compiled it, this process imported it): "compiled, cached".
                     cached_now = "compiled, cached" if _holds_files(blob_dir) else "compiled"
                     self.blob = "imported" if held else cached_now
+                # The plugin repacked the weights into its own memory: the mapped file's pages are not read
+                # again but would stay resident (a second copy of the model; `release_mapped_files`).
+                release_mapped_files([what.parent] + ([blob_dir] if blob_dir is not None else []))
             else:
                 self.compiled = _core().compile_model(what, "CPU", config)
             self.request = self.compiled.create_infer_request()
@@ -281,16 +286,12 @@ class OpenVinoRunner(Runner):
         return sorted(rows.items(), key=lambda kv: -kv[1])
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(BackendDefaults):
+    """The graph stays f32 at every precision (`graph_dtype`): the precision is the plugin's hint."""
+
     name = "openvino"
     precisions = ("fp32", "bf16", "int8", "int8-dynamic", "int4-weight")
-
-    def unavailable_reason(self) -> str | None:
-        try:
-            import openvino  # noqa: F401
-        except ImportError:
-            return "openvino is not installed (pip install 'hotloop[backends]')"
-        return None
+    module = "openvino"
 
     def precision_reason(self, precision: str) -> str | None:
         if precision == "bf16":
@@ -298,9 +299,6 @@ class OpenVinoBackend:
             if "BF16" not in caps:
                 return f"this CPU has no native bf16 (OpenVINO CPU capabilities: {', '.join(caps)})"
         return None
-
-    def graph_dtype(self, precision: str) -> torch.dtype:
-        return torch.float32  # the precision is the plugin's hint; the graph stays f32
 
     def required_features(self, precision: str) -> list[str]:
         return ["|".join(NATIVE_BF16)] if precision == "bf16" else []

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from hotloop.compile.backends.base import BackendError, Graph, PreparedFiles, Runner, input_buffers, op_errors
+from hotloop.compile.backends.defaults import BackendDefaults
 
 ENGINE_FILE = "model.plan"
 
@@ -61,27 +62,17 @@ class TensorRtRunner(Runner):
         return PreparedFiles(files=[ENGINE_FILE])
 
 
-class TensorRtBackend:
+class TensorRtBackend(BackendDefaults):
     name = "tensorrt"
     precisions = ("fp32", "bf16")
+    module = "tensorrt"
+    install = "it needs an NVIDIA GPU; pip install tensorrt there"
 
     def unavailable_reason(self) -> str | None:
-        try:
-            import tensorrt  # noqa: F401
-        except ImportError:
-            return "tensorrt is not installed (it needs an NVIDIA GPU; pip install tensorrt there)"
-        if not torch.cuda.is_available():
+        missing = super().unavailable_reason()
+        if missing is None and not torch.cuda.is_available():
             return "no CUDA GPU is visible"
-        return None
-
-    def precision_reason(self, precision: str) -> str | None:
-        return None
-
-    def graph_dtype(self, precision: str) -> torch.dtype:
-        return torch.float32
-
-    def required_features(self, precision: str) -> list[str]:
-        return []
+        return missing
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         import tensorrt as trt

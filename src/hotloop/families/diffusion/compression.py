@@ -12,9 +12,12 @@ The generic `steps:N` keeps the checkpoint's own scheduler (DDPM with N strided 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotloop.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hotloop.compress.onestep import OnestepJob
 
 STEPS = {"ddim": "ddim:N sample with DDIM (eta 0) in N steps instead of the checkpoint's scheduler"}
 
@@ -35,30 +38,16 @@ class DiffusionCompression:
 
         check_onestep(student_steps, teacher_steps, earlier, model)
 
-    def onestep(
-        self,
-        teacher: Any,
-        student: Any,
-        obs: Any,
-        calib: Any,
-        student_steps: int,
-        teacher_steps: int,
-        config: Any,
-        work: Any,
-        progress: bool,
-        explore: Any = None,
-        action_dim: int | None = None,
-    ) -> dict[str, Any]:
-        """`onestep[:K]`: `student` becomes a DDIM K-step copy of `teacher` (its weights are replaced in
-        place, its config switched to DDIM K), trained on `teacher`'s DDIM `teacher_steps` samples.
-        `explore` and `action_dim` are the flow families' (closed-loop rounds, padded action dimensions):
-        the recipe gives no rounds to Diffusion, and its samples have the executed dimensions only."""
+    def onestep(self, job: OnestepJob) -> dict[str, Any]:
+        """`onestep[:K]`: `job.student` becomes a DDIM K-step copy of `job.teacher` (its weights are replaced
+        in place, its config switched to DDIM K), trained on the teacher's DDIM `teacher_steps` samples.
+        `job.explore` and `job.action_dim` are the flow families' (closed-loop rounds, padded action
+        dimensions): the recipe gives no rounds to Diffusion, and its samples have the executed dimensions
+        only."""
         from hotloop.families.diffusion.onestep import train_diffusion_onestep
 
-        self.check_onestep(student_steps, teacher_steps, (), teacher)
-        return train_diffusion_onestep(
-            teacher, student, obs, calib, student_steps, teacher_steps, config, work, progress
-        )
+        self.check_onestep(job.student_steps, job.teacher_steps, (), job.teacher)
+        return train_diffusion_onestep(job)
 
     def student_model(self, model: Any, student_steps: int) -> Any:
         """A trainable copy of `model` whose config samples DDIM in `student_steps` steps."""

@@ -20,14 +20,16 @@ before any work (`ddim:N,onestep:K` distils its DDIM N-step sampler instead).
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from hotloop.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hotloop.compress.onestep import OnestepJob
 
 
 def check_onestep(student_steps: int, teacher_steps: int, earlier: tuple[str, ...], model: Any) -> None:
@@ -60,23 +62,15 @@ def _encode(model: Any, obs: Any) -> Tensor:
     return model.encode(obs.images, obs.state, obs.env_state)  # type: ignore[no-any-return]
 
 
-def train_diffusion_onestep(
-    teacher: nn.Module,
-    student: nn.Module,
-    obs: Any,
-    calib: Any,
-    student_steps: int,
-    teacher_steps: int,
-    config: Any,
-    work: Path | None = None,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Train `student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `teacher`'s
-    DDIM `teacher_steps`; `config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `work`."""
+def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
+    """Train `job.student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `job.teacher`'s
+    DDIM `teacher_steps`; `job.config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `job.work`."""
     from hotloop.compress.onestep import StageSettings
     from hotloop.models.diffusion import TableSampler
     from hotloop.nn.resumable import train_resumable
 
+    teacher, student, obs, calib, config = job.teacher, job.student, job.obs, job.calib, job.config
+    student_steps, teacher_steps = job.student_steps, job.teacher_steps
     t_model: Any = teacher
     s_model: Any = student
     teacher.eval()
@@ -134,7 +128,7 @@ def train_diffusion_onestep(
     params = list(s_model.unet.parameters())
     stage = StageSettings(config.steps, config.lr, config.seed, config.checkpoint_every)
     kind = f"diffusion-onestep:{student_steps}:{teacher_steps}:{asdict(config)}"
-    state = train_resumable(student, loss_fn, stage, work, kind, None, progress, params)
+    state = train_resumable(student, loss_fn, stage, job.work, kind, None, job.progress, params)
     return {
         "method": "DDIM sampler distillation (Luhman & Luhman 2021, arXiv:2101.02388)",
         "student_steps": student_steps,

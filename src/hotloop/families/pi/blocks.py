@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import cast
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hotloop.models.configs import GemmaConfig
-from hotloop.models.gemma import AdaRMSNorm, GemmaLayer, RMSNorm, apply_rope, attend, rms_normalize
+from hotloop.models.gemma import AdaRMSNorm, DecoderLayerBase, GemmaLayer, RMSNorm, apply_rope, rms_normalize
 
 # Rows of one norm's modulation in the pi0.5 time table: (1 + scale, shift, gate).
 MOD_SCALE, MOD_SHIFT, MOD_GATE = 0, 1, 2
@@ -59,7 +58,7 @@ def split_outputs(linears: nn.ModuleList, sizes: list[int], x: Tensor) -> list[T
     return [lin(x) for lin in linears]
 
 
-class DecoderBlock(nn.Module):
+class DecoderBlock(DecoderLayerBase):
     """One Gemma decoder layer with precomputed side inputs (see module docstring)."""
 
     def __init__(self, layer: GemmaLayer) -> None:
@@ -82,6 +81,10 @@ class DecoderBlock(nn.Module):
         kv = self.num_kv_heads * self.head_dim
         return [self.num_heads * self.head_dim, kv, kv]
 
+    def norm(self, which: int, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """`cond` (2, 3, width): both norms' modulations (pi0.5), row `which` for this one."""
+        return (self.mlp_norm if which else self.attn_norm)(x, None if cond is None else cond[which])  # type: ignore[no-any-return]
+
     def project(self, h: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, n, _ = h.shape
         q, k, v = split_outputs(self.qkv, self.qkv_sizes, h)
@@ -90,27 +93,12 @@ class DecoderBlock(nn.Module):
         v = v.view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(
-        self,
-        x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        mask: Tensor,
-        mods: Tensor | None = None,
-        past_k: Tensor | None = None,
-        past_v: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """(new x, keys after RoPE, values); `mods` (2, 3, width) holds both norms' modulations."""
-        h, gate = self.attn_norm(x, None if mods is None else mods[0])
-        q, k, v = self.project(h, cos, sin)
-        keys = k if past_k is None else torch.cat((past_k, k), dim=2)
-        values = v if past_v is None else torch.cat((past_v, v), dim=2)
-        out = self.o_proj(attend(q, keys, values, mask, self.head_dim**-0.5))
-        x = x + out if gate is None else x + out * gate
-        h, gate = self.mlp_norm(x, None if mods is None else mods[1])
+    def attn_out(self, out: Tensor) -> Tensor:
+        return self.o_proj(out)  # type: ignore[no-any-return]
+
+    def mlp_out(self, h: Tensor) -> Tensor:
         g, u = split_outputs(self.gate_up, [self.mlp_dim, self.mlp_dim], h)
-        out = self.down_proj(F.gelu(g, approximate="tanh") * u)
-        return (x + out if gate is None else x + out * gate), k, v
+        return self.down_proj(F.gelu(g, approximate="tanh") * u)  # type: ignore[no-any-return]
 
     def kv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values only (the VLM's last layer feeds the expert through its cache alone)."""

@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from hotloop.errors import ConfigError
 from hotloop.families.buckets import check_views_and_prompt
 from hotloop.families.examples import model_in, run_examples
-from hotloop.families.flow import VLM_FLOW_STAGES, EulerLoop
+from hotloop.families.flow import VLM_FLOW_STAGES, EulerLoop, FlowStepEngine
 from hotloop.families.lookup import lookup_rows
 from hotloop.families.pi.blocks import (
     BlockNorm,
@@ -69,7 +69,7 @@ from hotloop.families.protocol import PositiveShape, Runner, Signature, SubEngin
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel
-from hotloop.models.siglip import SiglipLayer
+from hotloop.models.siglip import SiglipAttention, SiglipLayer
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
 TOKEN_EMBEDDING = "token_embedding"  # the prefix's constant: the VLM's token-embedding table (V, W)
@@ -102,7 +102,7 @@ class VisionBlock(nn.Module):
 
     def __init__(self, layer: SiglipLayer) -> None:
         super().__init__()
-        attn = layer.self_attn
+        attn = cast(SiglipAttention, layer.self_attn)
         self.num_heads, self.head_dim = attn.num_heads, attn.head_dim
         self.layer_norm1, self.layer_norm2, self.mlp = layer.layer_norm1, layer.layer_norm2, layer.mlp
         self.qkv = nn.ModuleList([attn.q_proj, attn.k_proj, attn.v_proj])
@@ -203,7 +203,7 @@ class SuffixEmbed(nn.Module):
         return torch.cat((self.state_proj(state.to(dtype))[:, None, :], action_time), dim=1)
 
 
-class DenoiseStepEngine(nn.Module):
+class DenoiseStepEngine(FlowStepEngine):
     """One velocity evaluation v(x_t, t) reading the prefix cache; the time enters as `time_cond`."""
 
     def __init__(self, model: PiModel) -> None:
@@ -214,10 +214,6 @@ class DenoiseStepEngine(nn.Module):
         self.blocks = blocks_from_stack(model.expert.layers)
         self.final_norm: BlockNorm = norm_from_model(model.expert.norm)
         self.action_out_proj = model.action_out_proj
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.action_out_proj.weight.dtype
 
     def run(
         self,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from hotloop.errors import ConfigError
-from hotloop.families.pi.sampling import PiObservation, sample_actions
+from hotloop.families.pi.sampling import PiObservation, SampleOptions, begin_sampling, sample_actions
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel, PrefixCache, state_prompt_tokens
 
@@ -97,8 +97,8 @@ class PiPolicy:
     (`state_prompt_tokens`). `seed` makes the noise reproducible: `reset()` restarts the generator.
     """
 
-    # It samples with RTC guidance or a given prefix (`guided_sample`, `prefix_sample`) when asked, and
-    # checks a draft chunk with its velocity network (`draft_sample`, `--strategy draft`).
+    # It samples with RTC guidance or a given prefix (`rtc_sample`) when asked, and checks a draft chunk
+    # with its velocity network (`draft_sample`, `--strategy draft`).
     supports_rtc = True
     supports_draft = True
 
@@ -310,17 +310,7 @@ class PiPolicy:
         guidance = guidance_inputs(obs)
         mode = guidance_mode(obs)
         draft: Any = None
-        if guidance is not None and mode == "draft":
-            from hotloop.realtime.draft import tolerance_of
-
-            chunk, draft = self.draft_sample(
-                model_obs, guidance, lambda a: a, tolerance_of(obs), generator=self._generator
-            )
-        elif guidance is not None and mode == "prefix":
-            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator)
-        elif guidance is not None and mode == "soft-prefix":
-            chunk = self.prefix_sample(model_obs, guidance, lambda a: a, generator=self._generator, soft=True)
-        elif guidance is None:
+        if guidance is None:
             # `observation` built the inputs to the model's shapes and checked the raw values: no second check.
             chunk = sample_actions(
                 self.eager_model,
@@ -330,8 +320,14 @@ class PiPolicy:
                 cache=self._cache,
                 validate=False,
             )
+        elif mode == "draft":
+            from hotloop.realtime.draft import tolerance_of
+
+            chunk, draft = self.draft_sample(
+                model_obs, guidance, lambda a: a, tolerance_of(obs), generator=self._generator
+            )
         else:
-            chunk = self.guided_sample(model_obs, guidance, lambda a: a, generator=self._generator)
+            chunk = self.rtc_sample(model_obs, guidance, mode, lambda a: a, generator=self._generator)
         rows = self.horizon if draft is None else draft.kept
         actions = chunk[0, :rows, : self.action_dim].cpu().numpy()
         out: dict[str, Any] = {"actions": self.norm_stats.unnormalize(actions, "actions").astype(np.float32)}
@@ -371,38 +367,33 @@ class PiPolicy:
         verify_noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """`--strategy draft` (`hotloop.realtime.draft`): the executing chunk's rows (robot space, mapped
-        by `to_policy_actions` like `guided_sample`), padded to the horizon, are checked by the velocity
+        by `to_policy_actions` like `rtc_sample`), padded to the horizon, are checked by the velocity
         network at `VERIFY_TIMES` from `verify_noise` (default: a fixed draw, the same every call); with
         enough rows accepted they are the answer, else the loop runs as `rtc-soft`'s with the accepted rows
         held. Vision and prefix run once. Returns (chunk (1, chunk_size, max_action_dim), model space;
         `DraftOutcome`, whose `kept` rows of the chunk are the answer)."""
-        from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
-        from hotloop.families.pi.sampling import encode_observation, sampling_defaults
         from hotloop.realtime.draft import DraftOutcome, draft_rows, min_rows, verify
-        from hotloop.realtime.rtc import prefix_weights
 
-        prev, delay, _ = guidance
+        prev, delay, beta = guidance
         horizon = self.horizon
         n = max(1, min(len(prev), horizon))
         d = max(0, min(int(delay), n, horizon))
         model = self.eager_model
-        steps = self.num_steps if self.num_steps is not None else self.config.num_steps
-        timer, _, noise = sampling_defaults(model, model_obs, noise, steps, generator, timer)
+        options = self._sample_options(noise, generator, timer)
+        timer, steps, noise, cache = begin_sampling(model, model_obs, options)
         draft, _ = self._model_space_guidance(draft_rows(prev, horizon), d, to_policy_actions)
         draft = draft.to(self.device)
         if verify_noise is None:
             verify_noise = self._fixed_noise()
-        with torch.no_grad():
-            cache = encode_observation(model, model_obs, timer, self._cache)
-            with timer.stage("verify"):
-                check = verify(
-                    lambda x, t: model.denoise_step(cache, x, t, model_obs.state),
-                    draft,
-                    verify_noise,
-                    horizon,
-                    self.action_dim,
-                    tolerance,
-                )
+        with torch.no_grad(), timer.stage("verify"):
+            check = verify(
+                lambda x, t: model.denoise_step(cache, x, t, model_obs.state),
+                draft,
+                verify_noise,
+                horizon,
+                self.action_dim,
+                tolerance,
+            )
         accepted = check.accepted
         speculative = accepted >= min_rows(horizon, d)
         evals = check.evals + (0 if speculative else steps)
@@ -417,23 +408,33 @@ class PiPolicy:
         )
         if speculative:
             return draft, outcome
-        # The full path: rtc-soft's sampler over the executing chunk, its hard part grown to the accepted rows.
+        # The full path: rtc-soft's sampler over the executing chunk, its hard part grown to the accepted rows,
+        # from the same noise and on the prefix the check already encoded into this policy's cache.
         hold = max(d, min(accepted, n))
-        target, _ = self._model_space_guidance(prev[:n], hold, to_policy_actions)
-        mask = torch.zeros(self.config.chunk_size)
-        mask[:horizon] = torch.from_numpy(prefix_weights(hold, n, horizon)).float()
-        chunk = soft_prefix_sample_actions(
-            model,
+        chunk = self.rtc_sample(
             model_obs,
-            target.to(self.device),
-            mask.to(self.device),
+            (prev[:n], hold, beta),
+            "soft-prefix",
+            to_policy_actions,
             noise=noise,
-            num_steps=steps,
             timer=timer,
-            cache=cache,
             encoded=True,
         )
         return chunk, outcome
+
+    def _sample_options(
+        self, noise: torch.Tensor | None, generator: torch.Generator | None, timer: Any, encoded: bool = False
+    ) -> SampleOptions:
+        """The samplers' keywords (`SampleOptions`) for one call: its noise, generator and timer, with this
+        policy's step count and preallocated cache (`encoded`: already holding the call's prefix)."""
+        return {
+            "noise": noise,
+            "num_steps": self.num_steps,
+            "generator": generator,
+            "timer": timer,
+            "cache": self._cache,
+            "encoded": encoded,
+        }
 
     def _fixed_noise(self) -> torch.Tensor:
         """The draft check's start: one fixed draw (seed 0), the same for every call and every policy seed."""
@@ -467,64 +468,45 @@ class PiPolicy:
             ),
         )
 
-    def prefix_sample(
+    def rtc_sample(
         self,
         model_obs: PiObservation,
         guidance: tuple[np.ndarray, int, float],
+        mode: str,
         to_policy_actions: Any,
         noise: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         timer: Any = None,
-        soft: bool = False,
+        encoded: bool = False,
     ) -> torch.Tensor:
-        """RTC by action conditioning (`hotloop.families.pi.rtc_prefix`): the first d of the previous
-        actions (robot space, mapped by `to_policy_actions` like `guided_sample`) are given as the clean
-        prefix of the new chunk (d capped at the rows given and the horizon; beta is not used). `soft`:
-        over the whole soft mask, its tail started part-way along the flow from the previous actions and
-        the result held to them by the mask (`soft_prefix_sample_actions`, `--strategy rtc-soft`)."""
+        """A chunk sampled onto the previous one, `guidance` = (previous actions (n, D) in the robot's space,
+        d, beta); `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
+        unless an adapter predicts relative actions). `mode` (`hotloop.realtime.rtc.guidance_mode`):
+        - "guided": RTC guidance (`hotloop.families.pi.rtc.guided_sample_actions`);
+        - "prefix": RTC by action conditioning (`hotloop.families.pi.rtc_prefix`): the first d previous
+          actions are given as the clean prefix of the new chunk (d capped at the rows given and the
+          horizon; beta is not used);
+        - "soft-prefix": the same over the whole soft mask, its tail started part-way along the flow from
+          the previous actions and the result held to them by the mask (`soft_prefix_sample_actions`,
+          `--strategy rtc-soft`).
+        `encoded`: this policy's cache already holds `model_obs`'s prefix (`draft_sample`'s check filled it)."""
+        from hotloop.families.pi.rtc import guided_sample_actions
         from hotloop.families.pi.rtc_prefix import prefix_sample_actions, soft_prefix_sample_actions
 
-        prev, delay, _ = guidance
-        d = max(0, min(int(delay), len(prev), self.horizon))
-        target, weights = self._model_space_guidance(prev, d, to_policy_actions)
-        common: dict[str, Any] = dict(
-            noise=noise, num_steps=self.num_steps, generator=generator, timer=timer, cache=self._cache
-        )
-        if soft:  # one time per token: the mask is the same on every action column
-            mask = weights[:, 0].to(self.device)
-            return soft_prefix_sample_actions(
-                self.eager_model, model_obs, target.to(self.device), mask, **common
-            )
-        return prefix_sample_actions(self.eager_model, model_obs, target.to(self.device), d, **common)
-
-    def guided_sample(
-        self,
-        model_obs: PiObservation,
-        guidance: tuple[np.ndarray, int, float],
-        to_policy_actions: Any,
-        noise: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        timer: Any = None,
-    ) -> torch.Tensor:
-        """RTC sampling: `guidance` = (previous actions (n, D) in the robot's space, d, beta);
-        `to_policy_actions` maps them into the space this policy's norm stats describe (the identity
-        unless an adapter predicts relative actions)."""
-        from hotloop.families.pi.rtc import guided_sample_actions
-
         prev, delay, beta = guidance
+        if mode != "guided":
+            delay = max(0, min(int(delay), len(prev), self.horizon))
         target, weights = self._model_space_guidance(prev, delay, to_policy_actions)
-        return guided_sample_actions(
-            self.eager_model,
-            model_obs,
-            target.to(self.device),
-            weights.to(self.device),
-            beta,
-            noise=noise,
-            num_steps=self.num_steps,
-            generator=generator,
-            timer=timer,
-            cache=self._cache,
-        )
+        target = target.to(self.device)
+        options = self._sample_options(noise, generator, timer, encoded)
+        if mode == "guided":
+            return guided_sample_actions(
+                self.eager_model, model_obs, target, weights.to(self.device), beta, **options
+            )
+        if mode == "soft-prefix":  # one time per token: the mask is the same on every action column
+            mask = weights[:, 0].to(self.device)
+            return soft_prefix_sample_actions(self.eager_model, model_obs, target, mask, **options)
+        return prefix_sample_actions(self.eager_model, model_obs, target, delay, **options)
 
 
 def pi_policy_spec(

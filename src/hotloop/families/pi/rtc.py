@@ -3,16 +3,17 @@ flow integrated with a vector-Jacobian-product correction toward the previous ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hotloop.realtime.rtc import guidance_weight
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import Tensor
 
-    from hotloop.families.pi.sampling import PiObservation
-    from hotloop.measure.stages import StageTimer
-    from hotloop.models.pi0 import PiModel, PrefixCache
+    from hotloop.families.pi.sampling import PiObservation, SampleOptions
+    from hotloop.models.pi0 import PiModel
 
 
 def guided_sample_actions(
@@ -21,22 +22,17 @@ def guided_sample_actions(
     prev: Tensor,
     weights: Tensor,
     max_guidance_weight: float,
-    noise: Tensor | None = None,
-    num_steps: int | None = None,
-    generator: Any = None,
-    timer: StageTimer | None = None,
-    cache: PrefixCache | None = None,
+    **options: Unpack[SampleOptions],
 ) -> Tensor:
     """`hotloop.families.pi.sampling.sample_actions` with RTC guidance. `prev` (B, chunk, max_action_dim): the
     previous chunk's actions in model space (normalized, zero-padded; rows past the overlap are
-    ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`."""
+    ignored); `weights` (chunk,) or (chunk, max_action_dim): the soft mask from `prefix_weights`.
+    `options`: noise, num_steps, generator, timer, cache, as `sample_actions` takes them."""
     import torch
 
-    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import begin_sampling
 
-    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
-    with torch.no_grad():
-        cache = encode_observation(model, obs, timer, cache)
+    timer, steps, noise, cache = begin_sampling(model, obs, options)
     mask = weights.to(device=noise.device, dtype=torch.float32)
     mask = mask[None] if mask.ndim == 2 else mask[None, :, None]
     target = prev.to(device=noise.device, dtype=torch.float32)

@@ -19,14 +19,15 @@ This module imports torch only inside its functions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import Tensor
 
-    from hotloop.families.pi.sampling import PiObservation
-    from hotloop.measure.stages import StageTimer
-    from hotloop.models.pi0 import PiModel, PrefixCache
+    from hotloop.families.pi.sampling import PiObservation, SampleOptions
+    from hotloop.models.pi0 import PiModel
 
 
 def prefix_token_time(t: Tensor, delay: int, batch: int, chunk: int) -> Tensor:
@@ -43,37 +44,32 @@ def prefix_sample_actions(
     obs: PiObservation,
     prefix: Tensor,
     delay: int,
-    noise: Tensor | None = None,
-    num_steps: int | None = None,
-    generator: Any = None,
-    timer: StageTimer | None = None,
-    cache: PrefixCache | None = None,
+    **options: Unpack[SampleOptions],
 ) -> Tensor:
     """`hotloop.families.pi.sampling.sample_actions` conditioned on a given prefix: rows [0, delay) of `prefix`
     (B, chunk, max_action_dim), model space (normalised, zero-padded), are the first actions of the
-    result exactly; the rest is sampled. delay = 0 is plain sampling."""
+    result exactly; the rest is sampled. delay = 0 is plain sampling. `options`: noise, num_steps, generator,
+    timer, cache, as `sample_actions` takes them."""
     import torch
 
-    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import begin_sampling
 
     chunk = model.cfg.chunk_size
     if not 0 <= delay <= chunk:
         raise ValueError(f"delay must be in [0, {chunk}] (got {delay})")
-    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
+    timer, steps, noise, cache = begin_sampling(model, obs, options)
     given = prefix.to(device=noise.device, dtype=torch.float32)[:, :delay]
-    with torch.no_grad():
-        cache = encode_observation(model, obs, timer, cache)
-        with timer.stage("denoise"):
-            dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
-            x = noise.to(torch.float32).clone()
-            x[:, :delay] = given
-            for k in range(steps):
-                # The same float64-then-float32 time as `sample_actions`, so delay 0 matches it bit for bit.
-                t = torch.tensor(1.0 + k * (-1.0 / steps), dtype=torch.float32, device=noise.device)
-                tt = prefix_token_time(t, delay, x.shape[0], chunk) if delay else t
-                v = model.denoise_step(cache, x, tt, obs.state)
-                x = x + dt * v
-                x[:, :delay] = given  # held: the prefix is data (t = 0) at every step
+    with torch.no_grad(), timer.stage("denoise"):
+        dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
+        x = noise.to(torch.float32).clone()
+        x[:, :delay] = given
+        for k in range(steps):
+            # The same float64-then-float32 time as `sample_actions`, so delay 0 matches it bit for bit.
+            t = torch.tensor(1.0 + k * (-1.0 / steps), dtype=torch.float32, device=noise.device)
+            tt = prefix_token_time(t, delay, x.shape[0], chunk) if delay else t
+            v = model.denoise_step(cache, x, tt, obs.state)
+            x = x + dt * v
+            x[:, :delay] = given  # held: the prefix is data (t = 0) at every step
     return x
 
 
@@ -82,12 +78,7 @@ def soft_prefix_sample_actions(
     obs: PiObservation,
     prefix: Tensor,
     weights: Tensor,
-    noise: Tensor | None = None,
-    num_steps: int | None = None,
-    generator: Any = None,
-    timer: StageTimer | None = None,
-    cache: PrefixCache | None = None,
-    encoded: bool = False,
+    **options: Unpack[SampleOptions],
 ) -> Tensor:
     """Prefix conditioning over RTC's whole soft mask (`--strategy rtc-soft`), then the mask enforced.
 
@@ -103,35 +94,27 @@ def soft_prefix_sample_actions(
     step or two: measured on demo:conveyor it took 11-21 % off the chunk jump, the blend 70 %. The blend
     is RTC's objective (agree with the executing chunk by W) met exactly; the conditioning keeps the
     sampled part coherent with it (plain sampling blended the same way lost 8-11 more points).
-    `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling.
-    `encoded`: `cache` already holds this observation's prefix (`--strategy draft` computed it for its
-    check), so vision and prefix do not run again."""
+    `weights` (chunk,): W, e.g. `hotloop.realtime.rtc.prefix_weights`; all zeros is plain sampling."""
     import torch
 
-    from hotloop.families.pi.sampling import encode_observation, sampling_defaults
+    from hotloop.families.pi.sampling import begin_sampling
 
     chunk = model.cfg.chunk_size
     if weights.shape != (chunk,):
         raise ValueError(f"weights must have shape ({chunk},) (got {tuple(weights.shape)})")
-    timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
+    timer, steps, noise, cache = begin_sampling(model, obs, options)
     w = weights.to(device=noise.device, dtype=torch.float32).clamp(0.0, 1.0)[None, :, None]  # (1, chunk, 1)
     start = 1.0 - w
     given = prefix.to(device=noise.device, dtype=torch.float32)
-    if encoded and cache is None:
-        raise ValueError("encoded=True needs the filled cache")
-    with torch.no_grad():
-        if not encoded:
-            cache = encode_observation(model, obs, timer, cache)
-        assert cache is not None
-        with timer.stage("denoise"):
-            x = start * noise.to(torch.float32) + w * given
-            s = start[..., 0].expand(x.shape[0], chunk)  # (B, chunk)
-            for k in range(steps):
-                t = 1.0 + k * (-1.0 / steps)
-                t_next = 1.0 + (k + 1) * (-1.0 / steps) if k + 1 < steps else 0.0
-                now = torch.clamp(s, max=t)
-                after = torch.clamp(s, max=t_next)
-                v = model.denoise_step(cache, x, now.contiguous(), obs.state)
-                x = x + (after - now)[..., None] * v
-            x = w * given + start * x
+    with torch.no_grad(), timer.stage("denoise"):
+        x = start * noise.to(torch.float32) + w * given
+        s = start[..., 0].expand(x.shape[0], chunk)  # (B, chunk)
+        for k in range(steps):
+            t = 1.0 + k * (-1.0 / steps)
+            t_next = 1.0 + (k + 1) * (-1.0 / steps) if k + 1 < steps else 0.0
+            now = torch.clamp(s, max=t)
+            after = torch.clamp(s, max=t_next)
+            v = model.denoise_step(cache, x, now.contiguous(), obs.state)
+            x = x + (after - now)[..., None] * v
+        x = w * given + start * x
     return x

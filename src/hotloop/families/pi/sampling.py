@@ -8,6 +8,7 @@ each update is x <- x + dt * v with the product and the sum each rounded to floa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +173,43 @@ def encode_observation(
         image_tokens = model.vision(obs.images)
     with timer.stage("prefix"):
         return model.prefix(image_tokens, obs.image_masks, obs.lang_tokens, obs.lang_masks, out=cache)
+
+
+class SampleOptions(TypedDict, total=False):
+    """The optional inputs the RTC samplers (`hotloop.families.pi.rtc`, `rtc_prefix`) take as keywords, as
+    `sample_actions` does: the start noise, the step count, the noise generator, a stage timer and a
+    preallocated prefix cache; `encoded`: that cache already holds this observation's prefix (`--strategy
+    draft` computed it for its check), so vision and prefix do not run again."""
+
+    noise: Tensor | None
+    num_steps: int | None
+    generator: torch.Generator | None
+    timer: StageTimer | None
+    cache: PrefixCache | None
+    encoded: bool
+
+
+def begin_sampling(
+    model: PiModel, obs: PiObservation, options: SampleOptions
+) -> tuple[StageTimer, int, Tensor, PrefixCache]:
+    """(timer, steps, noise, cache): `options` with the samplers' defaults (`sampling_defaults`), then the
+    observation encoded once without gradient (`encode_observation`) unless `options` says it already is."""
+    timer, steps, noise = sampling_defaults(
+        model,
+        obs,
+        options.get("noise"),
+        options.get("num_steps"),
+        options.get("generator"),
+        options.get("timer"),
+    )
+    cache = options.get("cache")
+    if options.get("encoded"):
+        if cache is None:
+            raise ValueError("encoded=True needs the filled cache")
+        return timer, steps, noise, cache
+    with torch.no_grad():
+        cache = encode_observation(model, obs, timer, cache)
+    return timer, steps, noise, cache
 
 
 @torch.no_grad()

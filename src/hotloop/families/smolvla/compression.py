@@ -12,9 +12,9 @@ per step, checkpointed, resumable after an interrupt.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,28 +22,24 @@ from torch import Tensor, nn
 
 from hotloop.compress.onestep import FlowOnestepSteps
 from hotloop.errors import ConfigError
-from hotloop.families.flow_distill import check_step_distill, matched_states
+from hotloop.families.flow_distill import (
+    FlowStepDistillSteps,
+    matched_loss,
+    matched_states,
+    start_noise,
+    step_distill_report,
+)
 from hotloop.families.smolvla.observation import SmolVLAObservation, select
 from hotloop.models.smolvla import SmolVLAModel
+from hotloop.nn.resumable import ResumableSettings
 
 NOISE_MODES = ("random", "zero")
 FROZEN = ("vlm_with_expert.vlm.", "state_proj.")  # the prefix: vision, connector, VLM, state token
 
 
 @dataclass(frozen=True)
-class StepDistillConfig:
-    steps: int = 200
-    batch: int = 8
-    lr: float = 3e-4
-    seed: int = 0
-    checkpoint_every: int = 50
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "batch", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"step distillation {name} must be >= 1 (got {getattr(self, name)})")
-        if not self.lr > 0:
-            raise ConfigError(f"step distillation lr must be > 0 (got {self.lr})")
+class StepDistillConfig(ResumableSettings):
+    label: ClassVar[str] = "step distillation"
 
 
 @dataclass(frozen=True)
@@ -104,20 +100,14 @@ def step_distill(
 
     opts = options or StepDistillOptions()
     matched = matched_states(teacher, obs.batch, small_steps, teacher_steps, opts.intermediate_weight)
-    cfg = teacher.cfg
-    shape = (cfg.chunk_size, cfg.max_action_dim)
-
-    def start(n: int, gen: torch.Generator | None) -> Tensor:
-        return torch.zeros(n, *shape) if opts.noise == "zero" else torch.randn((n, *shape), generator=gen)
+    start = start_noise(opts.noise, (teacher.cfg.chunk_size, teacher.cfg.max_action_dim))
 
     def loss_on(o: SmolVLAObservation, noise: Tensor) -> Tensor:
         with torch.no_grad():
             target = integrate(teacher, prefix_cache(teacher, o), noise, teacher_steps)
             cache = prefix_cache(student, o)  # frozen: the student's prefix is the teacher's
         got = integrate(student, cache, noise, small_steps)
-        total = sum((w * F.mse_loss(got[k], target[j]) for k, j, w in matched), torch.zeros(()))
-        total = total + opts.first_action_weight * F.mse_loss(got[-1][:, 0], target[-1][:, 0])
-        return total / (sum(w for _, _, w in matched) + opts.first_action_weight)
+        return matched_loss(got, target, matched, opts.first_action_weight)
 
     def loss_fn(gen: torch.Generator) -> Tensor:
         idx = torch.randperm(obs.batch, generator=gen)[: min(config.batch, obs.batch)].tolist()
@@ -136,17 +126,10 @@ def step_distill(
     state = train_resumable(
         student, loss_fn, config, checkpoint_dir, kind, on_step, progress, expert_parameters(student)
     )
-    return {
-        "small_steps": small_steps,
-        "teacher_steps": teacher_steps,
-        "steps": state.step,
-        "observations": int(obs.batch),
-        "options": asdict(opts),
-        "matched_times": [1.0 - k / small_steps for k, _, _ in matched],
-        "chunk_mse_before": before,
-        "chunk_mse_after": fixed_set_mse(),
-        "config": asdict(config),
-    }
+    mse = (before, fixed_set_mse())
+    return step_distill_report(
+        small_steps, teacher_steps, state.step, int(obs.batch), opts, matched, mse, config
+    )
 
 
 class SmolVLAFlowStudent:
@@ -155,6 +138,7 @@ class SmolVLAFlowStudent:
 
     def __init__(self, model: Any) -> None:
         cfg = model.cfg
+        self.cfg = cfg
         self.chunk_shape = (int(cfg.chunk_size), int(cfg.max_action_dim))
 
     def prefix(self, model: Any, obs: SmolVLAObservation) -> Any:
@@ -169,17 +153,20 @@ class SmolVLAFlowStudent:
 
     def concat(self, a: SmolVLAObservation, b: SmolVLAObservation) -> SmolVLAObservation:
         """One batch of both, the prompts padded (masked) to the wider one's slots: recorded frames come
-        with the engines' slots, a policy's own observations with its preprocessor's."""
+        with the engines' slots, a policy's own observations with its preprocessor's; images prepared at
+        the checkpoint's own size resized to a `vision-res` model's (its own rollouts come at that size)."""
         import dataclasses
 
         from hotloop.families.batching import stack
         from hotloop.families.smolvla.observation import pad_prompt
+        from hotloop.models.smolvla import fit_images
 
         slots = max(a.lang_tokens.shape[1], b.lang_tokens.shape[1])
         padded = []
         for o in (a, b):
             tokens, masks = pad_prompt(o.lang_tokens, o.lang_masks, slots)
-            padded.append(dataclasses.replace(o, lang_tokens=tokens, lang_masks=masks))
+            images = fit_images(o.images, self.cfg)
+            padded.append(dataclasses.replace(o, images=images, lang_tokens=tokens, lang_masks=masks))
         return stack(padded)
 
     def batch_size(self, obs: SmolVLAObservation) -> int:
@@ -209,33 +196,57 @@ class SmolVLAFlowStudent:
         return expert_parameters(model)
 
 
-class SmolVLACompression(FlowOnestepSteps):
-    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation and the
-    `onestep[:K]` student."""
+class SmolVLACompression(FlowOnestepSteps, FlowStepDistillSteps):
+    """The steps `hotloop compress` runs for SmolVLA beyond the generic ones: step distillation, the
+    `onestep[:K]` student, a lower vision resolution (`vision-res:S`) and the vision tower's recovery
+    toward the full-resolution teacher (`distill`)."""
+
+    def vision_config(self, model: Any) -> Any:
+        return model.cfg
+
+    def check_vision_res(self, cfg: Any, side: int, flag: str) -> Any:
+        """ConfigError naming `flag` unless `side` is below `cfg`'s resolution and on its patch grid; the
+        config after the step."""
+        from hotloop.models.smolvla_resolution import check_side, lower_config
+
+        check_side(cfg, side, flag)
+        return lower_config(cfg, side)
+
+    def vision_res(self, model: Any, side: int) -> tuple[Any, dict[str, Any]]:
+        from hotloop.models.smolvla_resolution import lower_resolution
+
+        return lower_resolution(model, side)
+
+    def check_distill(self, earlier: tuple[str, ...]) -> None:
+        """SmolVLA's `distill` retrains the vision tower after `vision-res`; without it there is nothing
+        to recover."""
+        if "vision-res" not in earlier:
+            raise ConfigError(
+                "--recipe distill: a SmolVLA's distill retrains the vision tower toward the full-resolution "
+                "teacher after vision-res; put vision-res:S before it (e.g. vision-res:384,distill)"
+            )
+
+    def distill(
+        self,
+        teacher: nn.Module,
+        student: nn.Module,
+        obs: Any,
+        targets: Tensor | None,
+        settings: dict[str, Any],
+        work: Path,
+        progress: bool,
+    ) -> dict[str, Any]:
+        """The vision tower and connector toward the full-resolution teacher (`distill_vision`)."""
+        from hotloop.families.smolvla.distill import distill_vision
+
+        config = StepDistillConfig(
+            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
+        )
+        return distill_vision(teacher, student, obs, targets, config, work, progress=progress)  # type: ignore[arg-type]
 
     def flow_student(self, model: Any) -> Any:
         """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
         return SmolVLAFlowStudent(model)
 
-    def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
-        check_step_distill(small_steps, teacher_steps)
-
-    def step_distill(
-        self,
-        teacher: nn.Module,
-        student: nn.Module,
-        obs: Any,
-        num_steps: int,
-        settings: dict[str, Any],
-        teacher_steps: int,
-        work: Path,
-        progress: bool,
-        options: dict[str, Any],
-    ) -> dict[str, Any]:
-        config = StepDistillConfig(
-            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
-        )
-        return step_distill(
-            teacher, student, obs, num_steps, config, teacher_steps, work, progress=progress,  # type: ignore[arg-type]
-            options=StepDistillOptions(**options),
-        )  # fmt: skip
+    def step_distiller(self) -> tuple[Any, Any, Any]:
+        return step_distill, StepDistillConfig, StepDistillOptions

@@ -27,6 +27,7 @@ def config_from_dict(data: dict[str, Any]) -> SmolVLAConfig:
     try:
         vlm = data["vlm"]
         fields = {k: v for k, v in data.items() if k not in ("vlm", "expert", "layers", "tokenizer")}
+        native = fields.pop("native_image_size", None)  # absent from manifests before `vision-res`
         return SmolVLAConfig(
             vlm=SmolVLMConfig(
                 vision=SmolVLMVisionConfig(**vlm["vision"]),
@@ -37,6 +38,7 @@ def config_from_dict(data: dict[str, Any]) -> SmolVLAConfig:
             expert=_llama(data["expert"]),
             layers=tuple(LayerPlan(**layer) for layer in data["layers"]),
             tokenizer=TokenizerSettings(**data["tokenizer"]),
+            native_image_size=None if native is None else (int(native[0]), int(native[1])),
             **{k: tuple(v) if k in _TUPLES else v for k, v in fields.items()},  # type: ignore[arg-type]
         )
     except (KeyError, TypeError) as exc:

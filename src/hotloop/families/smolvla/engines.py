@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from hotloop.errors import ConfigError
 from hotloop.families.examples import model_in, run_examples
-from hotloop.families.flow import EulerLoop
+from hotloop.families.flow import EulerLoop, FlowStepEngine
 from hotloop.families.protocol import PositiveShape, Signature, SubEngine
 from hotloop.families.smolvla.observation import example_observation
 from hotloop.families.smolvla.tables import observation_tables, time_rows
@@ -214,7 +214,7 @@ class PrefixEngine(nn.Module):
         return tuple(out)
 
 
-class DenoiseStepEngine(nn.Module):
+class DenoiseStepEngine(FlowStepEngine):
     """One velocity evaluation v(x_t, t) over the prefix K/V; the time enters as its embedding."""
 
     def __init__(self, model: SmolVLAModel) -> None:
@@ -235,10 +235,6 @@ class DenoiseStepEngine(nn.Module):
         self.cross_sin: Tensor
         self.register_buffer("cross_cos", cos0, persistent=False)
         self.register_buffer("cross_sin", sin0, persistent=False)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.action_out_proj.weight.dtype
 
     def run(
         self,

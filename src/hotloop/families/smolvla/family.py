@@ -23,7 +23,9 @@ class SmolVLAFamily(FamilyAdapter):
     name: ClassVar[str] = "smolvla"
     lerobot_types: ClassVar[tuple[str, ...]] = ("smolvla",)
     stages: ClassVar[tuple[StageSpec, ...]] = VLM_FLOW_STAGES
-    capabilities: ClassVar[Capabilities] = dataclasses.replace(VLM_FLOW_CAPABILITIES, lean_artifact=True)
+    capabilities: ClassVar[Capabilities] = dataclasses.replace(
+        VLM_FLOW_CAPABILITIES, lean_artifact=True, vision_resolution=True, distillation=True
+    )
 
     def parts(self) -> FamilyParts:
         from hotloop.families.smolvla.engines import SmolVLAEngineShape, build_smolvla_subengines

@@ -18,7 +18,7 @@ from torch import Tensor
 from hotloop.errors import ConfigError
 from hotloop.families.batching import select as select  # re-exported: the compression steps slice with it
 from hotloop.families.inputs import check_fields, check_finite, check_kind, to_tensor
-from hotloop.models.smolvla import LANG_MASK, LANG_TOKENS, STATE, prepare_images, prepare_state
+from hotloop.models.smolvla import LANG_MASK, LANG_TOKENS, STATE, fit_images, prepare_images, prepare_state
 from hotloop.models.smolvla_config import SmolVLAConfig
 
 OBS_FIELDS = ("images", "image_masks", "lang_tokens", "lang_masks", "state")
@@ -130,6 +130,8 @@ def validate_observation(cfg: SmolVLAConfig, shape: Any, obs: Any) -> SmolVLAObs
         if value is None:
             raise ConfigError(f"input {name!r} is missing; expected shape {want} ({kind})")
         t = to_tensor(name, value)
+        if name == "images":  # prepared at the checkpoint's own size for a `vision-res` plan: resized
+            t = fit_images(t, cfg)
         if t.ndim != len(want) or any(d not in (-1, g) for d, g in zip(want, t.shape, strict=True)):
             shown = tuple(shape.prompt_slots if d == -1 else d for d in want)
             raise ConfigError(f"input {name!r} has shape {tuple(t.shape)}; this engine takes {shown}")

@@ -19,6 +19,7 @@ from hotloop.families.smolvla.engines import SmolVLAEngineShape
 from hotloop.families.smolvla.observation import SmolVLAObservation
 from hotloop.families.smolvla.tables import observation_tables, step_time, time_embedding
 from hotloop.measure.stages import StageTimer, null_timer
+from hotloop.models.smolvla import fit_images
 from hotloop.models.smolvla_config import SmolVLAConfig
 
 
@@ -51,7 +52,9 @@ class SmolVLAPipeline(StagePipeline):
         """vision and prefix: the values the denoise engines read (K/V and the suffix tables)."""
         timer = timer if timer is not None else null_timer()
         slots = self.shape.prompt_slots
-        values: dict[str, Tensor] = {"images": obs.images}
+        # images prepared at the checkpoint's own size (the recipe's teacher observations) meet a
+        # `vision-res` plan resized to its size
+        values: dict[str, Tensor] = {"images": fit_images(obs.images, self.cfg)}
         with timer.stage("vision"):
             run_subengine(self.runners["vision"], self.signatures["vision"], values)
         with timer.stage("prefix"):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hotloop.errors import ConfigError
+from hotloop.realtime.filters.protocol import MotionReadout
 
 MODELS = ("cv", "ca")
 
@@ -93,7 +94,7 @@ def _process(order: int, dt: float, q: float) -> np.ndarray:
     )
 
 
-class KalmanTracker:
+class KalmanTracker(MotionReadout):
     """Tracks position (and its derivatives) of one target from noisy, possibly missing positions."""
 
     def __init__(self, config: KalmanConfig | None = None) -> None:
@@ -116,14 +117,6 @@ class KalmanTracker:
     @property
     def time(self) -> float | None:
         return self._t
-
-    @property
-    def position(self) -> np.ndarray:
-        return self._state()[0].copy()
-
-    @property
-    def velocity(self) -> np.ndarray:
-        return self._state()[1].copy()
 
     @property
     def covariance(self) -> np.ndarray:

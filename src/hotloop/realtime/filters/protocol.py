@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +20,22 @@ class StreamFilter(Protocol):
     def reset(self, initial: np.ndarray | None = None) -> None:
         """Forget the history; with `initial`, start as if that value had been held forever (no transient)."""
         ...
+
+
+class MotionReadout:
+    """`position` and `velocity` read as copies of rows 0 and 1 of a tracker's state (`_state()`, which
+    raises while there is none): the Kalman tracker's, the chunk interpolator's."""
+
+    def _state(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def position(self) -> np.ndarray:
+        return self._state()[0].copy()
+
+    @property
+    def velocity(self) -> np.ndarray:
+        return self._state()[1].copy()
 
 
 def filter_signal(f: StreamFilter, signal: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from hotloop.errors import ConfigError
 from hotloop.families.pi.sampling import PiObservation
 from hotloop.models.pi0 import PiModel
-from hotloop.nn.resumable import train_resumable
+from hotloop.nn.resumable import check_settings, train_resumable
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,7 @@ class DistillConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"distillation {name} must be >= 1 (got {getattr(self, name)})")
-        if not self.lr > 0:
-            raise ConfigError(f"distillation lr must be > 0 (got {self.lr})")
+        check_settings(self, "distillation")
         for name in self.feature_layers:
             if name != "vision" and not (
                 name.split(".")[0] in ("vlm", "expert")

@@ -4,7 +4,7 @@ reference steps do (`hotloop compress ... --recipe step-distill:N`; docs/step-di
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hotloop.errors import ConfigError
-from hotloop.families.flow_distill import check_step_distill, matched_states, shared_times
+from hotloop.families.flow_distill import (
+    check_step_distill,
+    matched_loss,
+    matched_states,
+    shared_times,
+    start_noise,
+    step_distill_report,
+)
 from hotloop.families.pi.compression.distill import DistillConfig, teacher_actions
 from hotloop.families.pi.sampling import PiObservation
 from hotloop.models.pi0 import PiModel
@@ -109,10 +116,7 @@ def step_distill(
     def frozen_cache(o: PiObservation) -> Any:
         return student.prefix(student.vision(o.images), o.image_masks, o.lang_tokens, o.lang_masks)
 
-    def start(n: int, gen: torch.Generator | None) -> Tensor:
-        if opts.noise == "zero":
-            return torch.zeros(n, *shape)
-        return torch.randn((n, *shape), generator=gen)
+    start = start_noise(opts.noise, shape)
 
     # From x = 0 the teacher's states are a function of the observation alone: compute them once.
     fixed: list[Tensor] | None = None
@@ -127,9 +131,7 @@ def step_distill(
         target = teacher_states(o, noise) if fixed is None else [s[idx] for s in fixed]
         cache = frozen_cache(o) if frozen_prefix else None
         got = integrate(student, o, noise, small_steps, cache)
-        total = sum((w * F.mse_loss(got[k], target[j]) for k, j, w in matched), torch.zeros(()))
-        total = total + opts.first_action_weight * F.mse_loss(got[-1][:, 0], target[-1][:, 0])
-        return total / (sum(w for _, _, w in matched) + opts.first_action_weight)
+        return matched_loss(got, target, matched, opts.first_action_weight)
 
     def loss_fn(gen: torch.Generator) -> Tensor:
         from hotloop.families.pi.batching import select
@@ -152,17 +154,10 @@ def step_distill(
     before = fixed_set_mse()
     kind = f"step-distill:{small_steps}:{opts.noise}:{opts.train}:{opts.intermediate_weight}:{opts.first_action_weight}"
     state = train_resumable(student, loss_fn, config, checkpoint_dir, kind, on_step, progress, params)
-    return {
-        "small_steps": small_steps,
-        "teacher_steps": teacher_steps,
-        "steps": state.step,
-        "observations": int(obs.batch),
-        "options": asdict(opts),
-        "matched_times": [1.0 - k / small_steps for k, _, _ in matched],
-        "chunk_mse_before": before,
-        "chunk_mse_after": fixed_set_mse(),
-        "config": asdict(config),
-    }
+    mse = (before, fixed_set_mse())
+    return step_distill_report(
+        small_steps, teacher_steps, state.step, int(obs.batch), opts, matched, mse, config
+    )
 
 
 __all__ = ["StepDistillOptions", "check_step_distill", "shared_times", "step_distill", "teacher_actions"]

@@ -9,19 +9,19 @@ from typing import Any, cast
 from torch import Tensor, nn
 
 from hotloop.compress.onestep import FlowOnestepSteps
+from hotloop.families.flow_distill import FlowStepDistillSteps, optimiser_config
 
 
-class PiCompression(FlowOnestepSteps):
+class PiCompression(FlowOnestepSteps, FlowStepDistillSteps):
     """The steps `hotloop compress` runs for a pi model that no other family has: structured pruning,
-    2:4 sparsity, distillation recovery, step distillation and QAT; `onestep[:K]` (FlowOnestepSteps)."""
+    2:4 sparsity, distillation recovery and QAT; step distillation (FlowStepDistillSteps) and
+    `onestep[:K]` (FlowOnestepSteps)."""
 
-    @staticmethod
-    def _distill_config(settings: dict[str, Any]) -> Any:
+    def step_distiller(self) -> tuple[Any, Any, Any]:
         from hotloop.families.pi.compression.distill import DistillConfig
+        from hotloop.families.pi.compression.step_distill import StepDistillOptions, step_distill
 
-        return DistillConfig(
-            steps=settings["steps"], batch=settings["batch"], lr=settings["lr"], seed=settings["seed"]
-        )
+        return step_distill, DistillConfig, StepDistillOptions
 
     def prune(
         self, model: nn.Module, obs: Any, actions: Tensor | None, arg: str, seed: int
@@ -47,41 +47,10 @@ class PiCompression(FlowOnestepSteps):
         work: Path,
         progress: bool,
     ) -> dict[str, Any]:
-        from hotloop.families.pi.compression.distill import distill
+        from hotloop.families.pi.compression.distill import DistillConfig, distill
 
-        config = self._distill_config(settings)
+        config = optimiser_config(DistillConfig, settings)
         return distill(teacher, student, obs, targets, config, work, progress=progress)  # type: ignore[arg-type]
-
-    def check_step_distill(self, small_steps: int, teacher_steps: int) -> None:
-        from hotloop.families.pi.compression.step_distill import check_step_distill
-
-        check_step_distill(small_steps, teacher_steps)
-
-    def step_distill(
-        self,
-        teacher: nn.Module,
-        student: nn.Module,
-        obs: Any,
-        num_steps: int,
-        settings: dict[str, Any],
-        teacher_steps: int,
-        work: Path,
-        progress: bool,
-        options: dict[str, Any],
-    ) -> dict[str, Any]:
-        from hotloop.families.pi.compression.step_distill import StepDistillOptions, step_distill
-
-        return step_distill(
-            cast(Any, teacher),
-            cast(Any, student),
-            obs,
-            num_steps,
-            self._distill_config(settings),
-            teacher_steps,
-            work,
-            progress=progress,
-            options=StepDistillOptions(**options),
-        )
 
     def flow_student(self, model: Any) -> Any:
         """The family's calls the onestep method makes (`hotloop.compress.onestep.FlowStudent`)."""
