@@ -224,6 +224,16 @@ def test_quantize_compile_plans_straight_on_the_backend(recorded: Path, tmp_path
     assert {c["candidate"].split(":")[2] for c in searched} == {"openvino"}  # no eager candidate at all
     precisions = {c["candidate"].split(":")[3].split("[")[0] for c in searched}
     assert precisions == {"int8", "int8-dynamic", "int4-weight", "bf16", "fp32"}
+    # Static int8 is tried before int8-dynamic in every stage: at full size an accepted int8-dynamic runner
+    # left no memory for the (faster) static one.
+    for stage in {c["candidate"].split(":")[0] for c in searched}:
+        order = [
+            c["candidate"].split(":")[3].split("[")[0]
+            for c in searched
+            if c["candidate"].startswith(stage + ":")
+        ]
+        if "int8" in order and "int8-dynamic" in order:
+            assert order.index("int8") < order.index("int8-dynamic"), order
     # The per-stage gate: every candidate outside cos 0.995 is rejected by name, none of them is planned
     # (on pi05:tiny the step engine's int4 weights, at 0.993: the stage falls back to another precision).
     gated = [c for c in searched if c["action_cos"] is not None and c["action_cos"] < 0.995]

@@ -315,7 +315,7 @@ def write_onnx_artifact(
             best.runner,
             [f"{graph.name}/{f}" for f in prepared.files],
             {**best.options, **prepared.options},
-            get_backend(best.backend).required_features(best.precision),
+            get_backend(best.backend).required_features(best.precision, {**best.options, **prepared.options}),
         )
         manifest = base_manifest(
             kind="onnx",

@@ -21,6 +21,8 @@ from torch import Tensor, nn
 from hotloop.compile.backends import FILE_BACKENDS, get_backend
 from hotloop.compile.backends.base import PreparedFiles, Runner
 from hotloop.compile.backends.eager import TorchRunner
+from hotloop.compile.backends.lean_int8 import LEAN, QUANTIZER
+from hotloop.compile.backends.quantize import STATIC
 from hotloop.compile.bucket_plan import BucketRunners, bucket_name, plan_buckets
 from hotloop.compile.calibration_memory import drop_unneeded, ensure_capture
 from hotloop.compile.chain import loop_stage, pipeline, stage_call
@@ -140,6 +142,28 @@ def candidate_need(cand: Candidate, source: PolicySource, sets: EngineSets) -> A
         sets.get(torch.float32)[cand.sub_engine].module,
         source.shape.num_steps if _is_loop_engine(source.family, cand.sub_engine) else 1,
         sets.copy_bytes(dtype, cand.variant),
+        lean=cand.options.get(QUANTIZER) == LEAN,
+    )
+
+
+def choose_quantizer(
+    cand: Candidate, source: PolicySource, sets: EngineSets, limit_gb: float | None
+) -> str | None:
+    """For an OpenVINO static int8 candidate whose NNCF quantization would not fit in the memory left
+    (`memory_fit.headroom` under `--plan-memory-gb`), the lean quantizer (`backends.lean_int8`: no copy of
+    the fp32 weights), set in its options; returns why, or None when NNCF fits (or for another kind)."""
+    from hotloop.compile.memory_fit import GIB, headroom, refusal
+
+    if cand.backend != "openvino" or cand.precision not in STATIC or QUANTIZER in cand.options:
+        return None
+    available = headroom(limit_gb)
+    nncf = candidate_need(cand, source, sets)
+    if refusal(nncf, available) is None:
+        return None
+    cand.options[QUANTIZER] = LEAN
+    return (
+        f"NNCF's static int8 needs about {nncf.bytes / GIB:.1f} GiB ({nncf.why}), {available / GIB:.1f} GiB "
+        "available: quantized in place by hotloop's lean quantizer instead"
     )
 
 
@@ -406,6 +430,8 @@ def _plan(
             continue
         log(f"[{i + 1}/{len(pending)}] {cand.label} ({eta.line(i)})")
         finished = {c.stage for c in pending[:i]} - {c.stage for c in pending[i:]}
+        if (lean := choose_quantizer(cand, source, sets, config.plan_memory_gb)) is not None:
+            log(f"    {lean}")
         snapshot = _make_room(cand, finished, candidates, source, sets, ref_runners, snapshot, config, log)
         if snapshot is not None and not spilled:
             spilled.append(snapshot)
@@ -811,10 +837,9 @@ def write_artifact(
             folder = writer.tmp / cand.sub_engine
             prepared = cand.runner.save(folder)
             files = [f"{cand.sub_engine}/{f}" for f in prepared.files]
-            requires = get_backend(cand.backend).required_features(cand.precision)
-            entry = entry_for(
-                cand.sub_engine, cand.runner, files, {**cand.options, **prepared.options}, requires
-            )
+            options = {**cand.options, **prepared.options}
+            requires = get_backend(cand.backend).required_features(cand.precision, options)
+            entry = entry_for(cand.sub_engine, cand.runner, files, options, requires)
             entry["stage"] = stage
             entry["variant"] = cand.variant
             subs.append(entry)
@@ -824,14 +849,9 @@ def write_artifact(
                 name = bucket_name(cand.sub_engine, bucket.bucket)
                 runner = bucket.runners[cand.sub_engine]
                 prepared = runner.save(writer.tmp / name)
-                requires = get_backend(cand.backend).required_features(cand.precision)
-                entry = entry_for(
-                    name,
-                    runner,
-                    [f"{name}/{f}" for f in prepared.files],
-                    {**cand.options, **prepared.options},
-                    requires,
-                )
+                options = {**cand.options, **prepared.options}
+                requires = get_backend(cand.backend).required_features(cand.precision, options)
+                entry = entry_for(name, runner, [f"{name}/{f}" for f in prepared.files], options, requires)
                 entry.update(stage=stage, variant=cand.variant, bucket=bucket.bucket)
                 subs.append(entry)
         graph_bytes = sum((writer.tmp / f).stat().st_size for e in subs for f in e["files"])

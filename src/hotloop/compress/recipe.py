@@ -406,9 +406,12 @@ def apply_step(
             step, cand.model, inputs, config, work, family, action_dim
         )
     elif step.name == "quantize":
-        # compress-quant's precisions through the planner: static int8 needs the recorded calibration set
+        # compress-quant's precisions through the planner: static int8 needs the recorded calibration set.
+        # Static int8 first: candidates of equal roofline bound are tried in this order, and at full size an
+        # accepted int8-dynamic prefix left no memory for the static one (pi05:full: 3.5 GiB left, 5.7
+        # needed even by the lean quantizer), which runs the prefix 4x faster on an AMX CPU.
         quant: tuple[str, ...] = (
-            ("int8-dynamic", "int8") if inputs.calibration_set is not None else ("int8-dynamic",)
+            ("int8", "int8-dynamic") if inputs.calibration_set is not None else ("int8-dynamic",)
         )
         if next_step is not None and next_step.name == "compile":
             # Straight to the backends: one planning pass, every stage's int8 candidates on the graphs

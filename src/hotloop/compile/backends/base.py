@@ -187,8 +187,9 @@ class Backend(Protocol):
         bf16 takes the f32 graph and a precision hint)."""
         ...
 
-    def required_features(self, precision: str) -> list[str]:
-        """CPU flags (alternatives joined by '|') a plan using this precision needs at load time."""
+    def required_features(self, precision: str, options: dict[str, Any] | None = None) -> list[str]:
+        """CPU flags (alternatives joined by '|') a plan using this precision (and these saved options)
+        needs at load time."""
         ...
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner: ...

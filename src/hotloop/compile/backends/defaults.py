@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import torch
 
@@ -28,5 +29,5 @@ class BackendDefaults:
     def graph_dtype(self, precision: str) -> torch.dtype:
         return torch.float32
 
-    def required_features(self, precision: str) -> list[str]:
+    def required_features(self, precision: str, options: dict[str, Any] | None = None) -> list[str]:
         return []

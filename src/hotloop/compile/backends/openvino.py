@@ -15,6 +15,7 @@ import torch
 
 from hotloop.compile.backends.base import BackendCrash, Graph, PreparedFiles, Runner, input_buffers, op_errors
 from hotloop.compile.backends.defaults import BackendDefaults
+from hotloop.compile.backends.lean_int8 import FLOAT_PRECISION, LEAN, QUANTIZER
 from hotloop.compile.cpu_features import NATIVE_BF16
 from hotloop.process_memory import release_mapped_files
 
@@ -28,13 +29,39 @@ _TORCH = {
 }
 
 
-def openvino_config(precision: str) -> dict[str, Any]:
-    """CPU plugin settings: quantized graphs (hotloop.compile.backends.quantize) run their float parts in f32;
-    int8-dynamic asks the plugin to quantize activations per group of 32 at run time."""
-    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
+def openvino_config(precision: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """CPU plugin settings: quantized graphs (hotloop.compile.backends.quantize) run their float parts in f32,
+    unless their options say bf16 (`lean_int8.FLOAT_PRECISION`, saved with the plan); int8-dynamic asks the
+    plugin to quantize activations per group of 32 at run time."""
+    bf16 = precision == "bf16" or (options or {}).get(FLOAT_PRECISION) == "bf16"
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}
     if precision == "int8-dynamic":
         config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
     return config
+
+
+def _has_bf16() -> bool:
+    return "BF16" in _core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def _lean_int8(graph: Graph, model: Any, precision: str, options: dict[str, Any], calibration: Any) -> Any:
+    """`model` in static int8 by hotloop's lean quantizer (`hotloop.compile.backends.lean_int8`), its float
+    parts in bf16 where the plugin has it (recorded in `options`, which the plan saves)."""
+    from hotloop.compile.backends.base import BackendError
+    from hotloop.compile.backends.lean_int8 import lean_static_int8
+    from hotloop.compile.backends.quantize import calibration_inputs, kept_fp32
+
+    if precision != "int8":
+        raise BackendError(f"backend openvino: the lean quantizer makes static int8 only, not {precision}")
+    if graph.module is None:
+        raise BackendError(
+            f"backend openvino: the lean quantizer calibrates the torch graph; {graph.name!r} is a file"
+        )
+    data = calibration_inputs({"calibration": calibration}, graph.name, "openvino")
+    model = lean_static_int8(model, graph.module, data, kept_fp32(options))
+    if _has_bf16():
+        options[FLOAT_PRECISION] = "bf16"
+    return model
 
 
 def _core() -> Any:
@@ -139,7 +166,7 @@ class OpenVinoRunner(Runner):
         self.blob: str | None = None  # with a blob folder: imported, or compiled (and cached)
         self.options = dict(options)
         config: dict[str, Any] = {
-            **openvino_config(precision),
+            **openvino_config(precision, self.options),
             "PERFORMANCE_HINT": "LATENCY",
             "NUM_STREAMS": 1,
         }
@@ -271,7 +298,7 @@ class OpenVinoRunner(Runner):
         import openvino as ov
 
         compiled = _core().compile_model(
-            self.model, "CPU", {**openvino_config(self.precision), "PERF_COUNT": True}
+            self.model, "CPU", {**openvino_config(self.precision, self.options), "PERF_COUNT": True}
         )
         request = compiled.create_infer_request()
         for i, x in enumerate(self.inputs):
@@ -294,14 +321,14 @@ class OpenVinoBackend(BackendDefaults):
     module = "openvino"
 
     def precision_reason(self, precision: str) -> str | None:
-        if precision == "bf16":
+        if precision == "bf16" and not _has_bf16():
             caps = _core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-            if "BF16" not in caps:
-                return f"this CPU has no native bf16 (OpenVINO CPU capabilities: {', '.join(caps)})"
+            return f"this CPU has no native bf16 (OpenVINO CPU capabilities: {', '.join(caps)})"
         return None
 
-    def required_features(self, precision: str) -> list[str]:
-        return ["|".join(NATIVE_BF16)] if precision == "bf16" else []
+    def required_features(self, precision: str, options: dict[str, Any] | None = None) -> list[str]:
+        bf16 = precision == "bf16" or (options or {}).get(FLOAT_PRECISION) == "bf16"
+        return ["|".join(NATIVE_BF16)] if bf16 else []
 
     def prepare(self, graph: Graph, precision: str, options: dict[str, Any]) -> Runner:
         import openvino as ov
@@ -334,7 +361,9 @@ class OpenVinoBackend(BackendDefaults):
                 from openvino._offline_transformations import compress_model_transformation
 
                 compress_model_transformation(model)  # in place: `model` is this candidate's own copy
-            if precision not in ("fp32", "bf16"):
+            if precision not in ("fp32", "bf16") and options.get(QUANTIZER) == LEAN:
+                model = _lean_int8(graph, model, precision, options, calibration)
+            elif precision not in ("fp32", "bf16"):
                 from hotloop.compile.backends.quantize import quantize_openvino
 
                 model = quantize_openvino(
@@ -350,7 +379,7 @@ class OpenVinoBackend(BackendDefaults):
         options = {k: v for k, v in files.options.items() if k != BLOB_KEY}
         key = files.options.get(BLOB_KEY)
         if key is not None:
-            config = {"threads": options.get("threads"), **openvino_config(precision)}
+            config = {"threads": options.get("threads"), **openvino_config(precision, options)}
             blobs = blob_folder(str(key), precision, config)
             return OpenVinoRunner(graph, precision, None, options, folder / XML_FILE, blobs, first_call=False)
         with op_errors(self.name, graph.name):

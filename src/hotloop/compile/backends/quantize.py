@@ -3,7 +3,8 @@
 | precision    | openvino (NNCF)                                  | onnxruntime                     | eager (torchao)          |
 |--------------|--------------------------------------------------|---------------------------------|--------------------------|
 | int8         | nncf.quantize: int8 weights per channel, static  | quantize_static, QDQ, weights   |                          |
-|              | activation ranges from the calibration set       | per channel, calibration reader |                          |
+|              | activation ranges from the calibration set (or,  | per channel, calibration reader |                          |
+|              | where NNCF's copy would not fit, `lean_int8`)    |                                 |                          |
 | int8-dynamic | nncf.compress_weights INT8_SYM + the CPU plugin's| quantize_dynamic (MatMulInteger)| Int8DynamicActivation-   |
 |              | dynamic activation quantization                  |                                 | Int8Weight               |
 | int8-weight  |                                                  |                                 | Int8WeightOnly           |
