@@ -37,6 +37,10 @@ def test_serve_toy_to_the_openpi_client(openpi_python):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # Ctrl-C as a terminal's foreground process gets it: a suite started as a background job of a
+        # script inherits SIGINT ignored (POSIX), Python then installs no handler, and the server never
+        # stopped (found when CI was started that way).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
