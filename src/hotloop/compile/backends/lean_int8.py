@@ -7,17 +7,19 @@ from a saved IR), so pi05:full's prefix (7.4 GiB in fp32) could not be quantized
 fp32 reference in 24 GiB, and its plan fell back to int8 weights with dynamic activations, which runs
 at 0.5x eager bf16 on this kind of CPU. Static int8 ran that layer stack at 1.7-1.9x eager bf16.
 
-Here the graph is quantized in torch, before it is converted:
-- activation ranges: the largest |x| at the input of every linear over the calibration inputs (one
-  symmetric range per tensor, as NNCF's min-max on a transformer's matmuls);
-- weights: int8 per output channel, symmetric over [-127, 127] (int8 tensors: a quarter of the fp32 bytes,
-  made one linear at a time);
-- while `openvino.convert_model` traces, each linear's input is fake-quantized (a `FakeQuantize` node) and its
-  int8 weight rows are dequantized in the graph (`Convert`, `Multiply`): the CPU plugin's low-precision
-  transformations run that pattern as an int8 matmul (AMX / VNNI), as they do NNCF's graphs.
-The graph's float parts run in bf16 where the plugin has it (`float_precision`): the fake-quantized graph
-ran its f32 parts 2x slower than bf16. Only linears are quantized (a vision tower's patch convolution stays
-float); the protected layers and a mixed plan's fp32 layers are left alone, as by NNCF.
+Here the converted graph is quantized in place, from ranges measured in torch:
+- activation ranges: the largest |x| at the input of every linear over the calibration inputs, the torch
+  module run as is (one symmetric range per tensor, as NNCF's min-max on a transformer's matmuls);
+- each linear's MatMul in the OpenVINO graph (`__module.NAME/aten::linear/MatMul`) then gets its input
+  fake-quantized (a `FakeQuantize` node) and its weight replaced by int8 rows per output channel, symmetric
+  over [-127, 127], dequantized in the graph (`Convert`, `Multiply`); the rows are made one linear at a
+  time from the graph's fp32 constant, which the conversion shares with torch (a quarter of its bytes
+  added). The CPU plugin's low-precision transformations run that pattern as an int8 matmul (AMX / VNNI),
+  as they do NNCF's graphs. (Making the int8 weights in torch before conversion was tried first: the
+  trace kept about twice the fp32 weights.)
+The graph's float parts run in bf16 where the plugin has it (`float_precision`): with f32 float parts the
+same graph ran 1.3x slower. Only linears are quantized (a vision tower's patch convolution stays float);
+the protected layers and a mixed plan's fp32 layers are left alone, as by NNCF.
 """
 
 from __future__ import annotations
