@@ -12,8 +12,6 @@ Usage: PYTHONPATH=src .venv/bin/python benchmarks/gemma_layer_int8.py [--tokens 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 from typing import Any
 
@@ -22,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hotloop.compile.backends.lean_int8 import lean_static_int8
+from hotloop.compile.planner import time_calls
 
 WIDTH, HEADS, HEAD_DIM, MLP = 2048, 8, 256, 16384  # PaliGemma's Gemma 2B
 
@@ -64,14 +63,8 @@ class Stack(nn.Module):
 
 
 def _time(fn: Any, iters: int = 6, warmup: int = 2) -> tuple[float, float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples), max(samples)
+    stats = time_calls(fn, warmup, iters)  # the planner's own timing loop
+    return stats.p50, stats.max
 
 
 def main() -> None:
