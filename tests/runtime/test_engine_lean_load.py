@@ -243,6 +243,42 @@ def test_a_second_load_imports_the_compiled_graphs_from_hotloops_cache(ov_art: P
     assert set(other.describe()["compiled_blobs"].values()) == {"compiled, cached"}
 
 
+def test_the_blob_cache_keeps_to_its_bound_by_removing_the_least_recently_used(
+    ov_art: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every artifact and thread count gets blob folders of its own: a load that finds the cache over
+    `$HOTLOOP_BLOB_CACHE_GB` removes the least recently used folders, never its own, and still gives the
+    same actions (a removed blob costs a compile, nothing else)."""
+    import os
+
+    import torch
+
+    from hotloop.runtime.engine import Engine
+
+    blobs = Path(os.environ["HOTLOOP_CACHE_DIR"]) / "openvino-blobs"
+    first = Engine.load(ov_art, threads=1)
+    obs = first.example_observation()
+    noise = torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(1))
+    want = first.infer(obs, noise).clone()
+    by_one = {p for p in blobs.iterdir() if p.is_dir()}
+    assert len(by_one) == len(first.runners) and all(any(p.iterdir()) for p in by_one)
+    monkeypatch.setenv("HOTLOOP_BLOB_CACHE_GB", "1e-9")  # a byte: only the folder in use may stay
+    other = Engine.load(ov_art, threads=2)
+    assert torch.equal(other.infer(obs, noise), want)
+    left = {p for p in blobs.iterdir() if p.is_dir()}
+    assert not left & by_one  # the threads=1 folders, least recently used, are gone
+    assert len(left) == 1  # the last folder the load used; its siblings were removed as it went
+
+
+def test_a_bad_blob_cache_bound_is_one_line_naming_the_variable(
+    ov_art: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOTLOOP_BLOB_CACHE_GB", "ten")
+    res = _bench(str(ov_art))
+    assert res.exit_code == 2, res.output
+    assert "HOTLOOP_BLOB_CACHE_GB='ten'" in res.output and "above 0" in res.output
+
+
 def test_edited_graph_weights_are_caught_after_a_load_remembered_their_digests(
     ov_art: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

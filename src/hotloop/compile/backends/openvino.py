@@ -374,13 +374,14 @@ class OpenVinoBackend(BackendDefaults):
     def load(self, graph: Graph, precision: str, folder: Path, files: PreparedFiles) -> Runner:
         """The saved graph compiled for this CPU; with a blob key in the options (`Engine.load` sets it,
         `hotloop.runtime.blob_cache`), through a compiled-blob folder and without a warm-up call here."""
-        from hotloop.runtime.blob_cache import BLOB_KEY, blob_folder
+        from hotloop.runtime.blob_cache import BLOB_KEY, blob_folder, mark_used
 
         options = {k: v for k, v in files.options.items() if k != BLOB_KEY}
         key = files.options.get(BLOB_KEY)
         if key is not None:
             config = {"threads": options.get("threads"), **openvino_config(precision, options)}
             blobs = blob_folder(str(key), precision, config)
+            mark_used(blobs)
             return OpenVinoRunner(graph, precision, None, options, folder / XML_FILE, blobs, first_call=False)
         with op_errors(self.name, graph.name):
             model = _core().read_model(str(folder / XML_FILE), str(folder / BIN_FILE))
