@@ -18,6 +18,7 @@ used folders, never the one it is loading (a removed folder costs one compile at
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -76,10 +77,8 @@ def _folder_bytes(folder: Path) -> int:
     total = 0
     for root, _, names in os.walk(folder):
         for name in names:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another process removing it meanwhile
                 total += os.lstat(os.path.join(root, name)).st_size
-            except FileNotFoundError:  # another process removing it meanwhile
-                pass
     return total
 
 
