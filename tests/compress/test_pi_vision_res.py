@@ -87,7 +87,8 @@ def test_lower_resolution_sizes_and_weights(teacher: PiModel) -> None:
     assert teacher.cfg.vision.image_size == 56 and teacher.cfg.native_image_size is None
     # A second step lowers from the current side; the observations' side stays the checkpoint's.
     again, details = lower_resolution(student, 14)
-    assert again.cfg.native_image_size == 56 and details["from"]["side"] == 28 and details["native_side"] == 56
+    assert again.cfg.native_image_size == 56 and details["native_side"] == 56
+    assert details["from"]["side"] == 28
 
 
 def test_native_size_observations_are_resized_inside_the_model(teacher: PiModel) -> None:
@@ -141,7 +142,9 @@ def test_bad_sides_are_refused(teacher: PiModel, tmp_path: Path) -> None:
         assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
 
 
-def test_compiled_plan_takes_native_observations_as_the_eager_student(teacher: PiModel, tmp_path: Path) -> None:
+def test_compiled_plan_takes_native_observations_as_the_eager_student(
+    teacher: PiModel, tmp_path: Path
+) -> None:
     """`compress pi05:tiny --recipe vision-res:28,compile --backends openvino`: the manifest records the
     step, the vision graph (which resizes) runs on OpenVINO, and the loaded plan fed the teacher's 56 px
     observations samples as the eager student made the same way (fp32)."""
@@ -160,7 +163,8 @@ def test_compiled_plan_takes_native_observations_as_the_eager_student(teacher: P
     assert record["from"]["side"] == record["native_side"] == 56
     assert manifest["config"]["vision"]["image_size"] == 28 and manifest["config"]["native_image_size"] == 56
     assert manifest["precision_plan"]["vision"]["backend"] == "openvino"
-    assert [r["step"] for r in json.loads(js.read_text())["rows"]] == ["reference", "vision-res:28", "compile"]
+    steps = [r["step"] for r in json.loads(js.read_text())["rows"]]
+    assert steps == ["reference", "vision-res:28", "compile"]
 
     student, _ = lower_resolution(teacher, 28)
     engine = Engine.load(out, warmup=0)
