@@ -11,9 +11,10 @@ Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until 
 rerunning an interrupted command resumes its distillation from the last checkpoint.
 
 Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `vision-res:S`, `distill`, `steps:N`, `step-distill:N`,
-`onestep[:K]`, `sparse24`, `qat[:N]`, `quantize`, `compile`. `vision-res:S` feeds a SmolVLA's vision tower
-S px images (`hotloop.models.smolvla_resolution`: fewer patches and image tokens; `distill` after it
-retrains the tower toward the full-resolution teacher). `onestep` replaces the denoising loop by a 1- or 2-step
+`onestep[:K]`, `sparse24`, `qat[:N]`, `quantize`, `compile`. `vision-res:S` feeds a SmolVLA's or a pi0 /
+pi0.5's vision tower S px images (`hotloop.models.smolvla_resolution`, `hotloop.models.pi_resolution`:
+fewer patches and image tokens, observations still at the checkpoint's side; `distill` after it retrains
+toward the full-resolution teacher). `onestep` replaces the denoising loop by a 1- or 2-step
 student (`hotloop.compress.onestep`, docs/onestep.md). `distill` recovers whatever was removed before it (prune first, then
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
@@ -46,7 +47,7 @@ from hotloop.errors import ConfigError
 
 STEPS: dict[str, str] = {
     "prune": "prune[:MLP[:HEADS]] structured pruning of FFN neurons / vision MLP channels (and query heads)",
-    "vision-res": "vision-res:S feed the vision tower S px images (position table interpolated; SmolVLA)",
+    "vision-res": "vision-res:S feed the vision tower S px images (position table interpolated; SmolVLA, pi0/pi0.5)",
     "distill": "recover the current model from the fp32 teacher (velocity + action + feature loss)",
     "steps": "steps:N run N Euler denoising steps instead of the reference's",
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
@@ -73,7 +74,7 @@ NEEDS: dict[str, str] = {
 # How a refusal names a missing capability, where its field name does not read as English.
 LACKS = {
     "one_step": "denoising loop for a few-step student to replace",
-    "vision_resolution": "vision tower whose input resolution vision-res can lower (SmolVLA's)",
+    "vision_resolution": "vision tower whose input resolution vision-res can lower (SmolVLA's, pi0's, pi0.5's)",
 }
 
 
@@ -115,7 +116,7 @@ def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeS
         elif name == "vision-res" and (not arg.isdigit() or int(arg) < 1):
             raise ConfigError(
                 f"--recipe {part}: give the vision tower's new side in pixels, e.g. vision-res:384 (a multiple "
-                "of the checkpoint's patch size x pixel-shuffle factor, below its own image size)"
+                "of the checkpoint's patch size, x its pixel-shuffle factor for SmolVLA, below its own image size)"
             )
         elif name == "onestep" and arg not in ("", "1", "2"):
             raise ConfigError(

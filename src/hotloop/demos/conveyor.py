@@ -167,7 +167,7 @@ class DemoConveyorPolicy:
         absolute `[x, y, z, grip]` targets."""
         from hotloop.policy_spec import ImageSpec, PolicySpec
 
-        size = int(self.pi.config.vision.image_size)
+        size = int(self.pi.config.image_side)
         return PolicySpec(
             images=(ImageSpec("top", size, size),),
             min_views=1,

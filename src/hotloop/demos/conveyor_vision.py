@@ -64,7 +64,7 @@ class VisionConveyorPolicy(DemoConveyorPolicy):
 
         from hotloop.policy_spec import ImageSpec
 
-        size = int(self.pi.config.vision.image_size)
+        size = int(self.pi.config.image_side)
         views = tuple(ImageSpec(key, size, size) for key in self.views)
         return dataclasses.replace(super().spec, images=views, min_views=len(views))
 

@@ -92,6 +92,9 @@ class PiConfig:
 
     `views` camera images of `vision.image_size` each, `max_token_len` prompt tokens (pi0.5 carries the
     discretized state inside them), `chunk_size` actions of `max_action_dim` per chunk.
+    `native_image_size`: after `vision-res:S` (`hotloop.models.pi_resolution`), the side the checkpoint was
+    trained at, which observations keep coming at (`image_side`); the model resizes them to
+    `vision.image_size` = S on the way in (`hotloop.models.pi0.fit_views`). None: no `vision-res`.
     """
 
     vision: VisionConfig = field(default_factory=VisionConfig)
@@ -107,8 +110,16 @@ class PiConfig:
     num_steps: int = 10
     min_period: float = 4e-3
     max_period: float = 4.0
+    native_image_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.native_image_size is not None and not (
+            isinstance(self.native_image_size, int) and self.native_image_size >= self.vision.image_size
+        ):
+            raise ConfigError(
+                f"PiConfig.native_image_size must be an integer >= vision.image_size ({self.vision.image_size}); "
+                f"got {self.native_image_size!r}"
+            )
         _require_positive(
             self,
             (
@@ -132,6 +143,12 @@ class PiConfig:
             raise ConfigError(
                 f"PiConfig.expert.width must be even for the sincos time embedding ({self.expert.width})"
             )
+
+    @property
+    def image_side(self) -> int:
+        """The side of the images an observation carries: the checkpoint's own (the vision tower may take
+        fewer pixels after `vision-res`, resizing them itself)."""
+        return self.native_image_size or self.vision.image_size
 
     @property
     def prefix_len(self) -> int:

@@ -148,6 +148,18 @@ def state_prompt_tokens(
     return tokens, mask
 
 
+def fit_views(views: Tensor, cfg: PiConfig) -> Tensor:
+    """Camera views (N, 3, H, W) in [-1, 1] at the checkpoint's own side (`cfg.image_side`) resized to the
+    side a `vision-res` model's tower takes (`cfg.vision.image_size`), bilinear without antialiasing as
+    LeRobot's resize (`hotloop.families.pi.policy.resize_with_pad`; both sides are square, so nothing is
+    padded); any other views are returned as they are. Part of the model's own vision path (and so of the
+    traced vision engine): observations, bench inputs and served frames stay at the native side."""
+    side, native = cfg.vision.image_size, cfg.image_side
+    if native == side or tuple(views.shape[-2:]) != (native, native):
+        return views
+    return F.interpolate(views, size=(side, side), mode="bilinear", align_corners=False)
+
+
 class PiModel(nn.Module):
     """The pi0 / pi0.5 network. Parameter names map to LeRobot's by prefix (see checkpoints.py)."""
 
@@ -176,9 +188,10 @@ class PiModel(nn.Module):
 
     # ---- sub-engine 1: vision --------------------------------------------------------------------------
     def vision(self, images: Tensor) -> Tensor:
-        """images (B, V, 3, H, W) in [-1, 1] -> projected image tokens (B, V*T, vlm width), views in order."""
+        """images (B, V, 3, H, W) in [-1, 1] -> projected image tokens (B, V*T, vlm width), views in order.
+        Images at the checkpoint's own side are resized to a `vision-res` tower's (`fit_views`)."""
         b, nv = images.shape[:2]
-        feats = self.vision_tower(images.flatten(0, 1))
+        feats = self.vision_tower(fit_views(images.flatten(0, 1), self.cfg))
         return self.projector(feats).reshape(b, nv * feats.shape[1], -1)
 
     def embed_prompt(self, lang_tokens: Tensor) -> Tensor:

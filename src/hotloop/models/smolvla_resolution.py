@@ -22,13 +22,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor
-
-from hotloop.errors import ConfigError
 from hotloop.models.smolvla import SmolVLAModel
 from hotloop.models.smolvla_config import SmolVLAConfig
+from hotloop.models.vision_resolution import check_lower_side, interpolate_positions, with_positions
 
 POSITION_KEY = "vlm_with_expert.vlm.model.vision_model.embeddings.position_embedding.weight"
 
@@ -47,34 +43,15 @@ def native_side(cfg: SmolVLAConfig) -> int:
 def check_side(cfg: SmolVLAConfig, side: int, flag: str) -> None:
     """ConfigError (one line naming `flag`, the recipe's value, and the fix) unless `side` is a resolution
     this SmolVLA can run below its current one."""
-    m, current = side_multiple(cfg), int(cfg.image_size[0])
     p, s = cfg.vlm.vision.patch_size, cfg.vlm.scale_factor
-    lower = [x for x in range(m, current, m)]
-    if not lower:
-        raise ConfigError(
-            f"{flag}: the vision tower takes {current} px, the smallest side its patch grid allows "
-            f"(patch {p} x pixel shuffle {s} = {m}); no lower resolution exists: drop the step"
-        )
-    if side >= current:
-        raise ConfigError(
-            f"{flag}: the vision tower already takes {current} px; give a smaller side, a multiple of {m} "
-            f"(patch {p} x pixel shuffle {s}), e.g. vision-res:{lower[-1]}"
-        )
-    if side % m:
-        near = sorted({max(m, side // m * m), min(lower[-1], (side // m + 1) * m)})
-        raise ConfigError(
-            f"{flag}: {side} px is not a multiple of {m} (patch {p} x pixel shuffle {s}: the connector "
-            f"needs whole {s}x{s} groups of patches); use {' or '.join(f'vision-res:{x}' for x in near)}"
-        )
-
-
-def interpolate_positions(table: Tensor, old_side: int, new_side: int) -> Tensor:
-    """(old_side^2, width) position embeddings of a row-major patch grid -> (new_side^2, width): bicubic over
-    the grid, `align_corners=False`, in float32, as transformers' `interpolate_pos_encoding`."""
-    width = table.shape[-1]
-    grid = table.float().reshape(1, old_side, old_side, width).permute(0, 3, 1, 2)
-    out = F.interpolate(grid, size=(new_side, new_side), mode="bicubic", align_corners=False)
-    return out.permute(0, 2, 3, 1).reshape(new_side * new_side, width).to(table.dtype)
+    check_lower_side(
+        side,
+        int(cfg.image_size[0]),
+        side_multiple(cfg),
+        f"patch {p} x pixel shuffle {s}",
+        f"the connector needs whole {s}x{s} groups of patches",
+        flag,
+    )
 
 
 def lower_config(cfg: SmolVLAConfig, side: int) -> SmolVLAConfig:
@@ -88,20 +65,15 @@ def lower_config(cfg: SmolVLAConfig, side: int) -> SmolVLAConfig:
     )
 
 
-@torch.no_grad()
 def lower_resolution(model: SmolVLAModel, side: int) -> tuple[SmolVLAModel, dict[str, Any]]:
     """A new SmolVLA taking (side, side) images: `model`'s weights with the position table interpolated
     (the input model is left as it is), and what changed."""
     cfg = model.cfg
     check_side(cfg, side, f"--recipe vision-res:{side}")
     new_cfg = lower_config(cfg, side)
-    state = dict(model.state_dict())
     old, new = cfg.vlm.vision.positions_per_side, new_cfg.vlm.vision.positions_per_side
-    state[POSITION_KEY] = interpolate_positions(state[POSITION_KEY], old, new)
-    with torch.device("meta"):
-        student = SmolVLAModel(new_cfg).to(model.dtype)
-    student.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True, assign=True)
-    return student.eval(), resolution_details(cfg, new_cfg)
+    student = with_positions(model, SmolVLAModel, new_cfg, POSITION_KEY, old, new)
+    return student, resolution_details(cfg, new_cfg)
 
 
 def resolution_details(before: SmolVLAConfig, after: SmolVLAConfig) -> dict[str, Any]:

@@ -18,7 +18,7 @@ IMAGE_RANGE = (-1.0 - 1e-3, 1.0 + 1e-3)
 def validate_observation(cfg: Any, s: Any, obs: Any) -> PiObservation:
     """`obs` as the engine of config `cfg` and shape `s` takes it, or ConfigError naming the input."""
     fields = check_fields(obs, OBS_FIELDS, PiObservation, "PiObservation")
-    size = cfg.vision.image_size
+    size = cfg.image_side
     expected: dict[str, tuple[tuple[int, ...], str]] = {
         "images": ((s.batch, s.views, 3, size, size), "float"),
         "image_masks": ((s.batch, s.views), "bool"),

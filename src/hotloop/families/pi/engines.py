@@ -68,7 +68,7 @@ from hotloop.families.pipeline import StagePipeline
 from hotloop.families.protocol import PositiveShape, Runner, Signature, SubEngine, as_tuple, constants_of
 from hotloop.measure.stages import StageTimer, null_timer
 from hotloop.models.configs import PiConfig
-from hotloop.models.pi0 import PiModel
+from hotloop.models.pi0 import PiModel, fit_views
 from hotloop.models.siglip import SiglipAttention, SiglipLayer
 
 SUBENGINE_NAMES = ("vision", "prefix", "denoise_step", "denoise_loop")
@@ -126,6 +126,7 @@ class VisionEngine(nn.Module):
     def __init__(self, model: PiModel) -> None:
         super().__init__()
         tower = model.vision_tower
+        self.cfg = model.cfg
         self.patch_embedding = tower.patch_embedding
         self.position_embedding = tower.position_embedding
         self.blocks = nn.ModuleList(VisionBlock(cast(SiglipLayer, layer)) for layer in tower.layers)
@@ -134,7 +135,8 @@ class VisionEngine(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         b, nv = images.shape[:2]
-        x = self.patch_embedding(images.flatten(0, 1).to(self.patch_embedding.weight.dtype))
+        views = fit_views(images.flatten(0, 1), self.cfg)  # a `vision-res` tower: resized in the graph
+        x = self.patch_embedding(views.to(self.patch_embedding.weight.dtype))
         x = x.flatten(2).transpose(1, 2) + self.position_embedding.weight
         for block in self.blocks:
             x = block(x)
@@ -279,7 +281,7 @@ class DenoiseLoopEngine(EulerLoop):
 def example_observation(cfg: PiConfig, shape: PiEngineShape, device: torch.device) -> PiObservation:
     """A deterministic observation of `shape`: every view present, every prompt slot filled."""
     g = torch.Generator(device=device).manual_seed(0)
-    size = cfg.vision.image_size
+    size = cfg.image_side
     b, slots = shape.batch, shape.prompt_slots
     return PiObservation(
         images=torch.rand(b, shape.views, 3, size, size, generator=g, device=device) * 2 - 1,

@@ -30,6 +30,7 @@ class PiFamily(FamilyAdapter):
         qat=True,
         recipes=("plain", "fused"),
         lean_artifact=True,
+        vision_resolution=True,
     )
     lookup_tables: ClassVar[Mapping[str, str]] = {"token_embedding": "prefix"}
 

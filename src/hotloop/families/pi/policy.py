@@ -172,7 +172,7 @@ class PiPolicy:
         from hotloop.realtime.rtc import rtc_observation_spec
 
         cfg = self.config
-        size = cfg.vision.image_size
+        size = cfg.image_side
         return {
             "images": ArraySpec((cfg.views, size, size, 3), "uint8"),
             "state": ArraySpec((self.spec.state_dim,), "float32"),
@@ -223,7 +223,7 @@ class PiPolicy:
             x = torch.from_numpy(arr.astype(np.float32))
         else:
             raise ConfigError(f"obs['images'] must be uint8 pixels or floats in [0, 1] (got {arr.dtype})")
-        x = resize_with_pad(x.permute(0, 3, 1, 2), self.config.vision.image_size) * 2.0 - 1.0
+        x = resize_with_pad(x.permute(0, 3, 1, 2), self.config.image_side) * 2.0 - 1.0
         # Absent views are filled with -1 (black) and masked out, as LeRobot does.
         full = torch.full((self.config.views, *x.shape[1:]), -1.0)
         full[:v] = x
@@ -520,7 +520,7 @@ def pi_policy_spec(
     """`PiPolicy.spec` from its settings alone (a compiled artifact stores it without building one)."""
     from hotloop.policy_spec import ImageSpec, PolicySpec
 
-    size = config.vision.image_size
+    size = config.image_side
     stats = norm_stats.state
     known = stats.mean if stats is not None and stats.mean is not None else None
     state_dim = len(known) if known is not None else config.max_state_dim

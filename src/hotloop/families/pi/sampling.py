@@ -84,7 +84,7 @@ def check_inputs(
     if not isinstance(obs, PiObservation):
         raise ConfigError(f"obs must be a PiObservation (got {type(obs).__name__})")
     images, tokens = obs.images, obs.lang_tokens
-    size = cfg.vision.image_size
+    size = cfg.image_side
     want = f"(B, {cfg.views}, 3, {size}, {size})"
     if not isinstance(images, Tensor) or images.ndim != 5:
         got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__

@@ -115,7 +115,7 @@ def random_observation(
     """Full-size inputs: every view present, a prompt of `prompt_tokens` real tokens (default
     max_token_len - 8) in max_token_len slots."""
     g = torch.Generator(device=device).manual_seed(seed + 1)
-    size = cfg.vision.image_size
+    size = cfg.image_side
     real = prompt_tokens if prompt_tokens is not None else max(1, cfg.max_token_len - 8)
     lang_masks = torch.zeros(batch, cfg.max_token_len, dtype=torch.bool, device=device)
     lang_masks[:, :real] = True

@@ -3,7 +3,8 @@
 Loss per batch, at the same noise and flow time for both models:
     velocity MSE   |v_student(x_t, t) - v_teacher(x_t, t)|^2
     action L2      |(x_t - t v_student) - â|^2  (the student's one-step estimate of the clean chunk)
-    features       |h_student - h_teacher|^2 at chosen layers (widths are kept by pruning)
+    features       |h_student - h_teacher|^2 at chosen layers (widths are kept by pruning; after
+                   `vision-res` the teacher's image tokens are area-pooled onto the student's grid)
 x_t is built from `a`: the recorded action chunk when episodes are given, else the teacher's own sampled
 chunk, so the student can be distilled on observations alone. â is `a` for recorded chunks; toward the
 teacher it is the teacher's own one-step estimate (x_t - t v_teacher): a one-step estimate is a mean over
@@ -15,6 +16,7 @@ The loop is `hotloop.nn.resumable.train_resumable`, shared with step distillatio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -83,6 +85,24 @@ def capture_features(model: PiModel, names: tuple[str, ...]) -> Iterator[dict[st
             h.remove()
 
 
+def feature_target(name: str, teacher: Tensor, student: Tensor) -> Tensor:
+    """The teacher's features at layer `name` as the student's shape. After `vision-res` the student's
+    vision tower yields a coarser square grid of image tokens (N, s*s, W) than the teacher's (N, g*g, W):
+    each student token covers the region of a g/s x g/s block of teacher tokens, whose mean is its target
+    (area pooling). The prefix-length features of a VLM layer have no such one-to-one region: refused."""
+    if teacher.shape == student.shape:
+        return teacher
+    if name != "vision":
+        raise ConfigError(
+            f"feature layer {name}: the student's prefix is shorter than the teacher's (vision-res); "
+            "distill its features at vision or expert layers"
+        )
+    n, t, w = teacher.shape
+    g, s = math.isqrt(t), math.isqrt(student.shape[1])
+    grid = teacher.reshape(n, g, g, w).permute(0, 3, 1, 2)
+    return F.adaptive_avg_pool2d(grid, s).permute(0, 2, 3, 1).reshape(n, s * s, w)
+
+
 def velocity(model: PiModel, obs: PiObservation, x_t: Tensor, t: Tensor) -> Tensor:
     cache = model.prefix(model.vision(obs.images), obs.image_masks, obs.lang_tokens, obs.lang_masks)
     return model.denoise_step(cache, x_t, t, obs.state)
@@ -116,7 +136,10 @@ def distill_loss(
         "velocity": F.mse_loss(v_student, v_teacher),
         "action": F.mse_loss(x_t - t * v_student, x_t - t * v_teacher if toward_teacher else actions),
         "features": sum(
-            (F.mse_loss(f_student[n].float(), f_teacher[n].float()) for n in config.feature_layers),
+            (
+                F.mse_loss(f_student[n].float(), feature_target(n, f_teacher[n].float(), f_student[n]))
+                for n in config.feature_layers
+            ),
             torch.zeros(()),
         ),
     }

@@ -14,8 +14,24 @@ from hotloop.families.flow_distill import FlowStepDistillSteps, optimiser_config
 
 class PiCompression(FlowOnestepSteps, FlowStepDistillSteps):
     """The steps `hotloop compress` runs for a pi model that no other family has: structured pruning,
-    2:4 sparsity, distillation recovery and QAT; step distillation (FlowStepDistillSteps) and
-    `onestep[:K]` (FlowOnestepSteps)."""
+    2:4 sparsity, distillation recovery and QAT, a lower vision resolution (`vision-res:S`); step
+    distillation (FlowStepDistillSteps) and `onestep[:K]` (FlowOnestepSteps)."""
+
+    def vision_config(self, model: Any) -> Any:
+        return model.cfg
+
+    def check_vision_res(self, cfg: Any, side: int, flag: str) -> Any:
+        """ConfigError naming `flag` unless `side` is below `cfg`'s resolution and a multiple of its patch
+        size; the config after the step."""
+        from hotloop.models.pi_resolution import check_side, lower_config
+
+        check_side(cfg, side, flag)
+        return lower_config(cfg, side)
+
+    def vision_res(self, model: Any, side: int) -> tuple[Any, dict[str, Any]]:
+        from hotloop.models.pi_resolution import lower_resolution
+
+        return lower_resolution(model, side)
 
     def step_distiller(self) -> tuple[Any, Any, Any]:
         from hotloop.families.pi.compression.distill import DistillConfig
