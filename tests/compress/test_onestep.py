@@ -99,14 +99,15 @@ def test_compress_onestep_writes_a_one_step_plan_of_the_student(recorded: Path, 
     res = runner.invoke(
         app,
         ["compress", "pi05:tiny", "--recipe", "onestep", "--data", str(recorded), "--distill-steps", "10",
-         "--distill-batch", "4", "--distill-lr", "1e-3", "--tolerance", "cos:0.01", "-o", str(out), "--json", str(js),
-         *FAST],
+         "--distill-batch", "4", "--distill-lr", "1e-5", "--onestep-lr", "1e-3", "--tolerance", "cos:0.01", "-o",
+         str(out), "--json", str(js), *FAST],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rows = json.loads(js.read_text())["rows"]
     assert [(r["step"], r["num_steps"]) for r in rows] == [("reference", 10), ("onestep", 1)]
     details = rows[1]["details"]
     assert details["data"] == {"source": "--data frames", "observations": 4}
+    assert details["config"]["lr"] == 1e-3  # --onestep-lr, not --distill-lr
     assert details["chunk_mse_after"] < details["chunk_mse_before"]
     assert 0 < rows[1]["action"]["cosine"] < 1.0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -136,6 +137,7 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, tmp_path: Pat
         ("onestep", [*data, "--onestep-rounds-under", "warp@fixed:0"], "strategy 'warp' is not known"),
         ("onestep", [*data, "--onestep-rounds-under", "async"], "give STRATEGY@LATENCY pairs"),
         ("onestep", [*data, "--onestep-rounds-under", "sync@slow"], "--onestep-rounds-under: "),
+        ("onestep", [*data, "--onestep-lr", "0"], "--onestep-lr must be a positive number (got 0.0)"),
     ):
         res = runner.invoke(app, ["compress", "pi05:tiny", "--recipe", recipe, "-o", str(out), *extra, *FAST])
         assert res.exit_code == 2, (recipe, res.output)

@@ -214,6 +214,7 @@ def test_an_artifact_with_a_torch_runner_keeps_its_weights(tmp_path: Path, compi
     assert manifest.get("layout", "weights") == "weights" and manifest["weights"] in manifest["files"]
     engine = hotloop.Engine.load(out, threads=1)
     assert not any(p.is_meta for p in engine.model.parameters())
+    assert engine.describe()["torch_threads_in_call"] is None  # torch runs a sub-engine: its threads stay
 
 
 def test_a_second_load_imports_the_compiled_graphs_from_hotloops_cache(ov_art: Path) -> None:
@@ -241,6 +242,37 @@ def test_a_second_load_imports_the_compiled_graphs_from_hotloops_cache(ov_art: P
     assert torch.equal(second.infer(obs, noise), want)
     other = Engine.load(ov_art, threads=2)
     assert set(other.describe()["compiled_blobs"].values()) == {"compiled, cached"}
+
+
+def test_torch_glues_an_all_openvino_plan_on_one_thread_and_the_callers_count_is_kept(ov_art: Path) -> None:
+    """Every sub-engine runs on OpenVINO's own pool: during a call torch (the glue between them) runs one
+    thread, so its spinning OpenMP workers leave the cores to OpenVINO; the caller's count is restored."""
+    import torch
+
+    from hotloop.runtime.engine import Engine
+
+    engine = Engine.load(ov_art, threads=2)
+    assert engine.describe()["torch_threads_in_call"] == 1
+    seen: list[int] = []
+    runner = next(iter(engine.runners.values()))
+    original = runner.__call__
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(runner, name)
+
+        def __call__(self, *args: object) -> object:
+            seen.append(torch.get_num_threads())
+            return original(*args)
+
+    for pipeline in engine.pipelines.values() or [engine.pipeline]:
+        for name, r in list(pipeline.runners.items()):
+            if r is runner:
+                pipeline.runners[name] = Spy()
+    torch.set_num_threads(2)
+    engine.infer(engine.example_observation())
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2
 
 
 def test_the_blob_cache_keeps_to_its_bound_by_removing_the_least_recently_used(

@@ -209,6 +209,9 @@ class RecipeConfig:
     # Adam's first steps move every weight by about lr whatever its gradient: 3e-4 suits a small trained
     # policy; a recovery fine-tune of a larger model wants less (weights of std 0.02 moved by ~0.02 in 60 steps).
     distill_lr: float = 3e-4
+    # onestep's own rate (None: distill_lr): in one recipe a pruned model's recovery `distill` wants ~3e-5 while
+    # a one-step student's expert, trained from the teacher's trajectories, moves little at that rate.
+    onestep_lr: float | None = None
     # step-distill on a demo target without --data: observations along this many closed-loop episodes of
     # the teacher (its start observations alone never show it grasping or carrying).
     distill_episodes: int = 20
@@ -260,6 +263,8 @@ class RecipeConfig:
                 raise ConfigError(f"{flag} must be >= {low} (got {value})")
         if not (self.distill_lr > 0 and math.isfinite(self.distill_lr)):
             raise ConfigError(f"--distill-lr must be a positive number (got {self.distill_lr})")
+        if self.onestep_lr is not None and not (self.onestep_lr > 0 and math.isfinite(self.onestep_lr)):
+            raise ConfigError(f"--onestep-lr must be a positive number (got {self.onestep_lr})")
         if self.distill_target not in DISTILL_TARGETS:
             raise ConfigError(
                 f"--distill-target {self.distill_target!r} is unknown; use {' or '.join(DISTILL_TARGETS)}"
@@ -549,7 +554,7 @@ def one_step_student(
     settings = OnestepConfig(
         steps=config.distill_steps,
         batch=config.distill_batch,
-        lr=config.distill_lr,
+        lr=config.distill_lr if config.onestep_lr is None else config.onestep_lr,
         seed=config.seed,
         noise="zero" if inputs.zero_noise else "random",
         rounds=config.onestep_rounds if explore is not None else 1,

@@ -55,6 +55,13 @@ def compress_cmd(
     ] = 20,
     buckets: opts.PromptBuckets = None,
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of distill and step-distill")] = 3e-4,
+    onestep_lr: Annotated[
+        float | None,
+        typer.Option(
+            help="Adam learning rate of onestep (default: --distill-lr); a pruned model's recovery "
+            "distill wants a small rate, the student's expert a larger one"
+        ),
+    ] = None,
     distill_target: Annotated[
         str,
         typer.Option(

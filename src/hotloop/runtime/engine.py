@@ -19,7 +19,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,14 @@ from hotloop.runtime.onnx_check import check_onnx_entry
 from hotloop.runtime.recorded_io import check_recorded_io
 
 _log = logging.getLogger(__name__)
+
+# Backends that run a sub-engine on a thread pool of their own (OpenVINO's, ONNX Runtime's), not on torch's.
+# Between their calls torch only glues (the Euler update, a time embedding, copies); at torch's own thread
+# count its OpenMP workers spin after each small parallel region and take the cores the backend's pool
+# needs next. pi05:small's all-OpenVINO plan, 2 threads on 2 cores, 1,000 calls, three runs each in turn:
+# p50 6.4 ms and p99 8.5-10.7 (max ~30: bursts of calls with vision and prefix 2.8x slower) with torch
+# at 2 threads; p50 6.2-6.6 and p99 6.8-7.7 with the glue on one torch thread for the call.
+OWN_POOL_BACKENDS = frozenset({"openvino", "onnxruntime"})
 
 
 def _manifest_pin(manifest: dict[str, Any], root: Path) -> tuple[int, ...] | None:
@@ -98,6 +108,10 @@ class Engine:
         self.cuda_graph: Any = None
         self.memory = MemoryAccount(path, None)  # replaced by Engine.load's, which measured the load
         self.load_s: float | None = None  # Engine.load's wall time: verify, build the runners, warm up
+        # torch's intra-op threads while a call runs (None: the process's setting): 1 when every sub-engine
+        # runs on its backend's own pool (`OWN_POOL_BACKENDS`); the process's setting is restored after.
+        backends = {e.backend for e in entries(manifest).values()}
+        self.glue_threads: int | None = 1 if backends and backends <= OWN_POOL_BACKENDS else None
 
     # ---- loading ---------------------------------------------------------------------------------------
     @classmethod
@@ -417,6 +431,19 @@ class Engine:
         return out
 
     # ---- running ---------------------------------------------------------------------------------------
+    @contextmanager
+    def _torch_glue_threads(self) -> Iterator[None]:
+        """torch at `glue_threads` for one call (see `OWN_POOL_BACKENDS`), the caller's count restored."""
+        if self.glue_threads is None:
+            yield
+            return
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.glue_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
     def infer(self, obs: Any, noise: Tensor | None = None) -> Any:
         """Actions (B, chunk, A) in model space for a policy artifact; {output name: tensor} for an ONNX one.
 
@@ -426,11 +453,11 @@ class Engine:
         if self.kind == "onnx" and self._onnx_runner.host_buffers:
             # The path compile's final check timed (`Runner.run_from`): numpy checks and copy, then the run.
             arrays = self._onnx_arrays(obs)
-            with self._lock, self.memory.call():
+            with self._lock, self.memory.call(), self._torch_glue_threads():
                 runner = self._onnx_runner
                 return dict(zip(runner.output_names, runner.run_from(arrays), strict=True))
         checked = self.validate(obs, noise)
-        with self._lock, self.memory.call():
+        with self._lock, self.memory.call(), self._torch_glue_threads():
             if self.kind == "onnx":
                 runner = self._onnx_runner
                 outs = runner(*checked)
@@ -443,7 +470,7 @@ class Engine:
     def sample(self, obs: Any, noise: Tensor, timer: Any = None) -> Tensor:
         """`infer` with stage timing (for `hotloop bench ART`)."""
         checked = self.validate(obs, noise)
-        with self._lock, self.memory.call():
+        with self._lock, self.memory.call(), self._torch_glue_threads():
             return self.pipeline.sample(checked, noise, timer=timer)
 
     def submit(self, obs: Any, noise: Tensor | None = None) -> Future[Any]:
@@ -467,6 +494,7 @@ class Engine:
             "artifact": str(self.path),
             "target": self.manifest.get("target"),
             "plan": {n: f"{r.backend} {r.precision}" for n, r in self.runners.items()},
+            "torch_threads_in_call": self.glue_threads,  # None: the process's own setting
             "memory": self.memory.to_dict(),
             "load_s": self.load_s,
             "layout": self.kind if self.kind == "onnx" else self.manifest.get("layout", "weights"),
