@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from hotloop.cli import app
+from hotloop.compress.recipe import EXIT_TOLERANCE
 from hotloop.errors import ConfigError
 from hotloop.families.pi.config_io import config_from_dict
 from hotloop.families.pi.sampling import make_noise, sample_actions
@@ -191,6 +192,28 @@ def test_distill_after_vision_res_runs_toward_the_teacher(recorded: Path, tmp_pa
     assert [r["step"] for r in rows] == ["reference", "vision-res:28", "distill"]
     details = rows[2]["details"]
     assert details["steps"] == 8 and details["loss_after"]["total"] < details["loss_before"]["total"]
+
+
+def test_a_step_outside_the_tolerance_is_judged_again_after_the_distill_that_repairs_it(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """`vision-res:S,distill`: the coarser tower alone may be far from the teacher (demo:conveyor-vision at
+    48 px: cos -0.07) and only the pair is meant to pass; the step's row records its violation, the recipe
+    goes on to `distill`, and only the repaired model can be kept."""
+    js = tmp_path / "r.json"
+    res = runner.invoke(
+        app,
+        ["compress", "pi05:tiny", "--recipe", "vision-res:28,distill", "--data", str(recorded), "--distill-steps",
+         "2", "--distill-batch", "2", "--backends", "eager", "--tolerance", "cos:0.999999",
+         "-o", str(tmp_path / "art"), "--json", str(js), *FAST],
+    )  # fmt: skip
+    assert res.exit_code == EXIT_TOLERANCE, res.output  # stopped at distill, not at vision-res
+    report = json.loads(js.read_text())
+    rows = report["rows"]
+    assert [r["step"] for r in rows] == ["reference", "vision-res:28", "distill"]
+    assert rows[1]["violation"] is not None  # recorded, and the recipe went on
+    assert report["stopped"].startswith("step distill broke the tolerance")  # 2 steps repair too little here
+    assert report["kept_step"] == "reference"
 
 
 def test_feature_target_pools_the_teachers_grid() -> None:
