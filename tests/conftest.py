@@ -124,3 +124,24 @@ def _matmul_peaks_measured_once(tmp_path_factory: pytest.TempPathFactory) -> Ite
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(roofline, "cached_peaks", cached_peaks)
         yield
+
+
+@pytest.fixture
+def compress_refuses(tmp_path: Path) -> Callable[..., None]:
+    """`compress_refuses(target, recipe, message, *flags)`: `hotloop compress TARGET --recipe RECIPE -o OUT
+    *flags` is refused before any work: exit 2, one `error:` line holding `message`, nothing written (no
+    artifact, no work folder)."""
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    out = tmp_path / "a"
+
+    def check(target: str, recipe: str, message: str, *flags: str) -> None:
+        res = CliRunner().invoke(app, ["compress", target, "--recipe", recipe, "-o", str(out), *flags])
+        assert res.exit_code == 2, (recipe, res.output)
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], (recipe, res.output)
+        assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
+
+    return check
