@@ -10,6 +10,14 @@ n_obs_steps observations, one per control step) defines `observe(obs) -> None`. 
 (`hotloop.realtime.runner.run_loop`, which the closed-loop evaluator and a robot's runner share) then
 calls it with every control period's observation, before any `infer` of that period, and `infer` reads
 the history as it stands. Policies without it are never called more often nor observed more than before.
+
+A second optional hook: a policy that draws noise (a flow or diffusion policy's start) defines
+`seed_noise(episode_seed) -> None`. The closed-loop evaluator calls it after `reset()` with each episode's
+seed, so every episode draws a noise stream of its own, repeatably (`episode_noise_seed`), as the
+latency draws are. Without it every episode restarted the policy's one stream: each episode's k-th
+inference drew the same noise, and a success rate described that one stream, not the policy (on
+demo:conveyor-smolvla at async 200 ms, three streams gave 5, 12 and 20 successes of the same 20 episodes).
+Two policies of one target get the same stream for one episode seed, so paired comparisons stay paired.
 """
 
 from __future__ import annotations
@@ -28,6 +36,19 @@ class Policy(Protocol):
     def reset(self) -> None:
         """Forget any episode state (called at the start of every episode)."""
         ...
+
+
+def episode_noise_seed(policy_seed: int, episode_seed: int) -> int:
+    """The seed of a policy's noise for one episode: a function of its own seed and the episode's alone."""
+    state = np.random.SeedSequence([abs(int(policy_seed)), abs(int(episode_seed)), 0x5EED]).generate_state(1)
+    return int(state[0])
+
+
+def seed_noise(policy: object, episode_seed: int) -> None:
+    """Call `policy`'s `seed_noise` hook (see the module docstring) if it has one."""
+    hook = getattr(policy, "seed_noise", None)
+    if callable(hook):
+        hook(episode_seed)
 
 
 def observes(policy: object) -> bool:

@@ -137,8 +137,14 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, compress_refu
         ("onestep", [*data, "--onestep-rounds-under", "async"], "give STRATEGY@LATENCY pairs"),
         ("onestep", [*data, "--onestep-rounds-under", "sync@slow"], "--onestep-rounds-under: "),
         ("onestep", [*data, "--onestep-lr", "0"], "--onestep-lr must be a positive number (got 0.0)"),
+        ("steps:2", ["--first-action-weight", "2"], "--first-action-weight 2: no step of --recipe reads it"),
     ):
         compress_refuses("pi05:tiny", recipe, message, *extra, *FAST)
+    # Diffusion's onestep distils a sampler, not a flow's first action: the weight would be ignored there
+    compress_refuses(
+        "demo:conveyor-diffusion", "ddim:10,onestep:2", "--first-action-weight 2: no step of --recipe reads it",
+        *data, "--first-action-weight", "2", *FAST,
+    )  # fmt: skip
 
 
 def test_on_policy_rounds_add_the_students_own_observations(tiny: tuple) -> None:
@@ -246,6 +252,34 @@ def test_the_final_chunk_is_judged_on_the_executed_dimensions(tiny: tuple) -> No
         loss = [trajectory_loss(flow, model, obs, cache, traj.starts, target, 1, 10, dim)
                 for target in (traj.states, moved) for dim in (3, None)]  # fmt: skip
     assert torch.equal(loss[0], loss[2]) and loss[3] > loss[1] + 0.5
+
+
+def test_the_first_action_weight_weighs_the_executed_first_action(tiny: tuple) -> None:
+    """`--first-action-weight w`: the final term becomes (chunk + w first action) / (1 + w). A target that
+    differs from the teacher's own chunk in the first action alone by d adds w d^2 / (1 + w) per
+    executed element; one that differs only later costs less than unweighted."""
+    from hotloop.compress.onestep import prefixes, trajectory_loss
+    from hotloop.families.pi.compression.onestep import PiFlowStudent
+
+    model, obs = tiny
+    flow = PiFlowStudent(model)
+    traj = teacher_trajectories(flow, model, obs, 10, OnestepConfig(noise="zero"))
+    cache = prefixes(flow, model, obs)
+    horizon = traj.states.shape[2]
+    first, later = traj.states.clone(), traj.states.clone()
+    first[:, -1, 0, :3] += 0.1
+    later[:, -1, 1, :3] += 0.1
+
+    def loss(target: torch.Tensor, w: float) -> float:
+        with torch.no_grad():
+            return float(trajectory_loss(flow, model, obs, cache, traj.starts, target, 10, 10, 3, w))
+
+    exact = loss(traj.states, 0.0)  # the teacher's own 10 steps: nothing to learn
+    assert exact < 1e-8
+    # 10 student steps: the final term is 1 of 10 and h^2 = 0.01, so each term is scaled by 10
+    assert loss(first, 0.0) == pytest.approx(10 * 0.01 / horizon, rel=1e-3)
+    assert loss(first, 4.0) == pytest.approx(10 * (0.01 / horizon + 4 * 0.01) / 5, rel=1e-3)
+    assert loss(later, 4.0) == pytest.approx(10 * 0.01 / horizon / 5, rel=1e-3)
 
 
 def test_a_learning_rate_schedule_scales_every_step() -> None:

@@ -112,3 +112,15 @@ def test_verdicts_and_the_regression_line() -> None:
     )
     assert apart[0].paired.pairs == 0 and apart[0].verdict == DROP
     assert "no seed in common" in apart[0].sentence()
+
+
+def test_an_artifact_against_its_target_names_the_change() -> None:
+    """A compiled artifact is compared with the target it was compiled from (the same policy): the
+    sentence says the target changed, not that the run was repeated."""
+    then = [episode(s, True) for s in range(4)]
+    now_run = {**run("sync", "fixed:0", [episode(s, s != 0) for s in range(4)]), "target": "runs/student"}
+    c = compare_point(run("sync", "fixed:0", then), now_run)
+    assert [d.describe() for d in c.changed] == ["target demo:conveyor → runs/student"]
+    assert "(changed: target demo:conveyor → runs/student)" in c.sentence()
+    same = compare_point(run("sync", "fixed:0", then), run("sync", "fixed:0", then))
+    assert "(changed: nothing (a rerun))" in same.sentence()

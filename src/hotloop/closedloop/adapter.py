@@ -26,6 +26,7 @@ import numpy as np
 
 from hotloop.errors import ConfigError
 from hotloop.families.frames import resize_with_pad
+from hotloop.policy import seed_noise
 from hotloop.policy_spec import ImageSpec, PolicySpec, TaskSpec
 
 
@@ -150,6 +151,9 @@ class AdaptedPolicy:
 
     def reset(self) -> None:
         self.policy.reset()
+
+    def seed_noise(self, episode_seed: int) -> None:
+        seed_noise(self.policy, episode_seed)
 
     @property
     def strategy_defaults(self) -> dict[str, Any]:

@@ -334,6 +334,9 @@ def compare_point(baseline: dict[str, Any], current: dict[str, Any]) -> PointCom
         )
     b_req, c_req = _request_parts(baseline), _request_parts(current)
     changed = [
+        # an artifact against the target it was compiled from (the same policy, check_same_run): the change
+        # the comparison is about, not "nothing"
+        *diff_mappings({"target": baseline.get("target")}, {"target": current.get("target")}, VARIABLE),
         *diff_mappings(
             {"difficulty": baseline.get("difficulty")}, {"difficulty": current.get("difficulty")}, VARIABLE
         ),

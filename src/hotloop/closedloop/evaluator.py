@@ -26,6 +26,7 @@ from hotloop.closedloop.latency import LatencyModel
 from hotloop.closedloop.metrics import mean_std, rms_jerk, wilson_interval
 from hotloop.errors import NonFiniteOutputError
 from hotloop.finite import non_finite_output
+from hotloop.policy import seed_noise
 from hotloop.realtime.clock import SimClock
 from hotloop.realtime.runner import SimulatedEngine, run_loop
 from hotloop.realtime.scheduler import FALLBACK_CHUNK, ChunkScheduler, SchedulerConfig, Segment
@@ -110,8 +111,10 @@ def run_episode(
     obs, _ = env.reset(seed=seed)
     check_observation(obs, getattr(env, "task_name", "the task"), 0)
     policy.reset()
+    seed_noise(policy, seed)  # each episode its own noise stream (hotloop.policy)
     if fallback_policy is not None:
         fallback_policy.reset()
+        seed_noise(fallback_policy, seed)
     rng = np.random.default_rng([seed, 0x1A7])  # latency draws: repeatable per episode seed
     dt = env.config.physics_dt
     max_ticks = round(env.config.time_limit_s / dt)

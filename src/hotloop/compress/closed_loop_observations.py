@@ -28,6 +28,26 @@ def _model_policy(policy: Any) -> Any:
     return inner
 
 
+def policy_weights(model: Any, reshaped: bool) -> Any:
+    """What `closed_loop_observations` loads into the target's policy: the state dict, or (`reshaped`: a
+    model whose config differs from the target's, e.g. after `vision-res`) the model itself."""
+    return model if reshaped else model.state_dict()
+
+
+def load_weights(policy: Any, weights: dict[str, Any] | torch.nn.Module | None) -> Any:
+    """Put `weights` into the model `policy` runs (a state dict loaded, or a model of another config, e.g.
+    after `vision-res`, swapped in with its config); None leaves the target's own. Returns the policy that
+    holds the model (a pi demo's `.pi`)."""
+    inner = _model_policy(policy)
+    if isinstance(weights, torch.nn.Module):
+        inner.model = weights
+        if hasattr(inner, "config") and hasattr(weights, "cfg"):
+            inner.config = weights.cfg  # the policy prepares its images at the model's size
+    elif weights is not None:
+        inner.model.load_state_dict(weights)
+    return inner
+
+
 class _Observed(Exception):
     """Raised by the recording hook once it has the model observation of a frame that is only observed:
     the policy's preprocessing ran, its model does not."""
@@ -60,13 +80,7 @@ def closed_loop_observations(
     store: list[Any] = []
     observing = False  # True while a frame is only observed (`every_period`)
     try:
-        inner = _model_policy(runner.policy.policy)
-        if isinstance(weights, torch.nn.Module):  # a model of another config (`vision-res`): swapped in
-            inner.model = weights
-            if hasattr(inner, "config") and hasattr(weights, "cfg"):
-                inner.config = weights.cfg  # the policy prepares its images at the model's size
-        elif weights is not None:
-            inner.model.load_state_dict(weights)
+        inner = load_weights(runner.policy.policy, weights)
         observe = inner.observation
 
         def recording(obs: Any) -> Any:
@@ -105,4 +119,4 @@ def closed_loop_observations(
     return family.stack(store), wins
 
 
-__all__ = ["closed_loop_observations"]
+__all__ = ["closed_loop_observations", "load_weights", "policy_weights"]

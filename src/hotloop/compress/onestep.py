@@ -112,6 +112,9 @@ class OnestepConfig:
     noise: str = "random"
     noise_draws: int = 4
     rounds: int = 1
+    # extra weight on the final chunk's first action, the only one a sync loop executes (step-distill's
+    # `--first-action-weight`): a student whose first actions come out short finishes late at sync 0 ms
+    first_action_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "checkpoint_every", "noise_draws", "rounds"):
@@ -125,6 +128,8 @@ class OnestepConfig:
             raise ConfigError(f"onestep final fraction must be in (0, 1] (got {self.final_fraction})")
         if not self.anchor_weight >= 0:
             raise ConfigError(f"onestep anchor weight must be >= 0 (got {self.anchor_weight})")
+        if not self.first_action_weight >= 0:
+            raise ConfigError(f"--first-action-weight must be >= 0 (got {self.first_action_weight})")
         if self.noise not in NOISE_MODES:
             raise ConfigError(f"onestep noise must be one of {', '.join(NOISE_MODES)} (got {self.noise!r})")
 
@@ -229,12 +234,14 @@ def trajectory_loss(
     steps: int,
     teacher_steps: int,
     action_dim: int | None = None,
+    first_action_weight: float = 0.0,
 ) -> Tensor:
     """Mean over the student's grid times of |x_k - X(t_k)|^2 / h^2 (the shortcut-velocity error), the
     student integrating from `start`; `target`: the teacher's states (B, N + 1, chunk, dim); `cache`: the
     observations' (frozen) prefix. `action_dim`: the chunk's dimensions the policy executes; the final
     chunk is judged on those alone (the others are padding the plan drops), the states between on all
-    (the next step reads them)."""
+    (the next step reads them). `first_action_weight` w: the final term is (chunk + w first action) /
+    (1 + w)."""
     got = integrate(flow, student, cache, obs, start, steps)
     stride = teacher_steps // steps
     h2 = (1.0 / steps) ** 2
@@ -244,6 +251,9 @@ def trajectory_loss(
                    target[:, k * stride][..., used if k == steps else slice(None)]) / h2
         for k in range(1, steps + 1)
     ]  # fmt: skip
+    if first_action_weight:
+        first = F.mse_loss(got[steps][:, 0, used], target[:, -1, 0, used]) / h2
+        terms[-1] = (terms[-1] + first_action_weight * first) / (1 + first_action_weight)
     return torch.stack(terms).mean()
 
 
@@ -391,7 +401,7 @@ def train_onestep(
             which = [traj.obs_index[i] for i in idx]
             loss = trajectory_loss(
                 flow, student, flow.select(obs, which), flow.select_prefix(traj.prefix, which),
-                traj.starts[idx], traj.states[idx], steps, teacher_steps, action_dim,
+                traj.starts[idx], traj.states[idx], steps, teacher_steps, action_dim, config.first_action_weight,
             )  # fmt: skip
             if anchored:
                 assert actions is not None

@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from hotloop.compile.validate import Tolerance, compare_actions
+from hotloop.compress.closed_loop_observations import policy_weights
 from hotloop.errors import ConfigError
 
 STEPS: dict[str, str] = {
@@ -227,6 +228,11 @@ class RecipeConfig:
     # both's states. Async-only rounds cost 37 points at sync 0 ms, sync-only ones 7 at async 200 ms; in
     # turn, neither (demo:conveyor, seeds 3000-3099; docs/onestep.md).
     onestep_rounds_under: tuple[tuple[str, str], ...] = (("async", "fixed:200"), ("sync", "fixed:0"))
+    # onestep on a flow demo: students trained (seeds seed, seed + 1, ...), the one closest to the teacher on
+    # validation episodes under every execution above kept (hotloop.compress.student_selection): one training
+    # run to the next moved demo:conveyor's success by up to 54 points of 200.
+    onestep_candidates: int = 1
+    onestep_select_episodes: int = 200
     bench_iters: int = 20
     backends: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
     # A sensitivity plan's layers ({sub-engine: [layer names]}, `--mixed-plan`): quantize and qat keep
@@ -256,6 +262,8 @@ class RecipeConfig:
             ("distill_episodes", "--distill-episodes"),
             ("bench_iters", "--bench-iters"),
             ("onestep_rounds", "--onestep-rounds"),
+            ("onestep_candidates", "--onestep-candidates"),
+            ("onestep_select_episodes", "--onestep-select-episodes"),
         ):
             value = getattr(self, name)
             low = 0 if name in ("episodes", "distill_episodes") else 1  # 0: skip / start frames only
@@ -272,6 +280,8 @@ class RecipeConfig:
         check_rounds_under(self.onestep_rounds_under)
         if not self.step_distill_first_action >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.step_distill_first_action})")
+        if self.onestep_candidates > 1:
+            check_candidates(self)
         trains = next((s for s in self.recipe if s.name in ("qat", "onestep")), None)
         if trains is not None and self.data is None:
             raise ConfigError(
@@ -358,6 +368,7 @@ def apply_step(
     family: Any,
     action_dim: int | None = None,
     next_step: RecipeStep | None = None,
+    log: Callable[[str], None] = lambda s: None,
 ) -> Candidate:
     """`cand` after `step`; the steps a family has of its own run through `family.compression()`.
     `next_step`: the step after it (`quantize` followed by `compile` quantizes straight to the backends)."""
@@ -402,7 +413,7 @@ def apply_step(
         new.details["data"] = source
     elif step.name == "onestep":
         new.model, new.num_steps, new.details = one_step_student(
-            step, cand, inputs, config, work, family, action_dim
+            step, cand, inputs, config, work, family, action_dim, log
         )
     elif step.name == "sparse24":
         new.model, new.details = family.compression().sparse24(cand.model)
@@ -516,6 +527,7 @@ def one_step_student(
     work: Path,
     family: Any,
     action_dim: int | None = None,
+    log: Callable[[str], None] = lambda s: None,
 ) -> tuple[Any, int, dict[str, Any]]:
     """`onestep[:K]`: the candidate (at its current step count and sampler) teaches a K-step copy of
     itself (`hotloop.compress.onestep`; Diffusion: `hotloop.families.diffusion.onestep`). It learns on the
@@ -551,29 +563,66 @@ def one_step_student(
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
         explore = None if pruned else student_rollouts(config, family, steps, reshaped)
-    settings = OnestepConfig(
-        steps=config.distill_steps,
-        batch=config.distill_batch,
-        lr=config.distill_lr if config.onestep_lr is None else config.onestep_lr,
-        seed=config.seed,
-        noise="zero" if inputs.zero_noise else "random",
-        rounds=config.onestep_rounds if explore is not None else 1,
-    )
     if explore is not None:
         source["rounds_under"] = [f"{s}@{lat}" for s, lat in config.onestep_rounds_under]
-    # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
-    model = (
-        tools.student_model(cand.model, steps)
-        if hasattr(tools, "student_model")
-        else copy.deepcopy(cand.model)
-    )
-    job = OnestepJob(
-        cand.model, model, obs, calib, steps, cand.num_steps, settings, work / f"onestep-{steps}",
-        config.progress, explore, action_dim,
-    )  # fmt: skip
-    details = tools.onestep(job)
+    if config.onestep_candidates > 1 and explore is None:
+        raise ConfigError(
+            f"--onestep-candidates {config.onestep_candidates}: choosing among students plays each in "
+            f"{config.target}'s task, which needs a pi or SmolVLA demo target with --distill-episodes >= 1 "
+            "and no prune before onestep; use --onestep-candidates 1"
+        )
+
+    def train(seed: int, folder: str) -> tuple[Any, dict[str, Any]]:
+        settings = OnestepConfig(
+            steps=config.distill_steps,
+            batch=config.distill_batch,
+            lr=config.distill_lr if config.onestep_lr is None else config.onestep_lr,
+            seed=seed,
+            noise="zero" if inputs.zero_noise else "random",
+            rounds=config.onestep_rounds if explore is not None else 1,
+            first_action_weight=config.step_distill_first_action,
+        )
+        # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
+        model = (
+            tools.student_model(cand.model, steps)
+            if hasattr(tools, "student_model")
+            else copy.deepcopy(cand.model)
+        )
+        job = OnestepJob(
+            cand.model, model, obs, calib, steps, cand.num_steps, settings, work / folder, config.progress,
+            explore, action_dim,
+        )  # fmt: skip
+        return model, tools.onestep(job)
+
+    if config.onestep_candidates == 1:
+        model, details = train(config.seed, f"onestep-{steps}")
+    else:
+        from hotloop.compress.student_selection import chosen_student
+
+        model, details = chosen_student(config, cand, steps, reshaped, train, log)
     details["data"] = source
     return model, steps, details
+
+
+def check_candidates(config: RecipeConfig) -> None:
+    """`--onestep-candidates` > 1 plays the students in the target's task: a demo target, a recipe with
+    `onestep` (not after `prune`), and episodes to learn the rounds from; refused before any work."""
+    flag = f"--onestep-candidates {config.onestep_candidates}"
+    names = [s.name for s in config.recipe]
+    if "onestep" not in names:
+        raise ConfigError(f"{flag} chooses among onestep students; the recipe has no onestep step")
+    if not config.target.startswith("demo:"):
+        raise ConfigError(
+            f"{flag}: students are chosen by playing a demo task; {config.target} has none "
+            "(use --onestep-candidates 1)"
+        )
+    if "prune" in names[: names.index("onestep")]:
+        raise ConfigError(
+            f"{flag}: a pruned student's shapes do not load into {config.target}'s own policy, so it cannot "
+            "be played; use --onestep-candidates 1"
+        )
+    if config.distill_episodes < 1:
+        raise ConfigError(f"{flag} needs the closed-loop rounds: give --distill-episodes >= 1")
 
 
 def parse_rounds_under(text: str) -> tuple[tuple[str, str], ...]:
@@ -606,12 +655,6 @@ def check_rounds_under(pairs: tuple[tuple[str, str], ...]) -> None:
             parse_latency(latency)
         except ConfigError as e:
             raise ConfigError(f"--onestep-rounds-under: {e}") from None
-
-
-def policy_weights(model: Any, reshaped: bool) -> Any:
-    """What `closed_loop_observations` loads into the target's policy: the state dict, or (`reshaped`: a
-    model whose config differs from the target's, e.g. after `vision-res`) the model itself."""
-    return model if reshaped else model.state_dict()
 
 
 def student_rollouts(
@@ -660,6 +703,20 @@ def check_step_counts(
             current = int(step.arg or 1)
         elif step.name not in STEPS and step.arg.isdigit():  # a family's own sampler step (ddim:N)
             current = int(step.arg)
+
+
+def check_first_action_weight(config: RecipeConfig, family: Any) -> None:
+    """`--first-action-weight` weighs a flow student's first action (step-distill, a flow family's onestep);
+    a recipe with no step that reads it is refused rather than run without it."""
+    if not config.step_distill_first_action:
+        return
+    names = {s.name for s in config.recipe}
+    flow = "onestep" in names and hasattr(family.compression(), "flow_student")
+    if "step-distill" not in names and not flow:
+        raise ConfigError(
+            f"--first-action-weight {config.step_distill_first_action:g}: no step of --recipe reads it "
+            "(step-distill, or onestep of a pi or SmolVLA policy); leave it out"
+        )
 
 
 def check_vision_res(recipe: tuple[RecipeStep, ...], family: Any, model: Any) -> None:
@@ -819,6 +876,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         p.requires_grad_(False)
     check_step_counts(config.recipe, source.shape.num_steps, family, teacher)
     check_vision_res(config.recipe, family, teacher)
+    check_first_action_weight(config, family)
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     assert inputs.judged is not None
@@ -867,7 +925,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
         if i:
             log(f"step {i}/{len(config.recipe)}: {step.label}")
             after = steps[i + 1] if i + 1 < len(steps) else None
-            cand = apply_step(step, cand, teacher, inputs, config, work, family, action_dim, after)
+            cand = apply_step(step, cand, teacher, inputs, config, work, family, action_dim, after, log)
         dest = work / f"{i:02d}-{step.name}"
         shutil.rmtree(dest, ignore_errors=True)  # a previous, interrupted run's candidate
         compression = {

@@ -72,7 +72,8 @@ def compress_cmd(
     first_action_weight: Annotated[
         float,
         typer.Option(
-            help="step-distill: extra loss weight on the chunk's first action (the one sync executes)"
+            help="step-distill and onestep (flow families): extra loss weight on the chunk's first action "
+            "(the one sync executes)"
         ),
     ] = 0.0,
     onestep_rounds: Annotated[
@@ -89,6 +90,20 @@ def compress_cmd(
             "(the conditions it will be judged at)"
         ),
     ] = "async@fixed:200,sync@fixed:0",
+    onestep_candidates: Annotated[
+        int,
+        typer.Option(
+            help="onestep on a pi or SmolVLA demo: students to train (seeds --seed, --seed + 1, ...); the one "
+            "closest to the teacher on validation episodes under every --onestep-rounds-under execution is kept"
+        ),
+    ] = 1,
+    onestep_select_episodes: Annotated[
+        int,
+        typer.Option(
+            help="--onestep-candidates: validation episodes per execution (seeds 600000.., apart from "
+            "training rollouts and eval's seeds)"
+        ),
+    ] = 200,
     bench_iters: Annotated[
         int | None,
         typer.Option(

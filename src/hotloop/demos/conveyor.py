@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from hotloop.errors import CheckpointError
+from hotloop.policy import seed_noise
 
 PROMPT_TOKENS = (1, 2, 3)  # fixed task ids: one task, no tokenizer needed
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo_conveyor"
@@ -143,6 +144,9 @@ class DemoConveyorPolicy:
 
     def reset(self) -> None:
         self.pi.reset()
+
+    def seed_noise(self, episode_seed: int) -> None:
+        seed_noise(self.pi, episode_seed)  # x = 0 (zero_noise) draws none: then it changes nothing
 
     @property
     def observation_spec(self) -> dict[str, Any]:

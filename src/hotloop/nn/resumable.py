@@ -123,7 +123,10 @@ def train_resumable(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=config.steps, initial=state.step, desc=kind, unit="step", leave=False)
+        # the kind's name only: the rest is the checkpoint's identity (settings), not a label to read
+        bar = tqdm(
+            total=config.steps, initial=state.step, desc=kind.split(":", 1)[0], unit="step", leave=False
+        )
     try:
         while state.step < config.steps:
             if lr_at is not None:

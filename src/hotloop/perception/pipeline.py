@@ -61,6 +61,7 @@ import numpy as np
 
 from hotloop.closedloop.latency import WrappedLatency
 from hotloop.errors import ConfigError
+from hotloop.policy import seed_noise
 from hotloop.realtime.budget import (
     BudgetReport,
     CycleRecorder,
@@ -257,6 +258,9 @@ class PipelinePolicy:
             "--pipeline holds still until the box is seen and needs the policy's chunk length for that: "
             "give the policy a `horizon` attribute"
         )
+
+    def seed_noise(self, episode_seed: int) -> None:
+        seed_noise(self.inner, episode_seed)
 
     def reset(self) -> None:
         self.inner.reset()

@@ -33,6 +33,7 @@ import torch
 
 from hotloop.errors import ConfigError
 from hotloop.models.diffusion_config import DiffusionConfig
+from hotloop.policy import episode_noise_seed
 
 STATE, ENV_STATE, IMAGES = "observation.state", "observation.environment_state", "observation.images"
 IMAGE_PREFIX = "observation.images."
@@ -98,6 +99,10 @@ class DiffusionPolicyWrapper:
         self._history = {key: deque(maxlen=n) for key in self._keys()}
         self._observing = False
         self._generator.manual_seed(self.seed)
+
+    def seed_noise(self, episode_seed: int) -> None:
+        """An episode's own noise stream (`hotloop.policy`: the evaluator calls it after `reset`)."""
+        self._generator.manual_seed(episode_noise_seed(self.seed, episode_seed))
 
     def new_session(self) -> DiffusionPolicyWrapper:
         """The same model, processors and seed with a history and noise stream of its own (one robot,

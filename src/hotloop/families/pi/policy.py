@@ -19,6 +19,7 @@ from hotloop.errors import ConfigError
 from hotloop.families.pi.sampling import PiObservation, SampleOptions, begin_sampling, sample_actions
 from hotloop.models.configs import PiConfig
 from hotloop.models.pi0 import PiModel, PrefixCache, state_prompt_tokens
+from hotloop.policy import episode_noise_seed
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,10 @@ class PiPolicy:
 
     def reset(self) -> None:
         self._generator.manual_seed(self.seed)
+
+    def seed_noise(self, episode_seed: int) -> None:
+        """An episode's own noise stream (`hotloop.policy`: the evaluator calls it after `reset`)."""
+        self._generator.manual_seed(episode_noise_seed(self.seed, episode_seed))
 
     @property
     def observation_spec(self) -> dict[str, Any]:

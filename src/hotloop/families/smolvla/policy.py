@@ -33,6 +33,7 @@ from hotloop.families.smolvla.rtc import (
 )
 from hotloop.models.smolvla import LANG_MASK, LANG_TOKENS, STATE, SmolVLAModel
 from hotloop.models.smolvla_config import SmolVLAConfig
+from hotloop.policy import episode_noise_seed
 
 IMAGE_PREFIX = "observation.images."
 
@@ -155,6 +156,10 @@ class SmolVLAPolicy:
 
     def reset(self) -> None:
         self._generator.manual_seed(self.seed)
+
+    def seed_noise(self, episode_seed: int) -> None:
+        """An episode's own noise stream (`hotloop.policy`: the evaluator calls it after `reset`)."""
+        self._generator.manual_seed(episode_noise_seed(self.seed, episode_seed))
 
     @property
     def spec(self) -> Any:
