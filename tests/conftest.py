@@ -5,6 +5,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,25 @@ def compress_refuses(tmp_path: Path) -> Callable[..., None]:
         assert not out.exists() and not (tmp_path / ".a.work").exists(), recipe
 
     return check
+
+
+@pytest.fixture
+def compress_rows(tmp_path: Path) -> Callable[..., tuple[Path, list[dict[str, Any]]]]:
+    """`compress_rows(target, recipe, *flags)`: `hotloop compress TARGET --recipe RECIPE -o OUT --json J
+    *flags` succeeds (exit 0); returns OUT and the report's rows (one per step, the reference first)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hotloop.cli import app
+
+    out, js = tmp_path / "art", tmp_path / "report.json"
+
+    def run(target: str, recipe: str, *flags: str) -> tuple[Path, list[dict[str, Any]]]:
+        res = CliRunner().invoke(
+            app, ["compress", target, "--recipe", recipe, "-o", str(out), "--json", str(js), *flags]
+        )
+        assert res.exit_code == 0, res.output
+        return out, json.loads(js.read_text())["rows"]
+
+    return run

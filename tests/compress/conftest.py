@@ -25,3 +25,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("episodes") / "conveyor"
     record("conveyor-pick", 3, out, image_size=64, seed=5)
     return out
+
+
+@pytest.fixture
+def fast_flags() -> list[str]:
+    """compress flags that keep a test's recipe small: few frames, two timed calls, eager, one thread."""
+    return ["--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends",
+            "eager", "--threads", "1", "--quiet"]  # fmt: skip

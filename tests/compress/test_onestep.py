@@ -10,7 +10,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from hotloop.cli import app
 from hotloop.compress.onestep import (
     OnestepConfig,
     check_onestep,
@@ -85,7 +84,7 @@ def test_training_lowers_the_one_step_error_and_leaves_the_prefix(tiny: tuple) -
     assert changed and not changed & {"vision_tower", "projector", "embed_tokens", "vlm"}, changed
 
 
-def test_compress_onestep_writes_a_one_step_plan_of_the_student(recorded: Path, tmp_path: Path) -> None:
+def test_compress_onestep_writes_a_one_step_plan_of_the_student(recorded: Path, compress_rows) -> None:
     """End to end on pi05:tiny with recorded episodes: the artifact runs one step, its actions are one Euler
     step of the student weights it carries, and the report says what was learnt from."""
     from safetensors.torch import load_file
@@ -95,15 +94,10 @@ def test_compress_onestep_writes_a_one_step_plan_of_the_student(recorded: Path, 
     from hotloop.models.configs import get_pi_config
     from hotloop.runtime.engine import Engine
 
-    out, js = tmp_path / "os", tmp_path / "os.json"
-    res = runner.invoke(
-        app,
-        ["compress", "pi05:tiny", "--recipe", "onestep", "--data", str(recorded), "--distill-steps", "10",
-         "--distill-batch", "4", "--distill-lr", "1e-5", "--onestep-lr", "1e-3", "--tolerance", "cos:0.01", "-o",
-         str(out), "--json", str(js), *FAST],
+    out, rows = compress_rows(
+        "pi05:tiny", "onestep", "--data", str(recorded), "--distill-steps", "10", "--distill-batch", "4",
+        "--distill-lr", "1e-5", "--onestep-lr", "1e-3", "--tolerance", "cos:0.01", *FAST,
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    rows = json.loads(js.read_text())["rows"]
     assert [(r["step"], r["num_steps"]) for r in rows] == [("reference", 10), ("onestep", 1)]
     details = rows[1]["details"]
     assert details["data"] == {"source": "--data frames", "observations": 4}

@@ -20,8 +20,6 @@ from hotloop.compress.student_selection import (
 )
 
 runner = CliRunner()
-FAST = ["--calibration-frames", "4", "--eval-observations", "2", "--bench-iters", "2", "--backends", "eager",
-        "--threads", "1", "--quiet"]  # fmt: skip
 
 
 def test_the_smallest_worst_gap_to_the_teacher_is_kept() -> None:
@@ -56,23 +54,21 @@ def test_validation_successes_are_evals_own_episodes() -> None:
     assert closed_loop_successes("demo:conveyor", "conveyor-pick", 2, 2, weights, ("sync", "fixed:0")) == 0
 
 
-def test_compress_keeps_the_candidate_that_played_best(recorded: Path, tmp_path: Path) -> None:
+def test_compress_keeps_the_candidate_that_played_best(
+    recorded: Path, compress_rows, fast_flags: list[str]
+) -> None:
     """Two students (seeds 3 and 4) played on the validation episodes under both executions; the
     artifact holds the one the rule picks, and replaying its weights gives the successes recorded."""
     from safetensors.torch import load_file
 
     from hotloop.compile.artifact import sha256_state_dict
 
-    out, js = tmp_path / "os", tmp_path / "os.json"
-    res = runner.invoke(
-        app,
-        ["compress", "demo:conveyor", "--recipe", "onestep", "--data", str(recorded), "--distill-steps", "4",
-         "--distill-batch", "4", "--distill-episodes", "1", "--onestep-rounds", "1", "--onestep-candidates", "2",
-         "--onestep-select-episodes", "2", "--seed", "3", "--tolerance", "cos:0.01", "-o", str(out), "--json",
-         str(js), *FAST],
+    out, rows = compress_rows(
+        "demo:conveyor", "onestep", "--data", str(recorded), "--distill-steps", "4", "--distill-batch", "4",
+        "--distill-episodes", "1", "--onestep-rounds", "1", "--onestep-candidates", "2",
+        "--onestep-select-episodes", "2", "--seed", "3", "--tolerance", "cos:0.01", *fast_flags,
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    details = json.loads(js.read_text())["rows"][1]["details"]
+    details = rows[1]["details"]
     sel = details["selection"]
     assert [c["seed"] for c in sel["candidates"]] == [3, 4] and sel["episodes"] == 2
     assert set(sel["teacher"]) == {"async@fixed:200", "sync@fixed:0"}
@@ -102,6 +98,12 @@ def test_compress_keeps_the_candidate_that_played_best(recorded: Path, tmp_path:
     ],
 )  # fmt: skip
 def test_bad_candidate_options_exit_2_before_any_work(
-    recorded: Path, compress_refuses, target: str, recipe: str, extra: list[str], message: str
+    recorded: Path,
+    compress_refuses,
+    fast_flags: list[str],
+    target: str,
+    recipe: str,
+    extra: list[str],
+    message: str,
 ) -> None:
-    compress_refuses(target, recipe, message, "--data", str(recorded), *extra, *FAST)
+    compress_refuses(target, recipe, message, "--data", str(recorded), *extra, *fast_flags)
