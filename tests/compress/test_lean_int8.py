@@ -6,6 +6,7 @@ planner takes it only when NNCF's quantization would not fit the memory left."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,12 @@ def test_the_planner_takes_the_lean_quantizer_only_where_nncf_does_not_fit(
     engine = hotloop.Engine.load(out, threads=1, warmup=0)
     want = sample_actions(src.model, src.obs, noise=src.noise)
     assert compare_actions(want, engine.infer(src.obs, src.noise)).cosine >= 0.99
+    # The timing cache keeps the lean prefix under a key of its own: with memory enough for NNCF, the
+    # same compile finds every candidate timed before but the NNCF prefix (the lean timing is not NNCF's).
+    monkeypatch.setattr(memory_fit, "available_bytes", lambda: 64 * 2**30)
+    again = CliRunner().invoke(app, [a if a != str(out) else str(tmp_path / "art2") for a in args])
+    assert again.exit_code == 0, again.output
+    assert "lean quantizer" not in again.output
+    held = re.search(r"timing cache: (\d+) of (\d+) candidates timed here before", again.output)
+    assert held is not None, again.output
+    assert int(held.group(1)) == int(held.group(2)) - 1, held.group(0)

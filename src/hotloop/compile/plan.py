@@ -421,6 +421,10 @@ def _plan(
     skipped_by_cache: list[str] = []
     calibration_memory: list[dict[str, Any]] = []  # each capture's measured memory
     for i, cand in enumerate(pending):
+        lean = choose_quantizer(cand, source, sets, config.plan_memory_gb)
+        if lean is not None and cand.graph_digest is not None:
+            # keyed before the quantizer was chosen: a lean timing must not be found (or kept) as NNCF's
+            _key_candidate(cand, cand.graph_digest, config)
         why = cannot_win(cand, bounds, best_p99(candidates, cand.stage))
         if why is None and (why := cached_slower(cand, candidates)) is not None:
             skipped_by_cache.append(cand.label)
@@ -430,7 +434,7 @@ def _plan(
             continue
         log(f"[{i + 1}/{len(pending)}] {cand.label} ({eta.line(i)})")
         finished = {c.stage for c in pending[:i]} - {c.stage for c in pending[i:]}
-        if (lean := choose_quantizer(cand, source, sets, config.plan_memory_gb)) is not None:
+        if lean is not None:
             log(f"    {lean}")
         snapshot = _make_room(cand, finished, candidates, source, sets, ref_runners, snapshot, config, log)
         if snapshot is not None and not spilled:
@@ -620,6 +624,17 @@ def _reference_plan(
     return chosen
 
 
+def _key_candidate(cand: Candidate, digest: str, config: PlanConfig) -> None:
+    """`cand`'s identity in the timing cache from its graph and its options as they stand, and in a fast
+    search its trusted cached timing."""
+    from hotloop.compile.timing_cache import candidate_key
+
+    cand.graph_digest = digest
+    cand.cache_key = candidate_key(digest, cand, config.calibration, config.fp32_layers)
+    cache = config.timing_cache
+    cand.cached = cache.lookup(cand.cache_key) if config.search == "fast" and cache is not None else None
+
+
 def _key_candidates(
     pending: list[Candidate],
     ref_engines: dict[str, SubEngine],
@@ -627,17 +642,16 @@ def _key_candidates(
     log: Callable[[str], None],
 ) -> None:
     """Each candidate's identity in the timing cache, and in a fast search its trusted cached timing."""
-    from hotloop.compile.timing_cache import candidate_key, graph_digests
+    from hotloop.compile.timing_cache import graph_digests
 
     cache = config.timing_cache
     t0 = time.perf_counter()
     digests = graph_digests(ref_engines)
     held = untrusted = 0
     for cand in pending:
-        cand.cache_key = candidate_key(digests[cand.sub_engine], cand, config.calibration, config.fp32_layers)
+        _key_candidate(cand, digests[cand.sub_engine], config)
         if cand.cache_key in cache.entries:
             held += 1
-            cand.cached = cache.lookup(cand.cache_key) if config.search == "fast" else None
             untrusted += not cache.trusted(cache.entries[cand.cache_key])
     use = "" if config.search == "fast" else "; --search full reads none of them"
     high = f", {untrusted} of them timed at a high load (not trusted)" if untrusted else ""

@@ -116,6 +116,7 @@ class Candidate:
     load_avg: float | None = None  # the 1-minute load average when it was timed
     timed_calls: int | None = None  # calls its latency is over (fewer when its timing was stopped)
     cache_key: str | None = None  # its identity in the timing cache (`hotloop.compile.timing_cache`)
+    graph_digest: str | None = None  # its sub-engine's content hash, the graph part of `cache_key`
     cached: Any = None  # a trusted `CachedTiming` of an earlier run here: orders and skips, never reported
     memory: dict[str, Any] | None = None  # estimated vs measured resident memory (`compile.peak_memory`)
     runner: Runner | None = field(default=None, repr=False)
