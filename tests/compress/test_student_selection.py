@@ -85,6 +85,17 @@ def test_compress_keeps_the_candidate_that_played_best(
         assert replay == wins, label
 
 
+def test_a_crashed_validation_episode_is_an_error_not_a_failure() -> None:
+    """A candidate whose episodes raise (here a model with none of the policy's calls) stops the choice with
+    the error and the seed, instead of counting as a student that failed its task."""
+    from hotloop.errors import HotloopError
+
+    with pytest.raises(HotloopError, match=f"episode seed {VALIDATION_SEED_BASE} raised"):
+        closed_loop_successes(
+            "demo:conveyor", "conveyor-pick", 2, 1, torch.nn.Linear(1, 1), ("sync", "fixed:0")
+        )
+
+
 @pytest.mark.parametrize(
     ("target", "recipe", "extra", "message"),
     [
@@ -95,6 +106,8 @@ def test_compress_keeps_the_candidate_that_played_best(
         ("demo:conveyor", "prune:0.5,onestep", ["--onestep-candidates", "2"], "a pruned student's shapes"),
         ("demo:conveyor", "onestep", ["--onestep-candidates", "2", "--distill-episodes", "0"],
          "needs the closed-loop rounds: give --distill-episodes >= 1"),
+        ("demo:conveyor-diffusion", "ddim:10,onestep:2", ["--onestep-candidates", "2"],
+         "students are chosen among a pi or SmolVLA policy's"),
     ],
 )  # fmt: skip
 def test_bad_candidate_options_exit_2_before_any_work(

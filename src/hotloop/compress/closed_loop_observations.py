@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from hotloop.compress.rollouts import ROLLOUT_SEED_BASE
-from hotloop.errors import ConfigError
+from hotloop.errors import ConfigError, HotloopError
 
 
 def _model_policy(policy: Any) -> Any:
@@ -32,6 +32,18 @@ def policy_weights(model: Any, reshaped: bool) -> Any:
     """What `closed_loop_observations` loads into the target's policy: the state dict, or (`reshaped`: a
     model whose config differs from the target's, e.g. after `vision-res`) the model itself."""
     return model if reshaped else model.state_dict()
+
+
+def successes(runner: Any, seeds: range) -> int:
+    """How many episodes of `seeds` `runner` (eval's `EpisodeRunner`) plays to success. An episode that
+    raised is an error, never a failure (docs/closed-loop.md): it stops the count, naming the seed."""
+    wins = 0
+    for seed in seeds:
+        record = runner.run(seed)
+        if record.get("error"):
+            raise HotloopError(f"closed-loop episode seed {seed} raised: {record['error']}")
+        wins += int(bool(record.get("success")))
+    return wins
 
 
 def load_weights(policy: Any, weights: dict[str, Any] | torch.nn.Module | None) -> Any:
@@ -109,8 +121,8 @@ def closed_loop_observations(
             # the episode runner's camera-rate hook (a perception pipeline's): a frame every control period
             policy.frame_ticks = runner.env.config.ticks_per_control
             policy.on_frame = on_frame
-        wins = sum(
-            int(runner.run(ROLLOUT_SEED_BASE + first_seed + i).get("success", False)) for i in range(episodes)
+        wins = successes(
+            runner, range(ROLLOUT_SEED_BASE + first_seed, ROLLOUT_SEED_BASE + first_seed + episodes)
         )
     finally:
         runner.close()
@@ -119,4 +131,4 @@ def closed_loop_observations(
     return family.stack(store), wins
 
 
-__all__ = ["closed_loop_observations", "load_weights", "policy_weights"]
+__all__ = ["closed_loop_observations", "load_weights", "policy_weights", "successes"]

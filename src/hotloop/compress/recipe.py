@@ -565,12 +565,8 @@ def one_step_student(
         explore = None if pruned else student_rollouts(config, family, steps, reshaped)
     if explore is not None:
         source["rounds_under"] = [f"{s}@{lat}" for s, lat in config.onestep_rounds_under]
-    if config.onestep_candidates > 1 and explore is None:
-        raise ConfigError(
-            f"--onestep-candidates {config.onestep_candidates}: choosing among students plays each in "
-            f"{config.target}'s task, which needs a pi or SmolVLA demo target with --distill-episodes >= 1 "
-            "and no prune before onestep; use --onestep-candidates 1"
-        )
+    # check_candidates refused, before any work, every recipe whose students cannot be played
+    assert config.onestep_candidates == 1 or explore is not None
 
     def train(seed: int, folder: str) -> tuple[Any, dict[str, Any]]:
         settings = OnestepConfig(
@@ -877,6 +873,11 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     check_step_counts(config.recipe, source.shape.num_steps, family, teacher)
     check_vision_res(config.recipe, family, teacher)
     check_first_action_weight(config, family)
+    if config.onestep_candidates > 1 and not hasattr(family.compression(), "flow_student"):
+        raise ConfigError(
+            f"--onestep-candidates {config.onestep_candidates}: students are chosen among a pi or SmolVLA "
+            f"policy's; {config.target}'s onestep has one (use --onestep-candidates 1)"
+        )
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     assert inputs.judged is not None

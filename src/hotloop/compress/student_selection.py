@@ -38,15 +38,16 @@ def closed_loop_successes(
 ) -> int:
     """How many of `episodes` episodes (seeds `first_seed`..) the target's policy, carrying `weights` (a
     state dict, or a model of another config put in its place; None: its own) and taking `num_steps`
-    denoising steps, succeeds on under `condition` (strategy, latency): eval's own episode runner."""
+    denoising steps, succeeds on under `condition` (strategy, latency): eval's own episode runner. An
+    episode that raised stops it with that error (a crashed candidate is not a weak one)."""
     from hotloop.closedloop.workers import EpisodeJob, EpisodeRunner
-    from hotloop.compress.closed_loop_observations import load_weights
+    from hotloop.compress.closed_loop_observations import load_weights, successes
 
     strategy, latency = condition
     runner = EpisodeRunner(EpisodeJob(target, task, None, strategy, latency, num_steps=num_steps))
     try:
         load_weights(runner.policy.policy, weights)
-        return sum(int(runner.run(first_seed + i).get("success", False)) for i in range(episodes))
+        return successes(runner, range(first_seed, first_seed + episodes))
     finally:
         runner.close()
 
