@@ -106,8 +106,6 @@ def test_a_crashed_validation_episode_is_an_error_not_a_failure() -> None:
         ("demo:conveyor", "prune:0.5,onestep", ["--onestep-candidates", "2"], "a pruned student's shapes"),
         ("demo:conveyor", "onestep", ["--onestep-candidates", "2", "--distill-episodes", "0"],
          "needs the closed-loop rounds: give --distill-episodes >= 1"),
-        ("demo:conveyor-diffusion", "ddim:10,onestep:2", ["--onestep-candidates", "2"],
-         "students are chosen among a pi or SmolVLA policy's"),
     ],
 )  # fmt: skip
 def test_bad_candidate_options_exit_2_before_any_work(

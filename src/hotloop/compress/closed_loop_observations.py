@@ -5,11 +5,14 @@ where the teacher goes drifts where it goes itself. The episodes are played by `
 episode runner (the target's policy, adapted to the task as eval adapts it, simulated latency), with the
 student's weights loaded into that policy's model and its step count; every model observation the policy
 computes is kept. Works for any target whose policy holds its model as `.model` and builds model inputs
-in `.observation` (SmolVLA checkpoints, pi policies; a pi demo wraps its pi policy as `.pi`).
+in `.observation` (SmolVLA checkpoints, pi policies, Diffusion policies, whose `.observation()` reads
+their history; a pi demo wraps its pi policy as `.pi`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,10 +31,33 @@ def _model_policy(policy: Any) -> Any:
     return inner
 
 
-def policy_weights(model: Any, reshaped: bool) -> Any:
+@dataclass(frozen=True)
+class StartingAtZero:
+    """Weights played from x = 0 (a candidate after the recipe step `zero-noise`): the target's policy draws
+    its start, the plan being judged does not."""
+
+    weights: Any
+
+
+def policy_weights(model: Any, reshaped: bool, zero_noise: bool = False) -> Any:
     """What `closed_loop_observations` loads into the target's policy: the state dict, or (`reshaped`: a
-    model whose config differs from the target's, e.g. after `vision-res`) the model itself."""
-    return model if reshaped else model.state_dict()
+    model whose config differs from the target's, e.g. after `vision-res`) the model itself; wrapped in
+    `StartingAtZero` when the candidate samples from x = 0."""
+    weights = model if reshaped else model.state_dict()
+    return StartingAtZero(weights) if zero_noise else weights
+
+
+def start_at_zero(policy: Any) -> None:
+    """`policy` (a SmolVLA policy, a Diffusion or compiled pi policy) samples from x = 0 from now on."""
+    settings = getattr(policy, "settings", None)
+    if dataclasses.is_dataclass(settings) and hasattr(settings, "zero_noise"):
+        policy.settings = dataclasses.replace(settings, zero_noise=True)  # type: ignore[type-var]
+    elif hasattr(policy, "zero_noise"):
+        policy.zero_noise = True
+    else:
+        raise ConfigError(
+            f"{type(policy).__name__} cannot start its sampler at x = 0 (recipe step zero-noise)"
+        )
 
 
 def successes(runner: Any, seeds: range) -> int:
@@ -46,11 +72,14 @@ def successes(runner: Any, seeds: range) -> int:
     return wins
 
 
-def load_weights(policy: Any, weights: dict[str, Any] | torch.nn.Module | None) -> Any:
+def load_weights(policy: Any, weights: dict[str, Any] | torch.nn.Module | StartingAtZero | None) -> Any:
     """Put `weights` into the model `policy` runs (a state dict loaded, or a model of another config, e.g.
-    after `vision-res`, swapped in with its config); None leaves the target's own. Returns the policy that
-    holds the model (a pi demo's `.pi`)."""
+    after `vision-res`, swapped in with its config; `StartingAtZero`: those, sampled from x = 0); None
+    leaves the target's own. Returns the policy that holds the model (a pi demo's `.pi`)."""
     inner = _model_policy(policy)
+    if isinstance(weights, StartingAtZero):
+        start_at_zero(inner)
+        weights = weights.weights
     if isinstance(weights, torch.nn.Module):
         inner.model = weights
         if hasattr(inner, "config") and hasattr(weights, "cfg"):
@@ -72,7 +101,7 @@ def closed_loop_observations(
     episodes: int,
     first_seed: int,
     num_steps: int | None,
-    weights: dict[str, Any] | torch.nn.Module | None = None,
+    weights: dict[str, Any] | torch.nn.Module | StartingAtZero | None = None,
     condition: tuple[str, str] = ("sync", "fixed:0"),
     every_period: bool = False,
 ) -> tuple[Any, int]:
@@ -95,8 +124,8 @@ def closed_loop_observations(
         inner = load_weights(runner.policy.policy, weights)
         observe = inner.observation
 
-        def recording(obs: Any) -> Any:
-            model_obs = observe(obs)
+        def recording(*args: Any) -> Any:  # a Diffusion policy builds its model input from its history
+            model_obs = observe(*args)
             if every_period and not observing:
                 return model_obs  # an inference: its frame was recorded as the period's
             store.append(model_obs)
@@ -131,4 +160,11 @@ def closed_loop_observations(
     return family.stack(store), wins
 
 
-__all__ = ["closed_loop_observations", "load_weights", "policy_weights", "successes"]
+__all__ = [
+    "StartingAtZero",
+    "closed_loop_observations",
+    "load_weights",
+    "policy_weights",
+    "start_at_zero",
+    "successes",
+]

@@ -11,11 +11,13 @@ Candidates and distillation checkpoints live in `.<out>.work` beside `-o` until 
 rerunning an interrupted command resumes its distillation from the last checkpoint.
 
 Steps (see `STEPS`): `prune[:MLP[:HEADS]]`, `vision-res:S`, `distill`, `steps:N`, `step-distill:N`,
-`onestep[:K]`, `sparse24`, `qat[:N]`, `quantize`, `compile`. `vision-res:S` feeds a SmolVLA's or a pi0 /
+`onestep[:K]`, `zero-noise`, `sparse24`, `qat[:N]`, `quantize`, `compile`. `vision-res:S` feeds a SmolVLA's or a pi0 /
 pi0.5's vision tower S px images (`hotloop.models.smolvla_resolution`, `hotloop.models.pi_resolution`:
 fewer patches and image tokens, observations still at the checkpoint's side; `distill` after it retrains
 toward the full-resolution teacher). `onestep` replaces the denoising loop by a 1- or 2-step
-student (`hotloop.compress.onestep`, docs/onestep.md). `distill` recovers whatever was removed before it (prune first, then
+student (`hotloop.compress.onestep`, docs/onestep.md); `zero-noise` starts the sampler at x = 0 (the
+noise's mode) instead of a draw, so the plan is deterministic and a student after it learns one map
+(docs/onestep.md, part 4). `distill` recovers whatever was removed before it (prune first, then
 distill), against the untouched fp32 teacher; `qat` fine-tunes with fake int8 (for when `quantize` alone
 misses the tolerance: `qat,quantize`); `quantize` asks the compile planner for reduced precisions on the
 chosen backends, keeping a sensitivity plan's layers fp32 (`--mixed-plan`); `compile` adds the other
@@ -43,7 +45,7 @@ import torch
 from torch import Tensor
 
 from hotloop.compile.validate import Tolerance, compare_actions
-from hotloop.compress.closed_loop_observations import policy_weights
+from hotloop.compress.closed_loop_observations import StartingAtZero, policy_weights
 from hotloop.errors import ConfigError
 
 STEPS: dict[str, str] = {
@@ -54,6 +56,8 @@ STEPS: dict[str, str] = {
     "step-distill": "step-distill:N train the expert so that N steps match the teacher's reference steps",
     "onestep": "onestep[:K] a 1- (or 2-) step student, progressive self-distillation on --data (SnapFlow; "
     "Diffusion: its DDIM sampler's)",
+    "zero-noise": "start the sampler at x = 0 (the noise's mode) instead of a draw: the same actions for the same "
+    "observation (Diffusion: after ddim:N)",
     "sparse24": "2:4 semi-structured sparsity of the VLM and expert linears (no CPU speedup expected)",
     "qat": "qat[:N] N steps of quantization-aware fine-tuning (fake int8, flow matching + distillation) on --data",
     "quantize": "int8 (static with --data, dynamic), bf16 per sub-engine, chosen by the planner within tolerance",
@@ -70,12 +74,14 @@ NEEDS: dict[str, str] = {
     "onestep": "one_step",
     "qat": "qat",
     "vision-res": "vision_resolution",
+    "zero-noise": "zero_noise_start",
 }
 
 # How a refusal names a missing capability, where its field name does not read as English.
 LACKS = {
     "one_step": "denoising loop for a few-step student to replace",
     "vision_resolution": "vision tower whose input resolution vision-res can lower (SmolVLA's, pi0's, pi0.5's)",
+    "zero_noise_start": "sampling noise to start from zero (its actions come from one pass)",
 }
 
 
@@ -124,7 +130,7 @@ def parse_recipe(text: str, family_steps: tuple[str, ...] = ()) -> tuple[RecipeS
                 f"--recipe {part}: the student takes 1 or 2 steps; use onestep (one network evaluation) "
                 "or onestep:2"
             )
-        elif name in ("distill", "sparse24", "quantize", "compile") and arg:
+        elif name in ("distill", "sparse24", "quantize", "compile", "zero-noise") and arg:
             raise ConfigError(f"--recipe {part}: step {name} takes no argument")
         steps.append(RecipeStep(name, arg))
     if not steps:
@@ -305,6 +311,9 @@ class Candidate:
     # `compile` step after it has nothing left to plan.
     on_backends: bool = False
     vision_resolution: dict[str, Any] | None = None  # what `vision-res` changed (the manifest records it)
+    zero_noise: bool = (
+        False  # `zero-noise`: the sampler starts at x = 0 (the manifest's policy entry says so)
+    )
 
 
 @dataclass
@@ -415,6 +424,9 @@ def apply_step(
         new.model, new.num_steps, new.details = one_step_student(
             step, cand, inputs, config, work, family, action_dim, log
         )
+    elif step.name == "zero-noise":
+        new.zero_noise = True
+        new.details = {"start": "x = 0 (every inference), not a draw"}
     elif step.name == "sparse24":
         new.model, new.details = family.compression().sparse24(cand.model)
         new.sparsity = new.details
@@ -546,6 +558,8 @@ def one_step_student(
     pruned = any(label.startswith("prune") for label in cand.applied)
     # a `vision-res` model takes other image sizes than the demo's own policy: the rollouts swap it in whole
     reshaped = any(label.startswith("vision-res") for label in cand.applied)
+    # so does a Diffusion model whose sampler (ddim:N) lives in its config: it is played as a whole model
+    reshaped = reshaped or bool(getattr(tools, "sampler_in_config", False))
     if config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "flow_student"):
         # a demo target: also the teacher's own closed-loop observations, and the student's in later rounds
         from hotloop.compress.closed_loop_observations import closed_loop_observations
@@ -554,19 +568,36 @@ def one_step_student(
         # 200 ms the teacher is asked 3 to 5 times an episode instead of every period (about 30), so they
         # cost a fraction of sync's for as many observations.
         played = config.onestep_rounds_under[0]
+        weights = None if pruned else policy_weights(cand.model, reshaped)  # None: the target's own
         rollouts, wins = closed_loop_observations(
             config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps,
-            None if pruned else policy_weights(cand.model, reshaped), played, every_period=played[0] != "sync",
+            StartingAtZero(weights) if cand.zero_noise else weights, played, every_period=played[0] != "sync",
         )  # fmt: skip
         source = {"source": f"teacher rollouts ({played[0]}, {played[1]})", "episodes": config.distill_episodes,
                   "successes": wins, "observations": family.batch_size(rollouts)}  # fmt: skip
         obs = tools.flow_student(cand.model).concat(calib.obs, rollouts)
         source = {"data_frames": len(calib), **source}
-        explore = None if pruned else student_rollouts(config, family, steps, reshaped)
+        explore = None if pruned else student_rollouts(config, family, steps, reshaped, cand.zero_noise)
+    elif config.target.startswith("demo:") and config.distill_episodes and hasattr(tools, "teacher_rollouts"):
+        # Diffusion on a demo: the teacher's own closed-loop observations beside the --data frames (no
+        # rounds): the recorded expert's states are not all those the policy meets driving itself
+        from hotloop.compress.closed_loop_observations import closed_loop_observations
+
+        played = config.onestep_rounds_under[0]
+        weights = policy_weights(cand.model, reshaped, cand.zero_noise)
+        rollouts, wins = closed_loop_observations(
+            config.target, config.task, family, config.distill_episodes, config.seed, cand.num_steps, weights,
+            played,
+        )  # fmt: skip
+        obs = family.stack([calib.obs, rollouts])
+        source = {"data_frames": len(calib), "source": f"teacher rollouts ({played[0]}, {played[1]})",
+                  "episodes": config.distill_episodes, "successes": wins,
+                  "observations": family.batch_size(rollouts)}  # fmt: skip
     if explore is not None:
         source["rounds_under"] = [f"{s}@{lat}" for s, lat in config.onestep_rounds_under]
     # check_candidates refused, before any work, every recipe whose students cannot be played
-    assert config.onestep_candidates == 1 or explore is not None
+    # (a Diffusion student has no rounds; its candidates are played all the same)
+    assert config.onestep_candidates == 1 or explore is not None or hasattr(tools, "teacher_rollouts")
 
     def train(seed: int, folder: str) -> tuple[Any, dict[str, Any]]:
         settings = OnestepConfig(
@@ -574,7 +605,7 @@ def one_step_student(
             batch=config.distill_batch,
             lr=config.distill_lr if config.onestep_lr is None else config.onestep_lr,
             seed=seed,
-            noise="zero" if inputs.zero_noise else "random",
+            noise="zero" if inputs.zero_noise or cand.zero_noise else "random",
             rounds=config.onestep_rounds if explore is not None else 1,
             first_action_weight=config.step_distill_first_action,
         )
@@ -654,7 +685,7 @@ def check_rounds_under(pairs: tuple[tuple[str, str], ...]) -> None:
 
 
 def student_rollouts(
-    config: RecipeConfig, family: Any, steps: int, reshaped: bool = False
+    config: RecipeConfig, family: Any, steps: int, reshaped: bool = False, zero_noise: bool = False
 ) -> Callable[[Any, int], Any]:
     """For onestep's on-policy rounds on a demo target: the observations the student meets when it
     drives the task itself (`--distill-episodes` episodes a round, seeds of their own range), round r
@@ -675,7 +706,7 @@ def student_rollouts(
             config.distill_episodes,
             seed,
             steps,
-            policy_weights(student, reshaped),
+            policy_weights(student, reshaped, zero_noise),
             condition,
             every_period=condition[0] != "sync",
         )[0]
@@ -699,6 +730,26 @@ def check_step_counts(
             current = int(step.arg or 1)
         elif step.name not in STEPS and step.arg.isdigit():  # a family's own sampler step (ddim:N)
             current = int(step.arg)
+
+
+def check_zero_noise(
+    recipe: tuple[RecipeStep, ...], family: Any, policy: dict[str, Any], target: str, model: Any = None
+) -> None:
+    """`zero-noise` once, on a policy that draws its start (not a demo that already starts at x = 0), and
+    where the family has a condition of its own (Diffusion: a DDIM sampler, whose steps draw nothing):
+    refused before any work."""
+    names = [s.name for s in recipe]
+    if "zero-noise" not in names:
+        return
+    if names.count("zero-noise") > 1:
+        raise ConfigError("--recipe: zero-noise appears twice; give it once")
+    if policy.get("zero_noise"):
+        raise ConfigError(
+            f"--recipe zero-noise: {target}'s policy already starts its flow at x = 0; leave the step out"
+        )
+    tools = family.compression()
+    if hasattr(tools, "check_zero_noise"):
+        tools.check_zero_noise(tuple(names[: names.index("zero-noise")]), model)
 
 
 def check_first_action_weight(config: RecipeConfig, family: Any) -> None:
@@ -757,9 +808,11 @@ def write_candidate(
     # that it does not pick a plan that one observation passes and the judge's worst one breaks.
     first = family.select(source.obs, [0])
     known = tuple(a.unsqueeze(0) for a in check_actions) if check_actions is not None else None
-    src = PolicySource(
-        source.target, family, cand.model, shape, first, source.noise, source.policy, checks, known
-    )
+    policy, noise = source.policy, source.noise
+    if cand.zero_noise:  # the artifact's policy starts at x = 0: its plan is checked from there too
+        policy, noise = {**policy, "zero_noise": True}, torch.zeros_like(noise)
+        checks = tuple((obs, torch.zeros_like(n)) for obs, n in checks)
+    src = PolicySource(source.target, family, cand.model, shape, first, noise, policy, checks, known)
     plan_config = PlanConfig(
         budget_ms=1e9,
         # Compile-time numerics are judged against this candidate's own fp32 eager run; the recipe's
@@ -873,11 +926,7 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
     check_step_counts(config.recipe, source.shape.num_steps, family, teacher)
     check_vision_res(config.recipe, family, teacher)
     check_first_action_weight(config, family)
-    if config.onestep_candidates > 1 and not hasattr(family.compression(), "flow_student"):
-        raise ConfigError(
-            f"--onestep-candidates {config.onestep_candidates}: students are chosen among a pi or SmolVLA "
-            f"policy's; {config.target}'s onestep has one (use --onestep-candidates 1)"
-        )
+    check_zero_noise(config.recipe, family, source.policy, config.target, teacher)
     inputs = load_inputs(config, source)
     inputs.zero_noise = bool(source.policy.get("zero_noise"))
     assert inputs.judged is not None
@@ -950,13 +999,15 @@ def run_recipe(config: RecipeConfig, log: Callable[[str], None] = lambda s: None
                 figures["success"] = closed_loop_success(config.target, config)
             unwritten = (cand, dest, compression)
         else:
-            own = cand.model is teacher and cand.num_steps == source.shape.num_steps
+            own = cand.model is teacher and cand.num_steps == source.shape.num_steps and not cand.zero_noise
             planned = write_candidate(
                 cand, source, config, dest, {"compression": compression}, inputs, checks,
                 reference if own else None, log,
             )  # fmt: skip
             plan, searched = planned["precision_plan"], planned["candidates"]
-            figures = judge(dest, reference, eval_inputs, noise, config, action_dim, family)
+            # a `zero-noise` plan is judged on what it runs (x = 0) against the teacher's drawn-noise actions
+            start = torch.zeros_like(noise) if cand.zero_noise else noise
+            figures = judge(dest, reference, eval_inputs, start, config, action_dim, family)
         row = {
             "step": step.label,
             "num_steps": cand.num_steps,

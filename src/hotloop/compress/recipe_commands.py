@@ -87,13 +87,14 @@ def compress_cmd(
         str,
         typer.Option(
             help="onestep on a pi or SmolVLA demo: how the student's rounds execute, STRATEGY@LATENCY in turn "
-            "(the conditions it will be judged at)"
+            "(the conditions it will be judged at); on a Diffusion demo, the first is how its teacher's own "
+            "episodes are played (e.g. chunk@fixed:0)"
         ),
     ] = "async@fixed:200,sync@fixed:0",
     onestep_candidates: Annotated[
         int,
         typer.Option(
-            help="onestep on a pi or SmolVLA demo: students to train (seeds --seed, --seed + 1, ...); the one "
+            help="onestep on a demo (pi, SmolVLA, Diffusion): students to train (seeds --seed, --seed + 1, ...); the one "
             "closest to the teacher on validation episodes under every --onestep-rounds-under execution is kept"
         ),
     ] = 1,

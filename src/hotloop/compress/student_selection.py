@@ -127,7 +127,7 @@ def chosen_student(
             for c in config.onestep_rounds_under
         }
 
-    teacher = wins(policy_weights(cand.model, reshaped), cand.num_steps)
+    teacher = wins(policy_weights(cand.model, reshaped, cand.zero_noise), cand.num_steps)
     log(f"onestep candidates: the teacher on {episodes} validation episodes: {teacher}")
     verdicts: list[Verdict] = []
     best: tuple[Any, dict[str, Any]] | None = None
@@ -135,7 +135,11 @@ def chosen_student(
         seed = config.seed + i
         model, details = train(seed, f"onestep-{steps}-seed{seed}")
         verdicts.append(
-            Verdict(seed, wins(policy_weights(model, reshaped), steps), sha256_state_dict(model.state_dict()))
+            Verdict(
+                seed,
+                wins(policy_weights(model, reshaped, cand.zero_noise), steps),
+                sha256_state_dict(model.state_dict()),
+            )
         )
         log(f"onestep candidate {i + 1}/{config.onestep_candidates} (seed {seed}): {verdicts[-1].wins}")
         if best_candidate(verdicts, teacher) == i:  # keep the best so far only (a model each is memory)

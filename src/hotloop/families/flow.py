@@ -25,6 +25,7 @@ VLM_FLOW_CAPABILITIES = Capabilities(
     step_reduction=True,
     step_distillation=True,
     one_step=True,
+    zero_noise_start=True,
     bucket_stages=("prefix", "denoise"),
 )
 

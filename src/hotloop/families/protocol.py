@@ -123,6 +123,9 @@ class Capabilities:
     distillation: bool = False  # `distill`
     qat: bool = False  # `qat`
     vision_resolution: bool = False  # `vision-res:S`: the vision tower fed S px (`compression().vision_res`)
+    # `zero-noise`: the sampler starts at x = 0 instead of a draw; the artifact's policy reads `zero_noise`
+    # from its manifest (its engine policy, and the LeRobot plugin's bridge)
+    zero_noise_start: bool = False
     recipes: tuple[str, ...] = ("plain",)  # sub-engine recipes the planner may pick between
     bucket_stages: tuple[str, ...] = ()  # stages whose shapes depend on the prompt length
     # Compression recipe steps of the family's own (`NAME[:ARG]`, run by `compression().recipe_step`),

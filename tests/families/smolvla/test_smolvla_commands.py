@@ -175,6 +175,36 @@ def test_compress_fewer_steps_then_quantize(make_checkpoint: Any, tmp_path: Path
     assert json.loads((out / "manifest.json").read_text())["shape"]["num_steps"] == 5
 
 
+def test_a_zero_noise_artifact_starts_every_chunk_at_zero(make_checkpoint: Any, tmp_path: Path) -> None:
+    """`zero-noise`: the artifact's policy (read from its manifest) gives the same chunk under any noise
+    seed, where the checkpoint's own policy draws its start (the control)."""
+    checkpoint = make_checkpoint(sizes=TWO_LAYERS)
+    out = tmp_path / "z"
+    res = runner.invoke(
+        app,
+        ["compress", str(checkpoint), "--recipe", "steps:2,zero-noise", "-o", str(out), "--tolerance", "cos:0.01",
+         "--backends", "eager", "--bench-iters", "2", "--eval-observations", "2", "--calibration-frames", "2",
+         "--threads", "1", "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "manifest.json").read_text())["policy"]["zero_noise"] is True
+    g = np.random.default_rng(0)
+    obs_raw = {"images": {"top": g.integers(0, 255, (24, 40, 3), dtype=np.uint8),
+                          "wrist": g.integers(0, 255, (24, 40, 3), dtype=np.uint8)},
+               "state": g.normal(size=10).astype(np.float32), "prompt": "w5 w6 w7"}  # fmt: skip
+
+    def chunks(where: Path) -> list[np.ndarray]:
+        return [
+            find_target(str(where)).build_policy(str(where), TargetOptions(seed=s)).infer(obs_raw)["actions"]
+            for s in (0, 1)
+        ]
+
+    a, b = chunks(out)
+    np.testing.assert_array_equal(a, b)
+    a, b = chunks(checkpoint)
+    assert not np.allclose(a, b)
+
+
 def test_compress_step_distillation_trains_the_expert(make_checkpoint: Any, tmp_path: Path) -> None:
     checkpoint = make_checkpoint(sizes=TWO_LAYERS)
     out, js = tmp_path / "d", tmp_path / "d.json"

@@ -69,3 +69,31 @@ def test_plugin_actions_equal_lerobots(family: str, reports: dict) -> None:
 def test_act_temporal_ensemble_equals_lerobots(reports: dict) -> None:
     """ACT's other queue semantics (`--policy.temporal_ensemble_coeff=0.01 --policy.n_action_steps=1`)."""
     check(reports["act-temporal-ensemble"], "act")
+
+
+def test_a_zero_noise_plan_starts_at_zero_in_lerobots_loop(
+    checkpoints: dict[str, Path], artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
+) -> None:
+    """`hotloop compress CKPT --recipe ddim:4,zero-noise` of LeRobot's Diffusion checkpoint: its manifest says
+    the plan starts at x = 0, and the plugin honours it (two torch seeds, the same actions); the compiled
+    DDPM plan of the same checkpoint (the control) gives other actions for other seeds."""
+    import os
+    import subprocess
+    import sys
+
+    from lerobot_plugin_helpers import ONE_THREAD, REPO_ROOT
+
+    art = tmp_path / "zero"
+    cmd = [sys.executable, "-m", "hotloop", "compress", str(checkpoints["diffusion"]), "--recipe", "ddim:4,zero-noise",
+           "-o", str(art), "--backends", "onnxruntime", "--threads", "1", "--bench-iters", "2", "--eval-observations",
+           "2", "--calibration-frames", "2", "--tolerance", "cos:0.01", "--quiet"]  # fmt: skip
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), **ONE_THREAD},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads((art / "manifest.json").read_text())["policy"]["zero_noise"] is True
+    drawn = artifacts("diffusion")
+    diffs = run_json(["zero_noise.py", str(art), str(drawn)], lerobot_home)
+    assert diffs[str(art)] == 0.0
+    assert diffs[str(drawn)] > 1e-3

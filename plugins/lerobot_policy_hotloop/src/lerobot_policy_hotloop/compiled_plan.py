@@ -37,6 +37,10 @@ class CompiledPlan:
             obs = bridge.observation(engine, batch)
             rows = engine.family.batch_size(obs)
             drawn = bridge.noise(engine, rows, noise)
+            if (engine.manifest.get("policy") or {}).get("zero_noise"):
+                # a `zero-noise` plan starts at x = 0 (drawn all the same: LeRobot's generator moves as its
+                # own policy's would)
+                drawn = torch.zeros_like(drawn)
             out = self._run(obs, drawn, rows)
         except HotloopError as exc:
             raise ArtifactRefused(

@@ -25,11 +25,27 @@ STEPS = {"ddim": "ddim:N sample with DDIM (eta 0) in N steps instead of the chec
 class DiffusionCompression:
     """`hotloop.families.protocol.PolicyFamily.compression` of the diffusion family."""
 
+    # onestep on a demo target learns on the teacher's own closed-loop observations too (no rounds: the
+    # observations the policy is asked about, under --onestep-rounds-under's first execution)
+    teacher_rollouts = True
+    # its sampler (ddim:N) lives in the config: a closed loop plays the model itself, config and all
+    sampler_in_config = True
+
     def check_recipe_step(self, name: str, arg: str) -> None:
         if name not in STEPS:
             raise ConfigError(f"--recipe {name}: diffusion's own steps are {', '.join(STEPS)}")
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"--recipe {name}:{arg}: give a positive step count, e.g. ddim:10")
+
+    def check_zero_noise(self, earlier: tuple[str, ...], model: Any) -> None:
+        """`zero-noise` on a DDIM sampler: DDPM adds fresh noise at every step, so x_T = 0 would not make its
+        actions one map."""
+        if "ddim" not in earlier and model.cfg.noise_scheduler_type != "DDIM":
+            raise ConfigError(
+                "--recipe zero-noise: this Diffusion Policy samples with DDPM, which adds fresh noise at every "
+                "step, so x_T = 0 does not fix its actions; put its DDIM sampler first, e.g. "
+                "--recipe ddim:10,zero-noise"
+            )
 
     def check_onestep(
         self, student_steps: int, teacher_steps: int, earlier: tuple[str, ...] = (), model: Any = None

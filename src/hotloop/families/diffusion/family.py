@@ -29,7 +29,7 @@ class DiffusionFamily(FamilyAdapter):
         loop_stage("denoise", table="step_table", row_input="step_row"),
     )
     capabilities: ClassVar[Capabilities] = Capabilities(
-        step_reduction=True, one_step=True, recipe_steps=("ddim",)
+        step_reduction=True, one_step=True, zero_noise_start=True, recipe_steps=("ddim",)
     )
 
     def parts(self) -> FamilyParts:

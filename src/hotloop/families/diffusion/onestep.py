@@ -65,7 +65,7 @@ def _encode(model: Any, obs: Any) -> Tensor:
 def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
     """Train `job.student` (a DiffusionModel sampling DDIM in `student_steps`) in place toward `job.teacher`'s
     DDIM `teacher_steps`; `job.config`: `hotloop.compress.onestep.OnestepConfig`. Resumable from `job.work`."""
-    from hotloop.compress.onestep import StageSettings
+    from hotloop.compress.onestep import StageSettings, cosine_lr
     from hotloop.models.diffusion import TableSampler
     from hotloop.nn.resumable import train_resumable
 
@@ -87,11 +87,15 @@ def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(config.seed + 4242)
-    draws = config.noise_draws
+    # `zero-noise` before onestep: the plan starts at x_T = 0, so there is one trajectory per observation
+    from_zero = config.noise == "zero"
+    draws = 1 if from_zero else config.noise_draws
     with torch.no_grad():
         cond = torch.cat([_encode(t_model, _rows(obs, slice(i, i + 64))) for i in range(0, n, 64)])
         rows = torch.arange(n).repeat(draws)
         starts = torch.randn((len(rows), *shape), generator=gen)
+        if from_zero:
+            starts.zero_()
         targets = torch.cat(
             [teacher_sampler(cond[rows[i : i + 256]], starts[i : i + 256]) for i in range(0, len(rows), 256)]
         )
@@ -102,8 +106,22 @@ def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
         anchor_actions = calib.actions[..., : cfg.action_dim].float()
         alphas = cfg.make_scheduler().alphas_cumprod
 
+    # The same first observations from start noise the student never trains on: a student that learnt its
+    # training draws and not the teacher's map fits those and misses these (each episode draws its own).
+    # From x_T = 0 there is no other start to try.
+    held = rows[: min(64, len(rows))]
+    held_starts = torch.randn(
+        (len(held), *shape), generator=torch.Generator().manual_seed(config.seed + 4343)
+    )
+    with torch.no_grad():
+        held_targets = None if from_zero else teacher_sampler(cond[held], held_starts)
+
     @torch.no_grad()
-    def fit() -> float:
+    def fit(fresh: bool = False) -> float | None:
+        if fresh:
+            if held_targets is None:
+                return None
+            return float(F.mse_loss(student_sampler(cond[held], held_starts), held_targets))
         idx = list(range(min(64, len(rows))))
         return float(F.mse_loss(student_sampler(cond[rows[idx]], starts[idx]), targets[idx]))
 
@@ -122,19 +140,25 @@ def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
             )
         return loss
 
-    before = fit()
+    before, before_fresh = fit(), fit(fresh=True)
     t_targets = time.perf_counter() - t0
     t0 = time.perf_counter()
     params = list(s_model.unet.parameters())
     stage = StageSettings(config.steps, config.lr, config.seed, config.checkpoint_every)
     kind = f"diffusion-onestep:{student_steps}:{teacher_steps}:{asdict(config)}"
-    state = train_resumable(student, loss_fn, stage, job.work, kind, None, job.progress, params)
+    # the flow students' schedule (one cosine to a tenth): a constant rate left the last weights noisy, and
+    # the closed loop of a 2-step student moved by tens of points from one run to the next
+    state = train_resumable(
+        student, loss_fn, stage, job.work, kind, None, job.progress, params, cosine_lr(config.steps)
+    )
     return {
         "method": "DDIM sampler distillation (Luhman & Luhman 2021, arXiv:2101.02388)",
         "student_steps": student_steps,
         "teacher_steps": teacher_steps,
         "scheduler": "DDIM",
+        "start": "x_T = 0 (zero-noise)" if from_zero else f"x_T ~ N(0, 1), {draws} draws an observation",
         "optimizer_steps": state.step,
+        "lr_schedule": "cosine to 0.1",
         "loss_first": state.losses[0] if state.losses else None,
         "loss_last": float(sum(state.losses[-10:]) / max(1, len(state.losses[-10:]))),
         "trajectories": len(rows),
@@ -142,6 +166,8 @@ def train_diffusion_onestep(job: OnestepJob) -> dict[str, Any]:
         "anchor": None if not anchored else {"weight": config.anchor_weight, "frames": len(anchor_actions)},
         "chunk_mse_before": before,
         "chunk_mse_after": fit(),
+        "chunk_mse_fresh_noise_before": before_fresh,
+        "chunk_mse_fresh_noise_after": fit(fresh=True),
         "seconds": {"teacher_samples": round(t_targets, 2), "training": round(time.perf_counter() - t0, 2)},
         "config": asdict(config),
     }

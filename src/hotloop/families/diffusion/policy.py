@@ -18,7 +18,9 @@ LeRobot does when `select_action` is its only call. `new_session()` gives a serv
 history and noise stream over the same model (`hotloop serve` keeps one per connection).
 
 Noise: each chunk draws x_T and the per-step variance noise from the wrapper's generator (seeded;
-`reset` restarts it), the family's noise layout (`hotloop.families.diffusion.engines`).
+`reset` restarts it), the family's noise layout (`hotloop.families.diffusion.engines`). An artifact
+made with the recipe step `zero-noise` (`zero_noise`) samples from x_T = 0 instead: its DDIM sampler is
+then deterministic, the same chunk for the same history.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class DiffusionPolicyWrapper:
         num_steps: int | None = None,
         seed: int = 0,
         run: Any = None,
+        zero_noise: bool = False,
     ) -> None:
         from hotloop.families.diffusion.engines import DiffusionEngineShape
 
@@ -87,6 +90,7 @@ class DiffusionPolicyWrapper:
         self.shape = DiffusionEngineShape(batch=1, num_steps=self.num_steps)
         self.seed = seed
         self.run = run
+        self.zero_noise = zero_noise
         self._generator = torch.Generator().manual_seed(seed)
         self._history: dict[str, deque[torch.Tensor]] = {}
         self._observing = False
@@ -126,6 +130,8 @@ class DiffusionPolicyWrapper:
 
         model_obs = self.observation()
         noise = make_noise(self.config, self.num_steps, 1, self._generator)
+        if self.zero_noise:  # drawn all the same, so the stream stays where a drawing policy's would be
+            noise.zero_()
         if self.run is not None:
             sample = self.run(model_obs, noise)
         else:
@@ -280,5 +286,6 @@ def engine_policy(engine: Any, info: dict[str, Any], seed: int = 0) -> Diffusion
         return engine.infer(obs, noise)  # type: ignore[no-any-return]
 
     return DiffusionPolicyWrapper(
-        engine.model, engine.cfg, pre, post, num_steps=engine.shape.num_steps, seed=seed, run=run
-    )
+        engine.model, engine.cfg, pre, post, num_steps=engine.shape.num_steps, seed=seed, run=run,
+        zero_noise=bool(info.get("zero_noise", False)),
+    )  # fmt: skip

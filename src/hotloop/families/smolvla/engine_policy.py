@@ -37,4 +37,8 @@ def settings_from_info(info: dict[str, Any]) -> PolicySettings:
 
 
 def engine_policy(engine: Any, info: dict[str, Any], seed: int = 0) -> SmolVLAPolicy:
-    return SmolVLAPolicy(engine.model, engine.cfg, settings_from_info(info), seed=seed, engine=engine)
+    import dataclasses
+
+    # `zero-noise` (a recipe step) is the artifact's, not the checkpoint's: read from the manifest either way
+    settings = dataclasses.replace(settings_from_info(info), zero_noise=bool(info.get("zero_noise", False)))
+    return SmolVLAPolicy(engine.model, engine.cfg, settings, seed=seed, engine=engine)

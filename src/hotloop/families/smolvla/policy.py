@@ -55,6 +55,8 @@ class PolicySettings:
     rtc: RTCSettings = field(default_factory=RTCSettings)
     default_prompt_tokens: tuple[int, ...] = (1, 2, 3)
     action_meaning: str = "any"
+    # the flow starts at x = 0 instead of a draw (an artifact made with the recipe step `zero-noise`)
+    zero_noise: bool = False
 
 
 def policy_spec(cfg: SmolVLAConfig, settings: PolicySettings) -> Any:
@@ -295,7 +297,8 @@ class SmolVLAPolicy:
     # ---- sampling ----------------------------------------------------------------------------------------
     def _noise(self) -> Tensor:
         cfg = self.config
-        return torch.randn(1, cfg.chunk_size, cfg.max_action_dim, generator=self._generator)
+        noise = torch.randn(1, cfg.chunk_size, cfg.max_action_dim, generator=self._generator)
+        return noise.zero_() if self.settings.zero_noise else noise
 
     def _velocity(self, obs: SmolVLAObservation) -> Velocity:
         if self.engine is None:
