@@ -106,19 +106,46 @@ def test_bad_zero_noise_input_exits_2_before_any_work(
     compress_refuses("demo:conveyor-act", "zero-noise", "which has no sampling noise to start from zero")
 
 
-@pytest.mark.slow  # a MuJoCo episode and the demo's DDPM-100 reference row: ~30 CPU-s
-def test_onestep_on_the_diffusion_demo_learns_on_the_teachers_own_episodes(
+@pytest.mark.slow  # MuJoCo episodes and the demo's DDPM-100 reference row: ~60 CPU-s
+def test_onestep_on_the_diffusion_demo_learns_on_the_teachers_own_episodes_and_picks_a_student(
     recorded: Path, compress_rows
 ) -> None:
     """On a demo target the student also learns where the teacher drives itself: its closed-loop
     observations (played from x_T = 0 after zero-noise, under --onestep-rounds-under's first execution)
-    join the --data frames."""
-    _, rows = compress_rows(
+    join the --data frames. With --onestep-candidates the students are played as they are served (DDIM 2,
+    from x_T = 0), and the artifact holds the one the rule picked: replaying it gives the recorded wins."""
+    from hotloop.compile.artifact import sha256_state_dict
+    from hotloop.compress.closed_loop_observations import StartingAtZero
+    from hotloop.compress.student_selection import closed_loop_successes
+
+    out, rows = compress_rows(
         "demo:conveyor-diffusion", "ddim:4,zero-noise,onestep:2", "--data", str(recorded), "--distill-steps", "2",
-        "--distill-batch", "4", "--distill-episodes", "1", "--onestep-rounds-under", "chunk@fixed:0", *COMMON,
+        "--distill-batch", "4", "--distill-episodes", "1", "--onestep-rounds-under", "chunk@fixed:0",
+        "--onestep-candidates", "2", "--onestep-select-episodes", "2", *COMMON,
     )  # fmt: skip
     details = rows[-1]["details"]
     data = details["data"]
     assert data["source"] == "teacher rollouts (chunk, fixed:0)" and data["episodes"] == 1
     assert data["data_frames"] == 4 and data["observations"] >= 1
     assert details["observations"] == data["data_frames"] + data["observations"]
+    sel = details["selection"]
+    assert [c["seed"] for c in sel["candidates"]] == [0, 1] and set(sel["teacher"]) == {"chunk@fixed:0"}
+    student = Engine.load(out, warmup=0).model
+    assert student.cfg.num_inference_steps == 2 and student.cfg.noise_scheduler_type == "DDIM"
+    assert sha256_state_dict(student.state_dict()) == sel["candidates"][sel["chosen"]]["weights_sha256"]
+    replay = closed_loop_successes(
+        "demo:conveyor-diffusion", "conveyor-pick", 2, 2, StartingAtZero(student), ("chunk", "fixed:0")
+    )
+    assert replay == sel["candidates"][sel["chosen"]]["wins"]["chunk@fixed:0"]
+
+
+def test_a_one_step_diffusion_student_is_refused(tiny_ckpt: Path, recorded: Path, compress_refuses) -> None:
+    """LeRobot's DDIM in one step samples at t = 0 alone (its `leading` spacing): a student there cannot move
+    its start, so `onestep` (K = 1) on Diffusion is refused by name before any work."""
+    compress_refuses(
+        str(tiny_ckpt),
+        "ddim:4,onestep",
+        "DDIM in 1 step evaluates the U-Net at t = 0 only",
+        "--data",
+        str(recorded),
+    )

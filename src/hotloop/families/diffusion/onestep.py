@@ -49,6 +49,19 @@ def check_onestep(student_steps: int, teacher_steps: int, earlier: tuple[str, ..
         raise ConfigError(
             f"--recipe {label}: the student must take fewer steps than the {teacher_steps} it learns from"
         )
+    if model is not None:
+        from hotloop.families.diffusion.compression import ddim_config
+
+        first = int(
+            ddim_config(model.cfg, student_steps).make_scheduler().step_table(student_steps)["timestep"][0]
+        )
+        if first == 0:
+            # LeRobot's DDIM spaces its steps from t = 0 up (`leading`): one step is the U-Net at t = 0 alone,
+            # where x_0 = x_t - sqrt(1 - alpha_bar_0) eps barely moves its start (0/200 on demo:conveyor-diffusion)
+            raise ConfigError(
+                f"--recipe {label}: DDIM in {student_steps} step evaluates the U-Net at t = 0 only, where it cannot "
+                "move its start to an action; use onestep:2"
+            )
 
 
 def _rows(obs: Any, index: slice) -> Any:
