@@ -419,7 +419,9 @@ def test_prefix_length_pads_without_changing_actions(tmp_path: Path) -> None:
     cfg, a = run(write_checkpoint(tmp_path / "ck"))
     cfg_p, b = run(write_checkpoint(tmp_path / "ck2", policy={"prefix_length": 30}))
     assert cfg_p.prefix_len(5) == 30 and cfg.prefix_len(5) == 4 + 5 + 1
-    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # the padded keys are masked, but the softmax and matmuls then sum over more terms: fp32 rounding moves
+    # the last bits (1.2e-6 measured on an AMD EPYC without AVX512-BF16; 0 where this was first written)
+    torch.testing.assert_close(a, b, rtol=0, atol=3e-6)
 
 
 def test_resized_grid_other_than_the_position_table(tmp_path: Path) -> None:

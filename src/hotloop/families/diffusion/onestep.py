@@ -19,6 +19,7 @@ before any work (`ddim:N,onestep:K` distils its DDIM N-step sampler instead).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -50,11 +51,8 @@ def check_onestep(student_steps: int, teacher_steps: int, earlier: tuple[str, ..
             f"--recipe {label}: the student must take fewer steps than the {teacher_steps} it learns from"
         )
     if model is not None:
-        from hotloop.families.diffusion.compression import ddim_config
-
-        first = int(
-            ddim_config(model.cfg, student_steps).make_scheduler().step_table(student_steps)["timestep"][0]
-        )
+        ddim = dataclasses.replace(model.cfg, noise_scheduler_type="DDIM", num_inference_steps=student_steps)
+        first = int(ddim.make_scheduler().step_table(student_steps)["timestep"][0])
         if first == 0:
             # LeRobot's DDIM spaces its steps from t = 0 up (`leading`): one step is the U-Net at t = 0 alone,
             # where x_0 = x_t - sqrt(1 - alpha_bar_0) eps barely moves its start (0/200 on demo:conveyor-diffusion)
