@@ -311,9 +311,8 @@ class Candidate:
     # `compile` step after it has nothing left to plan.
     on_backends: bool = False
     vision_resolution: dict[str, Any] | None = None  # what `vision-res` changed (the manifest records it)
-    zero_noise: bool = (
-        False  # `zero-noise`: the sampler starts at x = 0 (the manifest's policy entry says so)
-    )
+    # `zero-noise`: the sampler starts at x = 0 (the manifest's policy entry says so)
+    zero_noise: bool = False
 
 
 @dataclass
