@@ -201,7 +201,6 @@ def test_the_command_check_refuses_what_hotloop_would(args: list[str], needle: s
         _check_hotloop_command(["hotloop", *args], set())
 
 
-@pytest.mark.slow  # the whole GPU-check script on the CPU: ~23 s
 def test_a_run_without_a_gpu_records_each_step_and_skips_the_gpu_ones(tmp_path: Path) -> None:
     """For real on this CPU, with the test's own venv as the GPU venv (no install): check-cuda fails, the
     GPU steps are skipped with that reason, doctor runs, the summary is written, the exit is 1."""

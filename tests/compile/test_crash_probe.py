@@ -127,7 +127,6 @@ def test_openvino_bf16_at_one_thread_is_refused_not_fatal(tmp_path: Path) -> Non
         assert "(SIGFPE) with INFERENCE_NUM_THREADS=1" in by_label[("prefix", "openvino")]["reason"]
 
 
-@pytest.mark.slow  # a compile, then a load in a child process that crashes: ~25 s
 def test_loading_a_plan_at_threads_that_crash_openvino_is_one_line_exit_2(tmp_path: Path) -> None:
     """A first load compiles each OpenVINO graph in a probe process (it exports the blob the engine then
     imports): a bf16 plan made at 2 threads and loaded at 1 on a CPU with AMX (OpenVINO 2026.4) is one

@@ -131,7 +131,6 @@ def test_the_lean_quantizer_says_what_it_cannot_do(tiny) -> None:  # type: ignor
         get_backend("openvino").prepare(engines["prefix"], "int8", {QUANTIZER: LEAN})
 
 
-@pytest.mark.slow  # a full quantize plan over every stage and backend: ~50 s on a 2-core CPU without AMX
 def test_the_planner_takes_the_lean_quantizer_only_where_nncf_does_not_fit(
     recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -138,7 +138,6 @@ def test_bad_sides_are_refused(teacher: PiModel, compress_refuses) -> None:
         compress_refuses(target, recipe, message, *FAST)
 
 
-@pytest.mark.slow  # a vision-res recipe through compile: ~35 s on a 2-core CPU without AMX
 def test_compiled_plan_takes_native_observations_as_the_eager_student(
     teacher: PiModel, tmp_path: Path
 ) -> None:

@@ -143,7 +143,6 @@ def test_int8_without_calibration_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
-@pytest.mark.slow  # a static-int8 calibration at every prompt bucket: ~40 s on a 2-core CPU without AMX
 def test_a_static_int8_plan_gets_its_prompt_buckets_calibrated_at_their_shapes(
     recorded: Path, tmp_path: Path
 ) -> None:

@@ -170,7 +170,6 @@ def test_distill_pulls_toward_the_teachers_chunks_unless_told_data(
     assert rows[2]["step"] == "distill" and rows[2]["details"]["targets"] == expected
 
 
-@pytest.mark.slow  # quantize and compile at each prompt bucket: ~25 s on a 2-core CPU without AMX
 def test_the_compile_step_writes_prompt_buckets_for_a_quantized_plan(recorded: Path, tmp_path: Path) -> None:
     """`--buckets` reaches the recipe's compile step: static int8 prefix and denoise engines are prepared
     (and calibrated) once more for the short prompt, and the judged artifact runs them. ONNX Runtime: its

@@ -25,7 +25,6 @@ def test_families_rung_is_opt_in() -> None:
     assert "rtc" in smolvla.strategies  # LeRobot's own real-time chunking for SmolVLA
 
 
-@pytest.mark.slow  # closed-loop episodes and a compress of every family: ~25 s
 def test_families_rung_runs_closed_loop_and_compression(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -88,7 +88,6 @@ def test_lean_load_never_builds_the_torch_model_and_keeps_the_actions(
     assert actions.shape[0] >= 1 and bool((abs(actions) < 1e6).all())
 
 
-@pytest.mark.slow  # a compile, then bench's cold load in a fresh process: ~20 s
 def test_bench_reports_the_load_time_and_the_cold_load(
     ov_art: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -317,7 +317,6 @@ def test_static_int8_calibrates_on_recorded_frames_and_falls_back_honestly(
     assert manifest["compression"]["calibration"]["frames"] == 4
 
 
-@pytest.mark.slow  # an OpenVINO compile of the encoder in a child process: ~22 s
 def test_openvino_compiles_the_groupnorm_encoder_without_crashing(tiny_ckpt: Path, tmp_path: Path) -> None:
     """OpenVINO's CPU snippets crashed the process (SIGSEGV) on a GroupNorm ResNet block; the backend turns
     them off for such graphs. Run in a child, so a crash fails this test and not the suite. Two denoising
