@@ -3,6 +3,7 @@ and in its parts: the trajectories it learns from, the loss falling, the plan ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -131,6 +132,11 @@ def test_bad_onestep_input_exits_2_before_any_work(recorded: Path, compress_refu
         ("onestep", [*data, "--onestep-rounds-under", "async"], "give STRATEGY@LATENCY pairs"),
         ("onestep", [*data, "--onestep-rounds-under", "sync@slow"], "--onestep-rounds-under: "),
         ("onestep", [*data, "--onestep-lr", "0"], "--onestep-lr must be a positive number (got 0.0)"),
+        (
+            "onestep",
+            [*data, "--onestep-average", "1"],
+            "--onestep-average must be 0 (off) or a decay in (0, 1)",
+        ),
         ("steps:2", ["--first-action-weight", "2"], "--first-action-weight 2: no step of --recipe reads it"),
     ):
         compress_refuses("pi05:tiny", recipe, message, *extra, *FAST)
@@ -294,6 +300,78 @@ def test_a_learning_rate_schedule_scales_every_step() -> None:
     assert not all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
     schedule = cosine_lr(100, floor=0.1)
     assert schedule(0) == 1.0 and abs(schedule(50) - 0.55) < 1e-9 and abs(schedule(100) - 0.1) < 1e-9
+
+
+def test_the_weight_average_is_the_polyak_average_and_resumes_with_the_checkpoint(tmp_path: Path) -> None:
+    """`WeightAverage`: after each step a <- d a + (1 - d) p, d warmed up as min(decay, (1 + n) / (10 + n));
+    saved with the checkpoint, so an interrupted run resumes to the average of the uninterrupted one."""
+    from hotloop.compress.onestep import StageSettings
+    from hotloop.nn.resumable import WeightAverage, train_resumable
+
+    def run(folder: Path | None, stop_at: int | None = None) -> tuple[torch.nn.Linear, WeightAverage, list]:
+        torch.manual_seed(0)
+        net = torch.nn.Linear(3, 1)
+        average = WeightAverage(list(net.parameters()), 0.9)
+        trail = [[p.detach().clone() for p in net.parameters()]]
+
+        def loss_fn(gen: torch.Generator) -> torch.Tensor:
+            return (net(torch.randn(4, 3, generator=gen)) - 1).square().mean()
+
+        def on_step(step: int, loss: float) -> None:
+            trail.append([p.detach().clone() for p in net.parameters()])
+            if step == stop_at:
+                raise KeyboardInterrupt
+
+        with contextlib.suppress(KeyboardInterrupt):  # the interrupted run stops here, its checkpoint kept
+            train_resumable(
+                net, loss_fn, StageSettings(6, 0.1, 0, 2), folder, "avg", on_step, average=average
+            )
+        return net, average, trail
+
+    net, average, trail = run(None)
+    want = [p.clone() for p in trail[0]]
+    for n, weights in enumerate(trail[1:]):
+        d = min(0.9, (1 + n) / (10 + n))
+        want = [d * a + (1 - d) * w for a, w in zip(want, weights, strict=True)]
+    for got, expected in zip(average.average, want, strict=True):
+        torch.testing.assert_close(got, expected)
+    assert not torch.equal(average.average[0], net.weight)
+    run(tmp_path, stop_at=3)  # interrupted after 3 of 6 steps: the checkpoint holds the average too
+    _, resumed, _ = run(tmp_path)
+    assert resumed.updates == 6
+    for got, expected in zip(resumed.average, average.average, strict=True):
+        torch.testing.assert_close(got, expected)
+    last = [p.detach().clone() for p in net.parameters()]
+    held = [a.clone() for a in average.average]
+    average.swap()  # the parameters take the average's values, and the average the last step's
+    assert torch.equal(net.weight, held[0]) and torch.equal(average.average[0], last[0])
+    with pytest.raises(ConfigError, match="decay must be in"):
+        WeightAverage(list(net.parameters()), 1.0)
+
+
+def test_a_student_with_a_weight_average_ships_the_average(tiny: tuple) -> None:
+    """`average` > 0: the student's denoising weights at the end are the moving average of its steps
+    (here decay 0.5 over 4 steps: between the start and the last step, not the last step's)."""
+    import copy
+
+    from hotloop.families.pi.compression.onestep import PiFlowStudent
+    from hotloop.families.pi.sampling import sample_time
+
+    teacher, obs = tiny
+    flow = PiFlowStudent(teacher)
+    trained = {}
+    for decay in (0.0, 0.5):
+        student = copy.deepcopy(teacher)
+        config = OnestepConfig(steps=4, batch=4, lr=1e-3, noise="zero", anchor_weight=0.0, average=decay)
+        details = train_onestep(flow, teacher, student, obs, None, 1, 10, config, sample_time)
+        assert details["config"]["average"] == decay
+        trained[decay] = [p.detach().clone() for p in flow.denoising_parameters(student)]
+    start = flow.denoising_parameters(teacher)
+    moved_last = sum(float((a - s).abs().sum()) for a, s in zip(trained[0.0], start, strict=True))
+    moved_avg = sum(float((a - s).abs().sum()) for a, s in zip(trained[0.5], start, strict=True))
+    assert 0 < moved_avg < moved_last  # the same steps (same seed), averaged with the earlier weights
+    with pytest.raises(ConfigError, match="--onestep-average must be 0"):
+        OnestepConfig(average=1.5)
 
 
 def test_closed_loop_observations_every_control_period_under_async() -> None:

@@ -88,6 +88,14 @@ def eval_cmd(
             "prediction may move a draft row that it still accepts (default 0.1)"
         ),
     ] = None,
+    draft_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="draft: the drafts are this onestep student's chunks (an artifact of `hotloop compress TARGET "
+            "--recipe onestep`, sharing TARGET's vision and VLM) instead of the executing chunk; pi0/pi0.5 in "
+            "PyTorch"
+        ),
+    ] = None,
     json_path: opts.JsonOut = None,
     plot: Annotated[
         Path | None, typer.Option(help="PNG of success rate against latency per strategy")

@@ -19,7 +19,8 @@ strategies or a latency sweep)::
      waited), "wall_ms": {...} (the calls' wall time on this machine), and with --strategy draft
      "by_path": {"speculative" | "full": {...}}}, "draft" (--strategy draft only: "calls",
      "speculative_calls", "full_calls", "call_acceptance", "rows_verified", "rows_accepted",
-     "row_acceptance", "mean_accepted", "mean_work"; `hotloop.realtime.draft`),
+     "row_acceptance", "mean_accepted", "mean_work", "source": "shifted" | "student" (--draft-from);
+     `hotloop.realtime.draft`),
      "per_episode": [...], "env": {machine fingerprint}}
 """
 
@@ -70,6 +71,7 @@ class EvalRequest:
     memory_cap_mb: float | None = None  # an artifact engine's resident-memory cap (--memory-cap-mb)
     ensemble_coeff: float | None = None  # --ensemble-coeff (None: the policy's, else 0.01)
     draft_tolerance: float | None = None  # --draft-tolerance (None: hotloop.realtime.draft's default)
+    draft_from: str | None = None  # --draft-from: the onestep student proposing draft's drafts (draft only)
     perturb: str | None = None  # --perturb NAME:VALUE,... (hotloop.sim.perturb)
     fit_state: bool = False  # --fit-state (hotloop.closedloop.adapter.plan)
 
@@ -283,6 +285,8 @@ def run_label(run: dict[str, Any]) -> str:
     """A run's strategy as tables and plots name it: with its trigger (`k=...`) when one was asked for, so
     that the points of a `--sweep-trigger` stay apart."""
     name = str(run["strategy"]["name"])
+    if run["strategy"].get("draft_source") == "student":  # --draft-from: beside plain draft in one table
+        name = f"{name} (student)"
     k = (run.get("request") or {}).get("trigger_remaining")
     perturb = (run.get("request") or {}).get("perturb")
     name = name if k is None else f"{name} k={k}"

@@ -280,6 +280,8 @@ def inference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def draft_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Acceptance over a run's draft calls (`hotloop.realtime.draft.summarize_calls`, summed over its
     completed episodes), or None for a run without any."""
+    from hotloop.realtime.draft import merged_source, source_of
+
     per = [r["draft"] for r in records if not r.get("error") and isinstance(r.get("draft"), dict)]
     if not per:
         return None
@@ -289,6 +291,7 @@ def draft_summary(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     accepted = sum(int(d.get("rows_accepted") or 0) for d in per)
     work = sum(float(d.get("mean_work") or 0.0) * int(d.get("calls") or 0) for d in per)
     return {
+        "source": merged_source(source_of(d) for d in per),  # "student" with --draft-from
         "calls": calls,
         "speculative_calls": spec,
         "full_calls": calls - spec,

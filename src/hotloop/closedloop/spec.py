@@ -43,6 +43,7 @@ KEYS = {
     "guidance_weight": "guidance_weight",
     "ensemble_coeff": "ensemble_coeff",
     "draft_tolerance": "draft_tolerance",
+    "draft_from": "draft_from",
     "pipeline": "pipeline",
     "memory_cap_mb": "memory_cap_mb",
 }
@@ -135,7 +136,7 @@ def _parse_spec(path: Path, text: str) -> Any:
 
 def expand(data: dict[str, Any], where: str, workers: int = 2) -> list[Cell]:
     """The spec's cells, in axis order (the first axis varies slowest), each checked."""
-    from hotloop.closedloop.sweep import EvalSweep, trigger_readers
+    from hotloop.closedloop.sweep import EvalSweep, student_readers, trigger_readers
 
     norm: dict[str, Any] = {}
     for key, value in data.items():
@@ -181,6 +182,8 @@ def expand(data: dict[str, Any], where: str, workers: int = 2) -> list[Cell]:
         strategy = str(point.get("strategy", "sync"))
         if point.get("trigger_remaining") is not None and strategy not in trigger_readers([strategy]):
             point["trigger_remaining"] = None  # as --sweep-trigger: one cell for the strategies without one
+        if point.get("draft_from") is not None and strategy not in student_readers([strategy]):
+            point["draft_from"] = None  # as `hotloop eval`: the student is draft's only
         kwargs = {KEYS[k]: v for k, v in point.items() if v is not None}
         kwargs["strategy"] = (strategy,)
         try:

@@ -73,6 +73,13 @@ def trigger_readers(names: list[str]) -> set[str]:
     return set(_option_users(names, "trigger_remaining", 1, 2, horizon=16))
 
 
+def student_readers(names: list[str]) -> set[str]:
+    """The strategies among `names` that `--draft-from` acts on (draft: its drafts become the student's)."""
+    from hotloop.realtime.draft import SHIFTED, STUDENT
+
+    return set(_option_users(names, "draft_source", STUDENT, SHIFTED, horizon=16))
+
+
 def _check_strategy_options(
     names: list[str],
     execute_steps: int | None,
@@ -206,6 +213,7 @@ class EvalSweep:
     guidance_weight: float | None = None
     ensemble_coeff: float | None = None
     draft_tolerance: float | None = None
+    draft_from: Path | None = None  # --draft-from: a onestep student artifact (draft's drafts)
     json_path: Path | None = None
     plot: Path | None = None
     quiet: bool = False
@@ -313,6 +321,7 @@ class EvalSweep:
             )
         check_difficulty(self.task, self.difficulty)
         readers = trigger_readers(names)
+        students = self._student_readers(names)
         perturbs = _perturb_points(self.perturb, self.sweep_perturb)
         requests = [
             EvalRequest(
@@ -336,6 +345,7 @@ class EvalSweep:
                 memory_cap_mb=self.memory_cap_mb,
                 ensemble_coeff=self.ensemble_coeff,
                 draft_tolerance=self.draft_tolerance,
+                draft_from=str(self.draft_from) if name in students else None,
                 perturb=perturb,
                 fit_state=self.fit_state,
             )
@@ -345,6 +355,25 @@ class EvalSweep:
             for perturb in perturbs
         ]  # built first: their checks run before any episode
         return requests
+
+    def _student_readers(self, names: list[str]) -> set[str]:
+        """The strategies among `names` that `--draft-from` acts on (draft), once the student is checked as far
+        as it can be without its teacher (`hotloop.runtime.draft_student.read_student`; the rest when the
+        policy loads, still before any episode); empty without --draft-from. A list with no such strategy is
+        refused, as any option no chosen strategy reads."""
+        if self.draft_from is None:
+            return set()
+        from hotloop.errors import ConfigError
+        from hotloop.runtime.draft_student import read_student
+
+        users = student_readers(names)
+        if not users:
+            raise ConfigError(
+                f"--draft-from {self.draft_from} does nothing with --strategy {','.join(names)}; it is for draft: "
+                "drop it or add that strategy"
+            )
+        read_student(self.draft_from)
+        return users
 
 
 def exec_options(

@@ -39,6 +39,9 @@ class EpisodeJob:
     guidance_weight: float | None = None  # rtc's beta (None: the strategy's default)
     ensemble_coeff: float | None = None  # ensemble's coefficient (None: the policy's, else the default)
     draft_tolerance: float | None = None  # draft's per-row tolerance (None: the strategy's default)
+    # --draft-from: the onestep student artifact whose chunks are draft's drafts (None: the shifted chunk).
+    # It is held by the policy, so it is part of the build (`build_key`), not of how an episode is played.
+    draft_from: str | None = None
 
     def scheduler_config(self) -> Any:
         from hotloop.realtime.blending import BlendConfig
@@ -59,6 +62,7 @@ class EpisodeJob:
             self.trigger_remaining,
             ensemble_coeff=self.ensemble_coeff,
             draft_tolerance=self.draft_tolerance,
+            draft_source="student" if self.draft_from else None,
             **extra,
         )
         return apply_defaults(self.strategy, config, defaults)
@@ -143,8 +147,13 @@ class EpisodeRunner:
         # observation directly (with --pipeline too: it must not wait for the chain the main one waits for).
         self.fallback_policy = (
             build_policy(
-                dataclasses.replace(  # --memory-cap-mb is the main target's
-                    job, target=job.fallback_target, policy_factory=None, num_steps=None, memory_cap_mb=None
+                dataclasses.replace(  # --memory-cap-mb and --draft-from are the main target's
+                    job,
+                    target=job.fallback_target,
+                    policy_factory=None,
+                    num_steps=None,
+                    memory_cap_mb=None,
+                    draft_from=None,
                 ),
                 self.env,
             )
@@ -162,12 +171,19 @@ class EpisodeRunner:
 
     @staticmethod
     def _check(job: EpisodeJob) -> None:
-        from hotloop.realtime.strategies import default_strategies
+        from hotloop.realtime.strategies import default_strategies, make_strategy
 
         default_strategies().get(job.strategy)  # unknown name: fail before building anything
         # Settings that do not depend on the chunk length (the guidance weight) fail here; the ranges of
         # --execute-steps / --trigger-remaining need the policy's horizon and are checked at its first chunk.
-        job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
+        config = job.strategy_config(1 + max(job.execute_steps or 1, job.trigger_remaining or 0))
+        if job.draft_from and make_strategy(job.strategy, config).describe().get("draft_source") != "student":
+            from hotloop.errors import ConfigError
+
+            raise ConfigError(
+                f"--draft-from {job.draft_from} does nothing with --strategy {job.strategy}; it is for draft: "
+                "drop it or add that strategy"
+            )
 
     def _check_policy(self, job: EpisodeJob) -> None:
         """A strategy the policy cannot serve fails here, before any episode: `draft` needs a policy that
@@ -261,10 +277,36 @@ def build_policy(job: EpisodeJob, env: Any) -> Any:
                 num_steps=job.num_steps, seed=job.seed, memory_cap_mb=job.memory_cap_mb, threads=job.threads
             ),
         )
+    if job.draft_from:
+        use_draft_student(policy, job.draft_from, job.policy_factory or job.target)
     if hasattr(policy, "bind_task"):  # a policy that reads the task itself (expert:scripted)
         policy.bind_task(env)
     request_views(env, policy)  # a view the task renders only on request (the gantry's wrist camera)
     return adapt(policy, env.task_spec, policy_name=job.policy_factory or job.target, fit_state=job.fit_state)
+
+
+def use_draft_student(policy: Any, student: str, name: str) -> None:
+    """`--draft-from STUDENT`: `policy` (as its target built it) proposes its drafts with the onestep
+    student there (`use_draft_student`, pi0 / pi0.5 in PyTorch), else one ConfigError naming the flag,
+    before any episode: a policy that cannot check a draft, one that cannot hold a student, a folder that
+    is not a onestep student (`hotloop.runtime.draft_student.read_student`), or a student that is not this
+    teacher's (the family's check)."""
+    from hotloop.errors import ConfigError
+    from hotloop.realtime.draft import STUDENT_FAMILIES, draft_refusal, student_refusal
+    from hotloop.runtime.draft_student import read_student
+
+    if not getattr(policy, "supports_draft", False):
+        raise ConfigError(student_refusal(student, f"{draft_refusal(name)}, without --draft-from"))
+    use = getattr(policy, "use_draft_student", None)
+    if use is None:
+        raise ConfigError(
+            student_refusal(
+                student,
+                f"{name} cannot hold a student beside it (its draft is the executing chunk); a student's draft "
+                f"is for {STUDENT_FAMILIES}: drop --draft-from",
+            )
+        )
+    use(read_student(student))
 
 
 class RunnerCache:

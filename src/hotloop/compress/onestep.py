@@ -115,6 +115,10 @@ class OnestepConfig:
     # extra weight on the final chunk's first action, the only one a sync loop executes (step-distill's
     # `--first-action-weight`): a student whose first actions come out short finishes late at sync 0 ms
     first_action_weight: float = 0.0
+    # the decay of an exponential moving average of the student's weights (0: off), the weights it ships
+    # with: the average of the last ~1 / (1 - decay) steps instead of the last step's (consistency models
+    # ship theirs, Song et al. 2023, arXiv:2303.01469)
+    average: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "checkpoint_every", "noise_draws", "rounds"):
@@ -130,6 +134,8 @@ class OnestepConfig:
             raise ConfigError(f"onestep anchor weight must be >= 0 (got {self.anchor_weight})")
         if not self.first_action_weight >= 0:
             raise ConfigError(f"--first-action-weight must be >= 0 (got {self.first_action_weight})")
+        if not (self.average == 0 or 0 < self.average < 1):
+            raise ConfigError(f"--onestep-average must be 0 (off) or in (0, 1) (got {self.average})")
         if self.noise not in NOISE_MODES:
             raise ConfigError(f"onestep noise must be one of {', '.join(NOISE_MODES)} (got {self.noise!r})")
 
@@ -333,7 +339,7 @@ def train_onestep(
     their normalised chunks for the flow anchor (None: no anchor); `explore`: the student's own
     observations between the last stage's `config.rounds` rounds; `action_dim`: the chunk dimensions the
     policy executes (None: all). Resumable from `work`."""
-    from hotloop.nn.resumable import train_resumable
+    from hotloop.nn.resumable import WeightAverage, train_resumable
 
     check_onestep(student_steps, teacher_steps)
     if flow.batch_size(obs) < 1:
@@ -356,6 +362,7 @@ def train_onestep(
     phases = [(n, b) for n, b in zip(stages[:-1], budget[:-1], strict=True)]
     phases += [(stages[-1], b) for b in split(budget[-1], rounds)]
     params = flow.denoising_parameters(student)
+    average = WeightAverage(params, config.average) if config.average else None
     first = trajectories
 
     @torch.no_grad()
@@ -381,7 +388,11 @@ def train_onestep(
     for phase, (steps, n_opt) in enumerate(phases):
         if phase >= len(stages) and explore is not None:  # a later round: the student's own states first
             t1 = time.perf_counter()
+            if average is not None:  # the round plays the weights the student would ship
+                average.swap()
             new_obs = explore(student, phase - len(stages) + 1)
+            if average is not None:
+                average.swap()
             new = teacher_trajectories(flow, teacher, new_obs, teacher_steps, config)
             trajectories, obs = merge(flow, trajectories, obs, new, new_obs)
             explored.append(flow.batch_size(new_obs))
@@ -421,7 +432,7 @@ def train_onestep(
             return schedule(done + i)
 
         state = train_resumable(
-            student, loss_fn, stage_config, checkpoint, kind, None, progress, params, lr_at
+            student, loss_fn, stage_config, checkpoint, kind, None, progress, params, lr_at, average
         )
         done += n_opt
         history.append(
@@ -433,6 +444,8 @@ def train_onestep(
                 "loss_last": float(sum(state.losses[-10:]) / max(1, len(state.losses[-10:]))),
             }
         )
+    if average is not None:  # the student ships the average
+        average.swap()
     return {
         "method": "SnapFlow-style self-distillation (arXiv:2604.05656)",
         "student_steps": student_steps,

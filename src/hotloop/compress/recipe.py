@@ -219,6 +219,8 @@ class RecipeConfig:
     # onestep's own rate (None: distill_lr): in one recipe a pruned model's recovery `distill` wants ~3e-5 while
     # a one-step student's expert, trained from the teacher's trajectories, moves little at that rate.
     onestep_lr: float | None = None
+    # onestep: the decay of the moving average of the student's weights it ships (0: the last step's)
+    onestep_average: float = 0.0
     # step-distill on a demo target without --data: observations along this many closed-loop episodes of
     # the teacher (its start observations alone never show it grasping or carrying).
     distill_episodes: int = 20
@@ -279,6 +281,10 @@ class RecipeConfig:
             raise ConfigError(f"--distill-lr must be a positive number (got {self.distill_lr})")
         if self.onestep_lr is not None and not (self.onestep_lr > 0 and math.isfinite(self.onestep_lr)):
             raise ConfigError(f"--onestep-lr must be a positive number (got {self.onestep_lr})")
+        if not (self.onestep_average == 0 or 0 < self.onestep_average < 1):
+            raise ConfigError(
+                f"--onestep-average must be 0 (off) or a decay in (0, 1) such as 0.99 (got {self.onestep_average})"
+            )
         if self.distill_target not in DISTILL_TARGETS:
             raise ConfigError(
                 f"--distill-target {self.distill_target!r} is unknown; use {' or '.join(DISTILL_TARGETS)}"
@@ -607,6 +613,7 @@ def one_step_student(
             noise="zero" if inputs.zero_noise or cand.zero_noise else "random",
             rounds=config.onestep_rounds if explore is not None else 1,
             first_action_weight=config.step_distill_first_action,
+            average=config.onestep_average,
         )
         # a student whose config samples K steps where the sampler lives in the config (Diffusion's DDIM)
         model = (

@@ -62,6 +62,13 @@ def compress_cmd(
             "distill wants a small rate, the student's expert a larger one"
         ),
     ] = None,
+    onestep_average: Annotated[
+        float,
+        typer.Option(
+            help="onestep: ship the moving average of the student's weights with this decay, e.g. 0.99 "
+            "(0: the last step's weights)"
+        ),
+    ] = 0.0,
     distill_target: Annotated[
         str,
         typer.Option(

@@ -264,6 +264,11 @@ class DemoConveyorPolicy:
         model: yes; a compiled artifact's engine: no)."""
         return bool(getattr(self.pi, "supports_draft", False))
 
+    def use_draft_student(self, student: Any) -> None:
+        """`--draft-from STUDENT`: the drafts are a one-step student's chunks (`PiPolicy.use_draft_student`;
+        the student starts where this demo's sampler does, x = 0, when its artifact says so)."""
+        self.pi.use_draft_student(student)
+
 
 def load_demo_pi(
     folder: Path,

@@ -47,6 +47,44 @@ class ResumableSettings:
         check_settings(self, self.label)
 
 
+class WeightAverage:
+    """An exponential moving average of the trained parameters (Polyak averaging), updated after every
+    optimiser step and saved with the checkpoint: the average of the last ~1 / (1 - decay) steps' weights
+    rather than the last step's, which carries the last batches' noise. The decay warms up as
+    min(decay, (1 + n) / (10 + n)) over the updates n, so the first updates do not keep the start's weights."""
+
+    def __init__(self, params: list[nn.Parameter], decay: float) -> None:
+        if not 0 < decay < 1:
+            raise ConfigError(f"the weight average's decay must be in (0, 1) (got {decay})")
+        self.params = list(params)
+        self.decay = decay
+        self.updates = 0
+        self.average = [p.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for a, p in zip(self.average, self.params, strict=True):
+            a.mul_(d).add_(p.detach(), alpha=1 - d)
+        self.updates += 1
+
+    @torch.no_grad()
+    def swap(self) -> None:
+        """Exchange the parameters' values with the average's (twice: back as they were)."""
+        for a, p in zip(self.average, self.params, strict=True):
+            held = p.detach().clone()
+            p.copy_(a)
+            a.copy_(held)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"decay": self.decay, "updates": self.updates, "average": [a.clone() for a in self.average]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = int(state["updates"])
+        for a, saved in zip(self.average, state["average"], strict=True):
+            a.copy_(saved)
+
+
 @dataclass
 class TrainState:
     step: int = 0
@@ -76,12 +114,14 @@ def train_resumable(
     progress: bool = False,
     params: list[nn.Parameter] | None = None,
     lr_at: Callable[[int], float] | None = None,
+    average: WeightAverage | None = None,
 ) -> TrainState:
     """Adam on `loss_fn(generator)` for `config.steps` steps (`config`: a frozen dataclass with steps, lr,
     seed and checkpoint_every; it is part of the checkpoint's identity), resuming from `checkpoint_dir` if it holds one.
     `params`: the parameters to train (default: all of `student`'s); the others stay frozen. `lr_at`: the
     learning rate's factor at each step (None: `config.lr` throughout); a function of the step alone, so a
-    resumed run follows the same schedule."""
+    resumed run follows the same schedule. `average`: a weight average of `params` to update after each
+    step; it is saved and restored with the checkpoint (the caller decides when to use it)."""
     trained = list(student.parameters()) if params is None else list(params)
     ids = {id(p) for p in trained}
     for p in student.parameters():  # a student copied from a frozen teacher starts frozen too
@@ -103,6 +143,8 @@ def train_resumable(
                 )
             student.load_state_dict(saved["student"])
             optimizer.load_state_dict(saved["optimizer"])
+            if average is not None:
+                average.load_state_dict(saved["average"])
             state = TrainState(step=saved["step"], losses=list(saved["losses"]))
 
     def save() -> None:
@@ -114,6 +156,7 @@ def train_resumable(
                     "optimizer": optimizer.state_dict(),
                     "step": state.step,
                     "losses": state.losses,
+                    "average": None if average is None else average.state_dict(),
                 },
                 path,
             )
@@ -136,6 +179,8 @@ def train_resumable(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if average is not None:
+                average.update()
             state.step += 1
             state.losses.append(float(loss.detach()))
             if bar is not None:

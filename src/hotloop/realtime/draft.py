@@ -43,13 +43,30 @@ times its work (`hotloop.realtime.runner.SimulatedEngine`); `--latency measured`
 call took. The fraction is a count of work, not of this machine's time: a tiny model's steps are dominated
 by per-kernel overhead, and the run's JSON reports the calls' wall times by path beside it.
 
+A student's chunk as the draft (`--draft-from STUDENT`, FLASH's own design): the draft is then a fresh
+chunk, proposed for this observation by a one-step student (`hotloop compress TARGET --recipe onestep`,
+docs/onestep.md) whose vision and VLM are the teacher's own tensors, so the student needs only its expert
+on the teacher's prefix cache: a call costs vision + prefix + the student's steps (1 for `onestep`, 2
+for `onestep:2`) + the K check evaluations (+ N loop steps on the full path). Its row i is for the period starting i periods after this
+observation, like the shifted draft's, but rows before the delay d are not the student's to give: the
+robot executes the executing chunk's rows [0, d) while this call runs (`splice_by_time` starts the answer
+at the first period after it is ready, and a shorter call starts it among rows the executing chunk
+already planned), so the draft checked and answered is the executing chunk's rows [0, d) followed by the
+student's from d on, and those d rows count as accepted whatever the check says of them (`held`): what
+is decided is whether the student's rows from d on are kept. That is `rtc-soft`'s convention too (its
+first d rows are the executing chunk's, held exactly), so the answer's first d rows are the same on
+every path, and the full path is `rtc-soft`'s sampler with rows [0, max(d, accepted)) held: the
+executing chunk's, then the student's accepted ones. `DraftOutcome.source` says which draft a call had
+("shifted" or "student"); the scheduler refuses an answer whose source is not the strategy's
+(`draft_source`), so a policy that silently ignored the student is caught.
+
 This module imports torch only inside its functions.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +93,34 @@ def draft_refusal(name: str) -> str:
 
 
 TOLERANCE_KEY = "draft_tolerance"  # the observation's tolerance (normalized action units)
+
+# Where a draft comes from: "shifted", the executing chunk (every policy that checks drafts), or "student",
+# a one-step student's fresh chunk (`--draft-from STUDENT`, pi0 / pi0.5 in PyTorch).
+SHIFTED, STUDENT = "shifted", "student"
+DRAFT_SOURCES = (SHIFTED, STUDENT)
+DRAFT_FROM_FLAG = "--draft-from"
+STUDENT_FAMILIES = "pi0 / pi0.5 in PyTorch (demo:conveyor, pi checkpoint folders)"
+
+
+def check_source(value: str) -> str:
+    """A draft source named in `DRAFT_SOURCES`; anything else is a ConfigError."""
+    from hotloop.errors import ConfigError
+
+    if value not in DRAFT_SOURCES:
+        raise ConfigError(f"draft_source must be one of {', '.join(DRAFT_SOURCES)} (got {value!r})")
+    return value
+
+
+def student_refusal(student: str, why: str) -> str:
+    """The one line `--draft-from STUDENT` is refused with (before any episode): the flag, the student, and
+    `why` (which says the fix)."""
+    return f"{DRAFT_FROM_FLAG} {student}: {why}"
+
+
+def source_of(stats: dict[str, Any]) -> str:
+    """The draft source a call's statistics name (answers from before sources were named: "shifted")."""
+    return str(stats.get("source") or SHIFTED)
+
 
 # The flow times the draft is checked at. One, at 0.3: near the data the model already pulls x̂0 most of the
 # way to its own plan, and its own chunk is closest to a fixed point there; at 0.6 its own 10-step chunk
@@ -176,9 +221,17 @@ def verify(
             diff = (x0 - target)[0, :rows, :action_dim]
             worst = torch.maximum(worst, diff.abs().amax(dim=-1))
     errors = worst.cpu().numpy().astype(np.float64)
-    bad = np.flatnonzero(~(errors <= tolerance))  # NaN counts as over
-    accepted = int(bad[0]) if bad.size else rows
-    return Verification(accepted, errors, len(times))
+    return Verification(accepted_prefix(errors, tolerance), errors, len(times))
+
+
+def accepted_prefix(errors: np.ndarray, tolerance: float, held: int = 0) -> int:
+    """The rows before the first one from `held` on whose error is over `tolerance` (NaN counts as over);
+    the first `held` rows count as accepted whatever their error (a student's draft: the executing chunk's
+    rows the robot runs during the call, see the module docstring)."""
+    errors = np.asarray(errors, dtype=np.float64)
+    held = max(0, min(int(held), len(errors)))
+    bad = np.flatnonzero(~(errors[held:] <= tolerance))
+    return held + int(bad[0]) if bad.size else len(errors)
 
 
 @dataclass(frozen=True)
@@ -197,21 +250,24 @@ class DraftCost:
     def full(self) -> float:
         return self.encode + self.num_steps * self.token_step
 
-    def fraction(self, checks: int, loop: bool) -> float:
-        """The work of a call that ran `checks` check evaluations, and the loop when `loop`, as a fraction
-        of a full inference's."""
-        work = self.encode + checks * self.step + (self.num_steps * self.token_step if loop else 0.0)
+    def fraction(self, checks: int, loop: bool, drafts: int = 0) -> float:
+        """The work of a call that ran `checks` check evaluations, `drafts` evaluations of a student's expert
+        to propose the draft (`--draft-from`: its steps, each one time for the chunk, the same size as the
+        teacher's), and the loop when `loop`, as a fraction of a full inference's."""
+        evals = checks + drafts
+        work = self.encode + evals * self.step + (self.num_steps * self.token_step if loop else 0.0)
         return work / self.full
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, drafts: int = 0) -> dict[str, Any]:
         return {
             "unit": "FLOP",
             "encode": self.encode,
             "step": self.step,
             "token_step": self.token_step,
             "num_steps": self.num_steps,
-            "speculative_fraction": round(self.fraction(len(VERIFY_TIMES), False), 4),
-            "full_fraction": round(self.fraction(len(VERIFY_TIMES), True), 4),
+            "draft_steps": drafts,
+            "speculative_fraction": round(self.fraction(len(VERIFY_TIMES), False, drafts), 4),
+            "full_fraction": round(self.fraction(len(VERIFY_TIMES), True, drafts), 4),
         }
 
 
@@ -221,14 +277,18 @@ class DraftOutcome:
 
     offered: int  # rows of the executing chunk sent (before padding)
     horizon: int  # rows verified (the draft's length)
-    accepted: int  # the accepted prefix
+    accepted: int  # the accepted prefix (a student's draft: its `held` rows included)
     speculative: bool  # the accepted rows were the answer (no denoising loop ran)
-    evals: int  # expert evaluations run: K, or K + N
-    work: float  # the call's work as a fraction of a full inference's
+    evals: int  # the teacher's expert evaluations run: K, or K + N
+    work: float  # the call's work as a fraction of a full inference's (a student's steps included)
     kept: int  # rows of the answer: the accepted ones (speculative), else the horizon
+    source: str = SHIFTED  # where the draft came from (`DRAFT_SOURCES`)
+    held: int = 0  # a student's draft: its first rows, the executing chunk's (the delay d)
+    draft_evals: int = 0  # the student's expert evaluations that proposed the draft (its steps)
 
     def stats(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
+            "source": self.source,
             "offered": self.offered,
             "rows": self.horizon,
             "accepted": self.accepted,
@@ -236,6 +296,10 @@ class DraftOutcome:
             "evals": self.evals,
             "work": round(self.work, 6),
         }
+        if self.source == STUDENT:
+            out["held"] = self.held
+            out["draft_evals"] = self.draft_evals
+        return out
 
 
 def outcome_of(output: Any) -> dict[str, Any] | None:
@@ -267,6 +331,7 @@ def summarize_calls(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     accepted = sum(int(c.get("accepted") or 0) for c in calls)
     work = [float(c["work"]) for c in calls if c.get("work") is not None]
     return {
+        "source": merged_source(source_of(c) for c in calls),
         "calls": n,
         "speculative_calls": spec,
         "full_calls": n - spec,
@@ -277,3 +342,11 @@ def summarize_calls(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "mean_accepted": accepted / n if n else None,
         "mean_work": float(np.mean(work)) if work else None,
     }
+
+
+def merged_source(sources: Iterable[str]) -> str | None:
+    """The draft source of many calls: theirs when they agree, "mixed" when not, None for no calls."""
+    seen = set(sources)
+    if not seen:
+        return None
+    return seen.pop() if len(seen) == 1 else "mixed"

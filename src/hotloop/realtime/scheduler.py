@@ -245,6 +245,8 @@ class ChunkScheduler:
             from hotloop.realtime.draft import draft_refusal
 
             raise ConfigError(draft_refusal("this policy") + " (it answered without checking the draft)")
+        if self._guided and self._mode() == "draft":
+            self._check_draft_source(done.output)
         if self._guided and not done.output.get(GUIDED_KEY):
             raise ConfigError(
                 f"--strategy {self.strategy.name} sends the unexecuted actions to the policy to inpaint, "
@@ -281,6 +283,21 @@ class ChunkScheduler:
             return
         self.watchdog.fresh_chunk(now)
         self._fallback_chunk = None
+
+    def _check_draft_source(self, output: dict[str, Any]) -> None:
+        """A `draft` answer must have checked the draft the strategy asks for (`draft_source`): a policy
+        that answered from the shifted chunk when a student's was asked (`--draft-from`), or the other way
+        round, would run another method than the one reported, so it is refused by name."""
+        from hotloop.realtime.draft import DRAFT_FROM_FLAG, DRAFT_KEY, SHIFTED, source_of
+
+        want = str(getattr(self.strategy, "draft_source", SHIFTED))
+        stats = output.get(DRAFT_KEY)
+        got = source_of(stats) if isinstance(stats, dict) else SHIFTED
+        if got != want:
+            raise ConfigError(
+                f"--strategy draft asked for a {want} draft, and the policy answered with a {got} one: give "
+                f"{DRAFT_FROM_FLAG} STUDENT to a policy that loaded it (`hotloop eval`), or drop it"
+            )
 
     def _executed(self, action: np.ndarray) -> np.ndarray:
         action = np.asarray(action, dtype=np.float64)

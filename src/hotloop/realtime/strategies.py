@@ -46,7 +46,9 @@ Built in:
   of its velocity network and, where at least half a chunk agrees with the model within
   `draft_tolerance`, answers those rows only (the denoising loop does not run); otherwise it runs
   `rtc-soft`'s sampler. Needs a policy with a velocity network it can call (pi0/pi0.5 in PyTorch,
-  SmolVLA eager or with the step engine).
+  SmolVLA eager or with the step engine). `draft_source` "student" (`hotloop eval --draft-from STUDENT`):
+  the policy's draft is a one-step student's fresh chunk instead (pi0/pi0.5 in PyTorch), and an answer
+  that says another source is refused.
 - `ensemble`: ACT's temporal ensembling (Zhao et al. 2023; LeRobot's `ACTTemporalEnsembler`): infer at
   every control period the accelerator is free, keep executing meanwhile, and execute at each period the
   exponentially weighted average of every prediction for it among the chunks that have arrived by then
@@ -72,7 +74,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hotloop.errors import ConfigError
-from hotloop.realtime.draft import DEFAULT_TOLERANCE, check_tolerance
+from hotloop.realtime.draft import DEFAULT_TOLERANCE, SHIFTED, check_source, check_tolerance
 from hotloop.realtime.rtc import DEFAULT_MAX_GUIDANCE_WEIGHT, MAX_GUIDANCE_WEIGHT
 from hotloop.realtime.temporal_ensemble import TimedEnsembler, checked_weights
 from hotloop.registry import Registry
@@ -102,6 +104,7 @@ class StrategyConfig:
     max_guidance_weight: float = DEFAULT_MAX_GUIDANCE_WEIGHT  # beta for rtc
     ensemble_coeff: float | None = None  # the ensemble's exp(-coeff * i) (None: DEFAULT_ENSEMBLE_COEFF)
     draft_tolerance: float | None = None  # draft: the per-row error accepted (None: DEFAULT_TOLERANCE)
+    draft_source: str | None = None  # draft: "shifted" or "student" (`--draft-from`; None: "shifted")
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
@@ -123,6 +126,8 @@ class StrategyConfig:
             raise ConfigError(f"--ensemble-coeff must be a finite number (got {self.ensemble_coeff})")
         if self.draft_tolerance is not None:
             check_tolerance(self.draft_tolerance)
+        if self.draft_source is not None:
+            check_source(self.draft_source)
 
 
 class Strategy(Protocol):
@@ -225,10 +230,12 @@ class RealTimeChunking:
 class SpeculativeDraft:
     """`rtc-soft`'s schedule and splice; each inference is sent the executing chunk as a draft to check
     (`hotloop.realtime.draft`, `MODE_KEY` "draft") with the tolerance, and may answer fewer rows than the
-    horizon (the accepted prefix)."""
+    horizon (the accepted prefix). `draft_source`: the draft the policy must have checked ("shifted", or
+    "student" with `--draft-from`; the scheduler refuses an answer from another)."""
 
     trigger_remaining: int
     draft_tolerance: float = DEFAULT_TOLERANCE
+    draft_source: str = SHIFTED
     name: str = "draft"
     overlaps: bool = True
     guided: bool = True
@@ -247,6 +254,7 @@ class SpeculativeDraft:
             "overlaps": True,
             "mode": self.mode,
             "draft_tolerance": self.draft_tolerance,
+            "draft_source": self.draft_source,
         }
 
 
@@ -406,7 +414,7 @@ def _rtc_soft(cfg: StrategyConfig) -> Strategy:
 
 def _draft(cfg: StrategyConfig) -> Strategy:
     tolerance = cfg.draft_tolerance if cfg.draft_tolerance is not None else DEFAULT_TOLERANCE
-    return SpeculativeDraft(frequent_trigger(cfg), tolerance)
+    return SpeculativeDraft(frequent_trigger(cfg), tolerance, cfg.draft_source or SHIFTED)
 
 
 def default_strategies() -> Registry[Callable[[StrategyConfig], Strategy]]:

@@ -99,7 +99,8 @@ class PiPolicy:
     """
 
     # It samples with RTC guidance or a given prefix (`rtc_sample`) when asked, and checks a draft chunk
-    # with its velocity network (`draft_sample`, `--strategy draft`).
+    # with its velocity network (`draft_sample`, `--strategy draft`), the executing chunk's or a one-step
+    # student's (`use_draft_student`, `--draft-from`).
     supports_rtc = True
     supports_draft = True
 
@@ -141,6 +142,8 @@ class PiPolicy:
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cache = model.allocate_cache(batch=1) if model is not None else None
         self._verify_noise: torch.Tensor | None = None  # `_fixed_noise`, drawn at the first draft check
+        # `--draft-from STUDENT`: the one-step student whose chunk is the draft (`use_draft_student`)
+        self.draft_student: Any = None
 
     @property
     def generator(self) -> torch.Generator:
@@ -360,6 +363,18 @@ class PiPolicy:
         token_step = bare + self.config.chunk_size * (step - bare) if self.config.pi05 else step
         return DraftCost(work["vision"].flops + work["prefix"].flops, step, token_step, num_steps)
 
+    def use_draft_student(self, student: Any) -> None:
+        """Propose the drafts of `--strategy draft` with a one-step student (`--draft-from`): `student` is
+        its artifact as `hotloop.runtime.draft_student.read_student` read it; it is held beside this
+        policy's model, sharing its vision and VLM (`hotloop.families.pi.draft_student`: refused by name,
+        a ConfigError, unless its sizes and prefix tensors are this model's)."""
+        from hotloop.families.pi.draft_student import pi_draft_student
+        from hotloop.realtime.draft import draft_refusal, student_refusal
+
+        if not self.supports_draft or self.model is None:
+            raise ConfigError(student_refusal(str(student.path), draft_refusal("this policy")))
+        self.draft_student = pi_draft_student(student, self.eager_model, self.horizon, self.action_dim)
+
     def draft_sample(
         self,
         model_obs: PiObservation,
@@ -372,22 +387,47 @@ class PiPolicy:
         verify_noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """`--strategy draft` (`hotloop.realtime.draft`): the executing chunk's rows (robot space, mapped
-        by `to_policy_actions` like `rtc_sample`), padded to the horizon, are checked by the velocity
-        network at `VERIFY_TIMES` from `verify_noise` (default: a fixed draw, the same every call); with
-        enough rows accepted they are the answer, else the loop runs as `rtc-soft`'s with the accepted rows
-        held. Vision and prefix run once. Returns (chunk (1, chunk_size, max_action_dim), model space;
-        `DraftOutcome`, whose `kept` rows of the chunk are the answer)."""
-        from hotloop.realtime.draft import DraftOutcome, draft_rows, min_rows, verify
+        by `to_policy_actions` like `rtc_sample`), padded to the horizon, or with a student
+        (`use_draft_student`) the student's chunk for this observation from row d on, are checked by the
+        velocity network at `VERIFY_TIMES` from `verify_noise` (default: a fixed draw, the same every
+        call); with enough rows accepted they are the answer, else the loop runs as `rtc-soft`'s with the
+        accepted rows held. Vision and prefix run once, for the student too. Returns (chunk (1,
+        chunk_size, max_action_dim), model space; `DraftOutcome`, whose `kept` rows of the chunk are the
+        answer)."""
+        from hotloop.realtime.draft import (
+            SHIFTED,
+            STUDENT,
+            DraftOutcome,
+            accepted_prefix,
+            draft_rows,
+            min_rows,
+            verify,
+        )
 
         prev, delay, beta = guidance
         horizon = self.horizon
         n = max(1, min(len(prev), horizon))
         d = max(0, min(int(delay), n, horizon))
         model = self.eager_model
+        student = self.draft_student
         options = self._sample_options(noise, generator, timer)
         timer, steps, noise, cache = begin_sampling(model, model_obs, options)
         draft, _ = self._model_space_guidance(draft_rows(prev, horizon), d, to_policy_actions)
         draft = draft.to(self.device)
+        held = draft_evals = 0
+        if student is not None:
+            with torch.no_grad(), timer.stage("draft"):
+                proposal = student.propose(cache, model_obs.state, noise)
+            # The student's chunk is for this observation (row i: the period i periods from now), but its
+            # rows before d are not its to give: the robot executes the executing chunk's rows [0, d) while
+            # this call runs (the answer is spliced in at the first period after it is ready, and a call
+            # shorter than d periods starts it among rows the executing chunk planned). So the draft is the
+            # executing rows [0, d), then the student's from d on (in the model's action columns, zero
+            # padded as the shifted draft and the training data are), and those d rows are held: accepted
+            # whatever the check says of them, as `rtc-soft` holds them. What the check decides is how many
+            # of the student's rows follow them.
+            held, draft_evals = d, student.steps
+            draft[:, d:horizon, : self.action_dim] = proposal[:, d:horizon, : self.action_dim]
         if verify_noise is None:
             verify_noise = self._fixed_noise()
         with torch.no_grad(), timer.stage("verify"):
@@ -399,7 +439,7 @@ class PiPolicy:
                 self.action_dim,
                 tolerance,
             )
-        accepted = check.accepted
+        accepted = accepted_prefix(check.errors, tolerance, held)
         speculative = accepted >= min_rows(horizon, d)
         evals = check.evals + (0 if speculative else steps)
         outcome = DraftOutcome(
@@ -408,11 +448,18 @@ class PiPolicy:
             accepted=accepted,
             speculative=speculative,
             evals=evals,
-            work=self.draft_cost(steps).fraction(check.evals, loop=not speculative),
+            work=self.draft_cost(steps).fraction(check.evals, loop=not speculative, drafts=draft_evals),
             kept=accepted if speculative else horizon,
+            source=SHIFTED if student is None else STUDENT,
+            held=held,
+            draft_evals=draft_evals,
         )
         if speculative:
             return draft, outcome
+        if student is not None:
+            return self._student_full_path(
+                model_obs, draft, prev[:n], d, accepted, to_policy_actions, noise, timer
+            ), outcome
         # The full path: rtc-soft's sampler over the executing chunk, its hard part grown to the accepted rows,
         # from the same noise and on the prefix the check already encoded into this policy's cache.
         hold = max(d, min(accepted, n))
@@ -426,6 +473,37 @@ class PiPolicy:
             encoded=True,
         )
         return chunk, outcome
+
+    def _student_full_path(
+        self,
+        model_obs: PiObservation,
+        draft: torch.Tensor,
+        prev: np.ndarray,
+        delay: int,
+        accepted: int,
+        to_policy_actions: Any,
+        noise: torch.Tensor,
+        timer: Any,
+    ) -> torch.Tensor:
+        """A student's draft with too few rows accepted: `rtc-soft`'s sampler (`soft_prefix_sample_actions`)
+        on the prefix already in this policy's cache, from the call's noise, its hard part the draft's
+        accepted rows (the executing chunk's [0, d), then the student's up to `accepted`) and its soft tail
+        the executing chunk's next rows, as `rtc-soft`'s. With no student row accepted (accepted = d) this
+        is exactly `rtc_sample(model_obs, (prev, d, beta), "soft-prefix", ...)`."""
+        from hotloop.families.pi.rtc_prefix import soft_prefix_sample_actions
+        from hotloop.realtime.rtc import prefix_weights
+
+        horizon, chunk = self.horizon, self.config.chunk_size
+        hold = max(delay, min(accepted, horizon))
+        target, _ = self._model_space_guidance(prev, delay, to_policy_actions)
+        target = target.to(self.device)
+        target[:, delay:hold] = draft[:, delay:hold]
+        mask = np.zeros(chunk, dtype=np.float32)  # built as `model_space_guidance` builds rtc-soft's
+        mask[:horizon] = prefix_weights(hold, max(len(prev), hold), horizon)
+        options = self._sample_options(noise, None, timer, encoded=True)
+        return soft_prefix_sample_actions(
+            self.eager_model, model_obs, target, torch.from_numpy(mask).to(self.device), **options
+        )
 
     def _sample_options(
         self, noise: torch.Tensor | None, generator: torch.Generator | None, timer: Any, encoded: bool = False

@@ -236,14 +236,22 @@ def sample_actions(
     timer, steps, noise = sampling_defaults(model, obs, noise, num_steps, generator, timer)
     cache = encode_observation(model, obs, timer, cache)
     with timer.stage("denoise"):
-        dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
-        x = noise.to(torch.float32)
-        for k in range(steps):
-            # t = float32(1 + k * (-1/N)) computed in float64 first, exactly as the peers do; a float32
-            # 1 + k * dt differs in the last bit at some steps (visible at the fixtures' 1e-5 tolerance).
-            t = torch.tensor(1.0 + k * (-1.0 / steps), dtype=torch.float32, device=noise.device)
-            v = model.denoise_step(cache, x, t, obs.state)
-            x = x + dt * v
+        return denoise(model, cache, obs.state, noise, steps)
+
+
+@torch.no_grad()
+def denoise(model: PiModel, cache: PrefixCache, state: Tensor | None, noise: Tensor, steps: int) -> Tensor:
+    """The Euler loop of `sample_actions` on an encoded prefix `cache`: `steps` steps of `model`'s
+    velocity from `noise` (t = 1) to the chunk (t = 0). A model whose vision and VLM are another's (a
+    one-step student, `hotloop.families.pi.draft_student`) runs it on that one's cache."""
+    dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=noise.device)
+    x = noise.to(torch.float32)
+    for k in range(steps):
+        # t = float32(1 + k * (-1/N)) computed in float64 first, exactly as the peers do; a float32
+        # 1 + k * dt differs in the last bit at some steps (visible at the fixtures' 1e-5 tolerance).
+        t = torch.tensor(1.0 + k * (-1.0 / steps), dtype=torch.float32, device=noise.device)
+        v = model.denoise_step(cache, x, t, state)
+        x = x + dt * v
     return x
 
 
