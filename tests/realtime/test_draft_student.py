@@ -241,23 +241,31 @@ def test_the_prefix_modules_are_those_the_onestep_student_leaves_frozen():
 @pytest.mark.parametrize("delay", [0, 2])
 def test_the_teachers_own_one_step_student_at_the_largest_tolerance_is_the_answer(own, plain, delay):
     """(a) The student is the teacher's one-step sampler; at the largest tolerance every call is speculative,
-    and the answer is the student's one-step chunk for this observation, but for the d rows the robot runs
-    meanwhile, which are the executing chunk's."""
+    and the answer is the executing chunk's d rows (the robot runs them meanwhile), then the student's
+    one-step chunk for this observation handed over from the executing chunk by `rtc-soft`'s soft mask:
+    row i is W_i prev_i + (1 - W_i) student_i over the overlap, the student's alone after it."""
     from hotloop.closedloop.adapter import adapt
     from hotloop.demos.conveyor import DemoConveyorPolicy
+    from hotloop.realtime.rtc import prefix_weights
 
     one_step = adapt(DemoConveyorPolicy.load(num_steps=1), plain[1].task_spec)  # the teacher at K = 1, x = 0
     for seed in (0, 3):
         obs, prev = _executing(plain, seed)
+        n = len(prev)
         out = _ask(own, obs, prev, delay, tolerance=MAX_TOLERANCE)
         stats = out[DRAFT_KEY]
         assert stats["source"] == STUDENT and stats["speculative"] and stats["accepted"] == 16
         assert stats["held"] == delay and stats["draft_evals"] == 1 and stats["evals"] == len(VERIFY_TIMES)
         want = one_step.infer(obs)["actions"]
         assert out["actions"].shape == want.shape == (16, 4)
-        np.testing.assert_array_equal(out["actions"][delay:], want[delay:])
-        np.testing.assert_allclose(out["actions"][:delay], prev[:delay], atol=1e-5)
+        # Affine maps (normalisation, the robot's frame) commute with a blend whose weights sum to one, so
+        # the model-space blend is the robot-space one.
+        w = prefix_weights(delay, n, 16)[:, None]
+        blend = w[:n] * prev + (1.0 - w[:n]) * want[:n]
+        np.testing.assert_allclose(out["actions"][:n], blend, atol=1e-5)
+        np.testing.assert_array_equal(out["actions"][n:], want[n:])
         assert not np.allclose(want[:8], prev[:8], atol=1e-3)  # a fresh chunk, not the executing one
+        assert not np.allclose(out["actions"][delay:n], want[delay:n], atol=1e-3)  # handed over, not cut
 
 
 def test_a_garbage_student_takes_the_full_path_and_the_answer_is_rtc_softs(garbage, plain):
@@ -278,7 +286,9 @@ def test_a_student_prefix_too_short_to_answer_is_held_on_the_full_path(own, plai
     fewer than half the chunk, so the full path runs with those 5 rows held exactly."""
     from hotloop.families.pi.sampling import denoise
 
-    obs, prev = _executing(plain, 2)
+    obs, prev = _executing(
+        plain, 2, shift=0
+    )  # the executing chunk is the teacher's plan here: the blend keeps rows 0-4
     pi = own.policy.pi
     stats_x = pi.norm_stats
     off = stats_x.normalize(np.array([[0.08, 0, 0, 0]]), "actions") - stats_x.normalize(
