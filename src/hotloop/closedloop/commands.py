@@ -92,8 +92,8 @@ def eval_cmd(
         Path | None,
         typer.Option(
             help="draft: the drafts are this onestep student's chunks (an artifact of `hotloop compress TARGET "
-            "--recipe onestep`, sharing TARGET's vision and VLM) instead of the executing chunk; pi0/pi0.5 in "
-            "PyTorch"
+            "--recipe onestep`, sharing TARGET's vision and VLM), handed over from the executing chunk by "
+            "rtc-soft's soft mask; pi0/pi0.5 in PyTorch"
         ),
     ] = None,
     json_path: opts.JsonOut = None,

@@ -51,12 +51,15 @@ for `onestep:2`) + the K check evaluations (+ N loop steps on the full path). It
 observation, like the shifted draft's, but rows before the delay d are not the student's to give: the
 robot executes the executing chunk's rows [0, d) while this call runs (`splice_by_time` starts the answer
 at the first period after it is ready, and a shorter call starts it among rows the executing chunk
-already planned), so the draft checked and answered is the executing chunk's rows [0, d) followed by the
-student's from d on, and those d rows count as accepted whatever the check says of them (`held`): what
-is decided is whether the student's rows from d on are kept. That is `rtc-soft`'s convention too (its
+already planned), so the draft checked and answered is the executing chunk's rows [0, d), then the
+student's chunk handed over from the executing one by `rtc-soft`'s soft mask (`prefix_weights`: row i is
+W_i prev_i + (1 - W_i) student_i over the overlap, the student's alone after it; cut in at d instead, a
+fresh plan every 2 periods switched plans and lost success, docs/realtime.md), and those d rows count as
+accepted whatever the check says of them (`held`): what is decided is whether the draft's rows from d on
+are kept. That is `rtc-soft`'s convention too (its
 first d rows are the executing chunk's, held exactly), so the answer's first d rows are the same on
 every path, and the full path is `rtc-soft`'s sampler with rows [0, max(d, accepted)) held: the
-executing chunk's, then the student's accepted ones. `DraftOutcome.source` says which draft a call had
+executing chunk's, then the draft's accepted ones. `DraftOutcome.source` says which draft a call had
 ("shifted" or "student"); the scheduler refuses an answer whose source is not the strategy's
 (`draft_source`), so a policy that silently ignored the student is caught.
 
@@ -95,7 +98,7 @@ def draft_refusal(name: str) -> str:
 TOLERANCE_KEY = "draft_tolerance"  # the observation's tolerance (normalized action units)
 
 # Where a draft comes from: "shifted", the executing chunk (every policy that checks drafts), or "student",
-# a one-step student's fresh chunk (`--draft-from STUDENT`, pi0 / pi0.5 in PyTorch).
+# a one-step student's chunk handed over from the executing one (`--draft-from STUDENT`, pi0 / pi0.5 in PyTorch).
 SHIFTED, STUDENT = "shifted", "student"
 DRAFT_SOURCES = (SHIFTED, STUDENT)
 DRAFT_FROM_FLAG = "--draft-from"

@@ -47,7 +47,8 @@ Built in:
   `draft_tolerance`, answers those rows only (the denoising loop does not run); otherwise it runs
   `rtc-soft`'s sampler. Needs a policy with a velocity network it can call (pi0/pi0.5 in PyTorch,
   SmolVLA eager or with the step engine). `draft_source` "student" (`hotloop eval --draft-from STUDENT`):
-  the policy's draft is a one-step student's fresh chunk instead (pi0/pi0.5 in PyTorch), and an answer
+  the policy's draft is a one-step student's chunk, handed over from the executing one by the soft
+  mask (pi0/pi0.5 in PyTorch), and an answer
   that says another source is refused.
 - `ensemble`: ACT's temporal ensembling (Zhao et al. 2023; LeRobot's `ACTTemporalEnsembler`): infer at
   every control period the accelerator is free, keep executing meanwhile, and execute at each period the
