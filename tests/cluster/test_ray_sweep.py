@@ -149,11 +149,8 @@ def _hotloop(*args, **kw):
     )
 
 
-def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cluster, tmp_path):
-    spec = tmp_path / "grid.json"
-    spec.write_text(json.dumps(GRID))
-    out = tmp_path / "out"
-    driver = _hotloop("sweep", str(spec), "--out", str(out), "--cluster", cluster, "--quiet")
+def _wait_for_six_rows(driver, out):
+    """Until the running sweep driver has stored 6 rows (it must not exit first, nor hang past the guard)."""
     deadline = time.monotonic() + DRIVER_START_S
     while len(read_rows(out / ROWS_FILE)) < 6:
         assert driver.poll() is None, driver.communicate()
@@ -161,6 +158,14 @@ def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cl
             f"{len(read_rows(out / ROWS_FILE))} rows of 6 after {DRIVER_START_S} s"
         )
         time.sleep(0.05)
+
+
+def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cluster, tmp_path):
+    spec = tmp_path / "grid.json"
+    spec.write_text(json.dumps(GRID))
+    out = tmp_path / "out"
+    driver = _hotloop("sweep", str(spec), "--out", str(out), "--cluster", cluster, "--quiet")
+    _wait_for_six_rows(driver, out)
     driver.send_signal(signal.SIGKILL)
     driver.communicate()
     before = read_rows(out / ROWS_FILE)
@@ -274,13 +279,7 @@ def test_sigterm_stops_the_driver_like_ctrl_c_with_the_finished_episodes_stored(
     spec.write_text(json.dumps({**GRID, "episodes": 3}))  # 108 episodes: far from done at the signal
     out = tmp_path / "out"
     driver = _hotloop("sweep", str(spec), "--out", str(out), "--cluster", cluster, "--quiet")
-    deadline = time.monotonic() + DRIVER_START_S
-    while len(read_rows(out / ROWS_FILE)) < 6:
-        assert driver.poll() is None, driver.communicate()
-        assert time.monotonic() < deadline, (
-            f"{len(read_rows(out / ROWS_FILE))} rows of 6 after {DRIVER_START_S} s"
-        )
-        time.sleep(0.05)
+    _wait_for_six_rows(driver, out)
     driver.send_signal(signal.SIGTERM)
     _, err = driver.communicate(timeout=120)
     assert driver.returncode == 130, err
