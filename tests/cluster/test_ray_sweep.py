@@ -69,6 +69,7 @@ def _records(rows):
     return out
 
 
+@pytest.mark.slow  # a worker killed and its episodes retried on a second node: ~60 s
 def test_ray_gives_the_local_episodes_on_two_nodes_after_a_worker_is_killed(cluster):
     cells = expand(SMALL, "test")
     local: list[dict] = []
@@ -101,6 +102,7 @@ def test_ray_gives_the_local_episodes_on_two_nodes_after_a_worker_is_killed(clus
     assert any(r["pid"] not in killed for r in rows)
 
 
+@pytest.mark.slow  # two worker deaths and their retries: ~45 s
 def test_an_episode_that_kills_its_worker_twice_is_an_error_row_and_the_sweep_goes_on(cluster):
     # fakes:crashing kills its process (os._exit) at the first inference of seed 4, not of seed 3: Ray
     # restarts the actor and retries the episode once, it dies again, and that is the bound.
@@ -160,6 +162,7 @@ def _wait_for_six_rows(driver, out):
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # a driver process killed and started again: ~35 s
 def test_a_killed_driver_resumes_only_what_is_missing_and_the_report_rebuilds(cluster, tmp_path):
     spec = tmp_path / "grid.json"
     spec.write_text(json.dumps(GRID))
@@ -272,6 +275,7 @@ def test_bad_cluster_input_is_one_line_and_exit_2_with_nothing_lost(cluster, tmp
     assert memory.exit_code == 2 and "--ray-memory-mb" in memory.output and "--cluster" in memory.output
 
 
+@pytest.mark.slow  # a driver process signalled mid-sweep: ~20 s
 def test_sigterm_stops_the_driver_like_ctrl_c_with_the_finished_episodes_stored(cluster, tmp_path):
     """`timeout` / a job scheduler's SIGTERM: the actors are killed, the store keeps every finished episode,
     the report is rebuilt from it, exit 130 (before, the driver died at once with none of that)."""

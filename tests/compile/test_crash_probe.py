@@ -102,6 +102,7 @@ def test_the_planners_compile_imports_the_probes_blob_and_gives_the_same_outputs
         assert torch.equal(probed(x)[0], x.clamp(min=0))
 
 
+@pytest.mark.slow  # a whole compile whose probes run OpenVINO in child processes: ~25 s
 def test_openvino_bf16_at_one_thread_is_refused_not_fatal(tmp_path: Path) -> None:
     """The compile process survives whatever OpenVINO does with bf16 at one thread, writes a plan, and
     names each crashed candidate in one line. On a CPU with AMX (OpenVINO 2026.4) the prefix's gated MLP
@@ -127,6 +128,7 @@ def test_openvino_bf16_at_one_thread_is_refused_not_fatal(tmp_path: Path) -> Non
         assert "(SIGFPE) with INFERENCE_NUM_THREADS=1" in by_label[("prefix", "openvino")]["reason"]
 
 
+@pytest.mark.slow  # a compile, then probing loads in child processes: ~20 s
 def test_loading_a_plan_at_threads_that_crash_openvino_is_one_line_exit_2(tmp_path: Path) -> None:
     """A first load compiles each OpenVINO graph in a probe process (it exports the blob the engine then
     imports): a bf16 plan made at 2 threads and loaded at 1 on a CPU with AMX (OpenVINO 2026.4) is one

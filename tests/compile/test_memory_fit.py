@@ -66,6 +66,7 @@ def test_planner_skips_what_cannot_fit_and_plans_the_rest(
     assert all(v["backend"] == "eager" for v in result["plan"].values())
 
 
+@pytest.mark.slow  # a whole OpenVINO compile under a squeezed memory budget: ~25 s
 def test_a_stage_that_leaves_no_room_is_released_and_the_artifact_keeps_every_weight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compile_tiny
 ) -> None:

@@ -140,6 +140,7 @@ def test_compile_with_no_flags_runs_the_fast_search(tmp_path: Path) -> None:
     assert statuses <= {"accepted", "rejected", "unavailable", "failed", "skipped"}
 
 
+@pytest.mark.slow  # recorded episodes, then NNCF calibration on them: ~25 s
 def test_a_demo_target_calibrates_static_int8_on_its_own_task(tmp_path: Path) -> None:
     """No --calibration: demo:conveyor-act records its calibration frames from conveyor-pick itself."""
     out, js = tmp_path / "art", tmp_path / "plan.json"

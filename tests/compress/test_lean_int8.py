@@ -131,6 +131,7 @@ def test_the_lean_quantizer_says_what_it_cannot_do(tiny) -> None:  # type: ignor
         get_backend("openvino").prepare(engines["prefix"], "int8", {QUANTIZER: LEAN})
 
 
+@pytest.mark.slow  # two int8 compiles of pi05:tiny (NNCF and the lean quantizer): ~45 s
 def test_the_planner_takes_the_lean_quantizer_only_where_nncf_does_not_fit(
     recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

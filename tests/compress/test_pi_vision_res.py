@@ -138,6 +138,7 @@ def test_bad_sides_are_refused(teacher: PiModel, compress_refuses) -> None:
         compress_refuses(target, recipe, message, *FAST)
 
 
+@pytest.mark.slow  # a student trained, then compiled through OpenVINO: ~40 s
 def test_compiled_plan_takes_native_observations_as_the_eager_student(
     teacher: PiModel, tmp_path: Path
 ) -> None:

@@ -143,6 +143,7 @@ def test_int8_without_calibration_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow  # NNCF calibration at three prompt buckets: ~40 s
 def test_a_static_int8_plan_gets_its_prompt_buckets_calibrated_at_their_shapes(
     recorded: Path, tmp_path: Path
 ) -> None:

@@ -54,6 +54,7 @@ def test_validation_successes_are_evals_own_episodes() -> None:
     assert closed_loop_successes("demo:conveyor", "conveyor-pick", 2, 2, weights, ("sync", "fixed:0")) == 0
 
 
+@pytest.mark.slow  # two students trained and played in closed loop: ~25 s
 def test_compress_keeps_the_candidate_that_played_best(
     recorded: Path, compress_rows, fast_flags: list[str]
 ) -> None:

@@ -25,6 +25,7 @@ def test_families_rung_is_opt_in() -> None:
     assert "rtc" in smolvla.strategies  # LeRobot's own real-time chunking for SmolVLA
 
 
+@pytest.mark.slow  # closed-loop episodes and compression of every family: ~35 s
 def test_families_rung_runs_closed_loop_and_compression(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

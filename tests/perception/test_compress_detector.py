@@ -14,6 +14,7 @@ runner = CliRunner()
 QUICK = ["--resolution", "32", "--bench-iters", "3", "--calibration-frames", "8", "--quiet"]
 
 
+@pytest.mark.slow  # an int8 compile and closed-loop episodes: ~25 s
 def test_compress_writes_a_gated_int8_plan_the_chain_runs_and_judges_it_in_closed_loop(tmp_path):
     out, report = tmp_path / "plan", tmp_path / "r.json"
     args = ["compress", "demo:detector", "--recipe", "quantize", "-o", str(out), *QUICK]

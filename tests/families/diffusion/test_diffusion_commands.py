@@ -133,6 +133,7 @@ def test_verify_the_artifact_against_a_reference_run(
     assert result["comparisons"][0]["max_abs"] == 0.0
 
 
+@pytest.mark.slow  # a whole ddim + quantize recipe over OpenVINO: ~40 s
 def test_compress_switches_to_ddim_and_quantizes(trained_ckpt: Path, tmp_path: Path) -> None:
     """DDPM 50 -> DDIM 10 on a trained checkpoint keeps the chunks within cos 0.8 of the reference (0.91
     measured), then quantize asks the planner for int8 / bf16 per sub-engine (fp32 where they miss)."""

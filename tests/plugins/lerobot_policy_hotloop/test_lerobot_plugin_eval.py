@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 from lerobot_plugin_helpers import LEROBOT_EVAL, PUSHT, REPO_ROOT, run_json, run_lerobot
 
+# Whole LeRobot CLIs (the pyproject `slow` marker's own example): ~130 CPU-s for the module, CI's
+# `make test-slow`. `make test` keeps the plugin's discovery and loading (test_lerobot_plugin_package.py)
+# and its actions against LeRobot's (test_lerobot_plugin_same_actions.py).
+pytestmark = pytest.mark.slow
+
 PREFIX = "lerobot_policy_hotloop: "
 
 
@@ -123,8 +128,7 @@ def test_lerobot_eval_stops_with_one_line(
 
 
 # The same refusal as refusals.py's env_observation_differs, through the whole console script (~10 CPU-s of
-# LeRobot's imports and argument parsing): CI's `make test-slow`.
-@pytest.mark.slow
+# LeRobot's imports and argument parsing).
 def test_lerobot_eval_names_an_observation_the_plan_was_not_compiled_for(
     artifacts: Callable[[str], Path], lerobot_home: Path, tmp_path: Path
 ) -> None:
