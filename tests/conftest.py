@@ -103,6 +103,24 @@ def compile_tiny() -> Callable[..., object]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _one_intra_op_thread_per_worker() -> Iterator[None]:
+    """Under xdist (`make test`: two workers on two cores) each worker's torch runs one intra-op thread from
+    the session's start. The directories' own one-thread fixtures are per test, so the session and module
+    fixtures set up before them (trained checkpoints, recorded episodes) ran on every core beside the other
+    worker: diffusion's `trained_ckpt` took 67 s that way against 18 s on one thread, with one other job on
+    the machine. Tests that set threads themselves still do."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _matmul_peaks_measured_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Without a cache that `hotloop doctor` wrote, every bench (and every compress judge, compile's search)
     measures the CPU's matmul peaks again, by design (only doctor writes that cache). A fresh CI machine
