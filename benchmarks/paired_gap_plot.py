@@ -4,9 +4,9 @@
         --plan "1 step, 1600 x 64=S_1000.json,S_1200.json" --plan "2 steps=U.json" \\
         --label "async 200 ms" -o gap.png
 
-Every plan is paired with the teacher by episode seed (the seeds both files hold): the gap is the plan's
-success minus the teacher's in points, its 95 % interval the normal one of a paired difference, its p the
-exact McNemar test on the discordant episodes (only the teacher / only the plan succeeded). One eval's
+Every plan is paired with the teacher by episode seed (the seeds both files hold) as `hotloop compare` pairs two eval runs
+(`hotloop.measure.compare.paired_success`): the gap is the plan's success minus the teacher's in points, with
+its exact 95 % interval and McNemar's exact p on the discordant episodes (only the teacher / only the plan). One eval's
 seeds may come in several files (comma-separated, e.g. seeds 1000-1199 and 1200-1999 run apart). The table
 goes to stdout, the plot (one row a plan, the band of +-2 points shaded) to `-o`.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from hotloop.measure.compare import PairedSuccess, paired_success
 
 
 def load_outcomes(paths: str) -> dict[int, bool]:
@@ -37,55 +37,14 @@ def load_outcomes(paths: str) -> dict[int, bool]:
     return out
 
 
-def mcnemar_p(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p: the binomial(n, 1/2) tail of the smaller discordant count, doubled."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-@dataclass(frozen=True)
-class PairedGap:
-    episodes: int
-    teacher: int
-    plan: int
-    only_teacher: int
-    only_plan: int
-
-    @property
-    def points(self) -> float:
-        return 100.0 * (self.plan - self.teacher) / self.episodes
-
-    @property
-    def ci95(self) -> tuple[float, float]:
-        """Normal interval of the mean paired difference (d in {-1, 0, 1} per episode), in points."""
-        n = self.episodes
-        mean = (self.only_plan - self.only_teacher) / n
-        var = ((self.only_plan + self.only_teacher) / n - mean**2) / max(1, n - 1)
-        half = 1.96 * math.sqrt(max(0.0, var))
-        return 100.0 * (mean - half), 100.0 * (mean + half)
-
-    @property
-    def p(self) -> float:
-        return mcnemar_p(self.only_teacher, self.only_plan)
-
-
-def paired_gap(teacher: dict[int, bool], plan: dict[int, bool]) -> PairedGap:
+def paired_gap(teacher: dict[int, bool], plan: dict[int, bool]) -> PairedSuccess:
+    """The plan against the teacher on the seeds both hold (`hotloop compare`'s paired success)."""
     seeds = sorted(set(teacher) & set(plan))
     if not seeds:
         raise SystemExit(
             "error: the plan and the teacher share no episode seed (run both on the same --seed range)"
         )
-    return PairedGap(
-        len(seeds),
-        sum(teacher[s] for s in seeds),
-        sum(plan[s] for s in seeds),
-        sum(teacher[s] and not plan[s] for s in seeds),
-        sum(plan[s] and not teacher[s] for s in seeds),
-    )
+    return paired_success([teacher[s] for s in seeds], [plan[s] for s in seeds])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{'plan':<40} {'n':>5} {'teacher':>7} {'plan':>5} {'gap pts':>8} {'95% CI':>15} {'only T/P':>9} {'p':>8}"
     )
     for name, g in rows:
-        lo, hi = g.ci95
-        print(f"{name:<40} {g.episodes:>5} {g.teacher:>7} {g.plan:>5} {g.points:>+8.1f} "
-              f"{f'{lo:+.1f}..{hi:+.1f}':>15} {f'{g.only_teacher}/{g.only_plan}':>9} {g.p:>8.2g}")  # fmt: skip
+        gap, lo, hi = (100 * x for x in (g.difference.estimate, g.difference.low, g.difference.high))
+        teacher_ok, plan_ok = g.both + g.only_baseline, g.both + g.only_now
+        print(f"{name:<40} {g.pairs:>5} {teacher_ok:>7} {plan_ok:>5} {gap:>+8.1f} "
+              f"{f'{lo:+.1f}..{hi:+.1f}':>15} {f'{g.only_baseline}/{g.only_now}':>9} {g.p_value:>8.2g}")  # fmt: skip
     if args.out is not None:
         import matplotlib
 
@@ -123,11 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         ax.axvspan(-args.band, args.band, color="tab:green", alpha=0.12, label=f"within {args.band:g} points")
         ax.axvline(0, color="grey", lw=0.8)
         for i, (_, g) in enumerate(rows):
-            lo, hi = g.ci95
-            ax.errorbar(
-                g.points, i, xerr=[[g.points - lo], [hi - g.points]], fmt="o", color="tab:blue", capsize=3
-            )
-        ax.set_yticks(range(len(rows)), [f"{n} (n={g.episodes})" for n, g in rows])
+            gap, lo, hi = (100 * x for x in (g.difference.estimate, g.difference.low, g.difference.high))
+            ax.errorbar(gap, i, xerr=[[gap - lo], [hi - gap]], fmt="o", color="tab:blue", capsize=3)
+        ax.set_yticks(range(len(rows)), [f"{n} (n={g.pairs})" for n, g in rows])
         ax.invert_yaxis()
         xlabel = "success against the teacher, points (95% CI)"
         ax.set_xlabel(xlabel + ("\n" + args.label if args.label else ""))
